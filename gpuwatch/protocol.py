@@ -1,0 +1,150 @@
+"""Wire messages between the runner (training process) and the GUI process.
+
+Both sides import this module, so it depends on the standard library only. Messages are
+JSON objects sent with ``Connection.send_bytes`` and read with ``recv_bytes``: never
+pickle, because ``Connection.recv()`` unpickles whatever a peer sends.
+
+Every message carries ``kind``. ``hello`` also carries ``protocol`` (``PROTOCOL_VERSION``);
+a mismatch is reported to the user instead of guessing at fields.
+
+Step timing is columnar (lists per field) so one message holds many steps. A step has
+``len(MARKS)`` boundary marks in ``perf_counter_ns``; phase ``PHASES[i]`` spans
+``[marks[i], marks[i + 1]]``. The step ends at its last mark; any time until the next step's
+first mark is ``other`` (loop overhead outside the instrumented phases).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+PROTOCOL_VERSION = 1
+
+#: Environment variable that carries the hex authkey to the runner (never on argv).
+AUTHKEY_ENV = "GPUWATCH_AUTHKEY"
+
+#: A message larger than this is dropped with a logged error (the link stays up).
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+#: Hard limit given to ``recv_bytes(maxlength=...)``: beyond it the link itself is broken.
+HARD_MESSAGE_BYTES = 64 * 1024 * 1024
+#: The runner ships step batches at most this often.
+BATCH_INTERVAL_S = 0.05
+
+#: Host phases in step order; ``other`` is the untracked rest (see module docstring).
+PHASES: tuple[str, ...] = ("data", "h2d", "forward", "backward", "optimizer", "sync")
+ALL_PHASES: tuple[str, ...] = (*PHASES, "other")
+#: Boundary marks: ``MARKS[i]`` starts ``PHASES[i]``; the last one ends the step.
+MARKS: tuple[str, ...] = ("start", "data_end", "h2d_end", "forward_end", "backward_end",
+                          "optimizer_end", "end")
+N_MARKS = len(MARKS)
+#: The device is given work between these marks (h2d .. optimizer). The data phase enqueues
+#: nothing and the sync phase only waits, so a device span over them would count idle time
+#: as active. "Stream active" per step is therefore [marks[ACTIVE_FIRST], marks[ACTIVE_LAST]].
+ACTIVE_FIRST = MARKS.index("data_end")
+ACTIVE_LAST = MARKS.index("optimizer_end")
+
+RUNNER_KINDS = frozenset(
+    {"hello", "steps", "device_marks", "kernels", "config", "log", "error", "bye"})
+GUI_KINDS = frozenset({"set", "capture", "pause", "resume", "stop"})
+
+#: Fields each kind must carry, with their JSON types. Extra fields are allowed (forward
+#: compatibility); missing or mistyped required ones make the message malformed.
+REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "hello": {"protocol": int, "pid": int, "workload": str, "device": dict,
+              "versions": dict, "knobs": list, "config": dict},
+    "steps": {"step": list, "config": list, "samples": list, "host": list},
+    "device_marks": {"step": list, "device": list},
+    "kernels": {"events": list},
+    "config": {"id": int, "values": dict, "t_ns": int},
+    "log": {"level": str, "text": str},
+    "error": {"type": str, "message": str},
+    "bye": {"reason": str},
+    "set": {"values": dict},
+    "capture": {"steps": int},
+    "pause": {},
+    "resume": {},
+    "stop": {},
+}
+
+
+class ProtocolError(ValueError):
+    """A message that must be dropped: malformed, oversized, or of an unknown kind."""
+
+
+def encode(kind: str, **fields: Any) -> bytes:
+    """Serialize one message; raises ProtocolError rather than send something invalid."""
+    message = {"kind": kind, **fields}
+    _check(message)
+    try:
+        data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(f"cannot encode {kind!r}: {exc}") from exc
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"{kind!r} message of {len(data)} bytes exceeds "
+                            f"{MAX_MESSAGE_BYTES}")
+    return data
+
+
+def decode(data: bytes, *, allowed: frozenset[str] | None = None) -> dict[str, Any]:
+    """Parse and validate one message; ``allowed`` restricts the kinds this side accepts."""
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}")
+    try:
+        message = json.loads(data, parse_constant=_reject_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ProtocolError(f"not JSON: {exc}") from exc
+    _check(message)
+    if allowed is not None and message["kind"] not in allowed:
+        raise ProtocolError(f"unexpected message kind {message['kind']!r}")
+    return message
+
+
+def _reject_constant(name: str) -> float:
+    raise ProtocolError(f"non-finite number {name} in message")
+
+
+def _check(message: Any) -> None:
+    if not isinstance(message, dict):
+        raise ProtocolError("message is not a JSON object")
+    kind = message.get("kind")
+    if kind not in REQUIRED:
+        raise ProtocolError(f"unknown message kind {kind!r}")
+    for field, typ in REQUIRED[kind].items():
+        value = message.get(field)
+        if not isinstance(value, typ) or isinstance(value, bool) and typ is int:
+            raise ProtocolError(f"{kind!r} message: field {field!r} missing or not "
+                                f"{getattr(typ, '__name__', typ)}")
+    if kind == "steps":
+        _check_steps(message)
+    elif kind == "device_marks":
+        _check_columns(message, ("step", "device"))
+        _check_mark_rows(message["device"], "device")
+
+
+def _check_steps(message: dict[str, Any]) -> None:
+    _check_columns(message, ("step", "config", "samples", "host"))
+    for field in ("step", "config", "samples"):
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in message[field]):
+            raise ProtocolError(f"'steps' message: {field!r} must hold integers")
+    _check_mark_rows(message["host"], "host")
+
+
+def _check_columns(message: dict[str, Any], fields: tuple[str, ...]) -> None:
+    lengths = {len(message[f]) for f in fields}
+    if len(lengths) != 1:
+        raise ProtocolError(f"{message['kind']!r} message: columns differ in length")
+
+
+def _check_mark_rows(rows: list[Any], field: str) -> None:
+    for row in rows:
+        if (not isinstance(row, list) or len(row) != N_MARKS
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in row)):
+            raise ProtocolError(f"{field!r} rows must be {N_MARKS} integer marks")
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """JSON has no NaN/inf: map them to null so a missing figure never reads as 0."""
+    if value is None or not math.isfinite(value):
+        return None
+    return value
