@@ -1,0 +1,145 @@
+"""Start the runner as a fresh interpreter in its own process group, and end its whole tree.
+
+Spawn semantics only (a new interpreter, never fork): the GUI process holds Qt and threads,
+and CUDA cannot live in a forked child. The runner gets its own session/process group
+(a new process group on Windows) so stop reaches DataLoader workers too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import psutil
+
+import gpuwatch
+from gpuwatch import protocol
+
+#: gpuwatch's own package directory; the runner's source is taken from here.
+PACKAGE_DIR = Path(gpuwatch.__file__).resolve().parent
+
+
+def runner_pythonpath(python: str, private_dir: Path) -> str:
+    """A PYTHONPATH entry from which ``python -m gpuwatch.runner`` imports.
+
+    For our own interpreter that is the directory holding the package. Another interpreter
+    (a user's torch environment) must not see our site-packages, so it gets a plain copy
+    of the runner's source (stdlib + torch only, DESIGN §1) in the session's private dir.
+    """
+    if _same_interpreter(python):
+        return str(PACKAGE_DIR.parent)
+    target = private_dir / "src" / "gpuwatch"
+    if not target.exists():
+        target.mkdir(parents=True)
+        for name in ("__init__.py", "protocol.py"):
+            shutil.copy2(PACKAGE_DIR / name, target / name)
+        shutil.copytree(PACKAGE_DIR / "runner", target / "runner",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return str(target.parent)
+
+
+def _same_interpreter(python: str) -> bool:
+    with contextlib.suppress(OSError):
+        return os.path.samefile(python, sys.executable)
+    return False
+
+
+def default_python() -> str:
+    """The interpreter that runs training when none is chosen: ours, unless frozen."""
+    return sys.executable
+
+
+def runner_command(python: str, address: str, workload: str, device: str,
+                   extra: Sequence[str] = ()) -> list[str]:
+    return [python, "-m", "gpuwatch.runner", "--connect", address,
+            "--workload", workload, "--device", device, *extra]
+
+
+def runner_env(authkey: bytes, pythonpath: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env[protocol.AUTHKEY_ENV] = authkey.hex()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("PYTHONIOENCODING", "utf-8")
+    return env
+
+
+def spawn(cmd: list[str], env: dict[str, str], cwd: str | None = None) -> subprocess.Popen:
+    """Start ``cmd`` as the leader of a new process group, stdout+stderr merged to a pipe."""
+    kwargs: dict = {}
+    if sys.platform == "win32":
+        kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP
+    else:
+        kwargs["start_new_session"] = True
+    return subprocess.Popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)
+
+
+def tree(pid: int) -> list[psutil.Process]:
+    """The process and all its descendants that are alive now."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def end_tree(proc: subprocess.Popen, *, terminate_after: float, kill_after: float) -> None:
+    """Wait for ``proc`` to leave by itself, then terminate, then kill its whole tree.
+
+    Descendants are collected before signalling: once the root is gone, orphaned
+    DataLoader workers are no longer its children and could not be found.
+    """
+    known = {p.pid: p for p in tree(proc.pid)}
+    if _wait(proc, terminate_after, known):
+        return
+    known.update({p.pid: p for p in tree(proc.pid)})
+    _signal_all(proc, known, kill=False)
+    if _wait(proc, kill_after, known):
+        return
+    known.update({p.pid: p for p in tree(proc.pid)})
+    _signal_all(proc, known, kill=True)
+    _wait(proc, kill_after, known)
+
+
+def _wait(proc: subprocess.Popen, timeout: float, known: dict[int, psutil.Process]) -> bool:
+    """True when the root has exited and no known descendant is alive within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    try:
+        proc.wait(timeout=max(0.0, timeout))
+    except subprocess.TimeoutExpired:
+        return False
+    rest = [p for p in known.values() if p.pid != proc.pid]
+    _gone, alive = psutil.wait_procs(rest, timeout=max(0.0, deadline - time.monotonic()))
+    return not alive
+
+
+def _signal_all(proc: subprocess.Popen, known: dict[int, psutil.Process], kill: bool) -> None:
+    if sys.platform != "win32":
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+    for p in known.values():
+        with contextlib.suppress(psutil.Error):
+            p.kill() if kill else p.terminate()
+
+
+def describe_exit(code: int | None) -> str:
+    """A plain sentence for a runner's exit status."""
+    if code is None:
+        return "still running"
+    if code == 0:
+        return "exited normally"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with code {code}"

@@ -1,0 +1,227 @@
+"""Bounded, thread-safe numpy ring buffers for step timing and coarse samples.
+
+The link reader thread appends; the GUI timer takes *copies* (``snapshot``), so threads
+exchange arrays, never live objects. Memory is fixed at construction: old data falls off.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpuwatch.protocol import N_MARKS
+
+#: Default ring sizes: ~2 minutes of steps at 1,000 steps/s; ~3 hours of 1 Hz samples.
+DEFAULT_STEP_CAPACITY = 1 << 17
+DEFAULT_SERIES_CAPACITY = 1 << 14
+
+
+@dataclass(frozen=True)
+class StepsView:
+    """A copy of consecutive steps, oldest first.
+
+    ``host`` and ``device`` are ``(n, N_MARKS)`` int64 arrays of ``perf_counter_ns`` marks.
+    ``device`` rows are valid only where ``has_device`` is true (CUDA marks arrive later, or
+    were skipped when the event pool ran dry). On a CPU device the session stores the host
+    marks as device marks: there, host spans are the device truth.
+    """
+
+    step: np.ndarray
+    config: np.ndarray
+    samples: np.ndarray
+    host: np.ndarray
+    device: np.ndarray
+    has_device: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.step.shape[0])
+
+    @classmethod
+    def empty(cls) -> StepsView:
+        return cls(np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int32),
+                   np.empty((0, N_MARKS), np.int64), np.empty((0, N_MARKS), np.int64),
+                   np.empty(0, bool))
+
+
+class StepStore:
+    """Ring buffer of steps in arrival order (step ids and end marks increase)."""
+
+    def __init__(self, capacity: int = DEFAULT_STEP_CAPACITY) -> None:
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._step = np.zeros(capacity, np.int64)
+        self._config = np.zeros(capacity, np.int32)
+        self._samples = np.zeros(capacity, np.int32)
+        self._host = np.zeros((capacity, N_MARKS), np.int64)
+        self._device = np.zeros((capacity, N_MARKS), np.int64)
+        self._has_device = np.zeros(capacity, bool)
+        self._count = 0  # total rows ever appended
+        self._device_is_host = False
+
+    @property
+    def count(self) -> int:
+        """Steps appended since creation (including those that fell off the ring)."""
+        return self._count
+
+    def set_device_is_host(self, value: bool) -> None:
+        """On a CPU device host spans are the device truth: mirror them as device marks."""
+        self._device_is_host = value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._count = 0
+
+    def append(self, step: list[int], config: list[int], samples: list[int],
+               host: list[list[int]]) -> None:
+        """Append a columnar batch as sent in a ``steps`` message."""
+        n = len(step)
+        if n == 0:
+            return
+        host_arr = np.asarray(host, np.int64).reshape(n, N_MARKS)
+        with self._lock:
+            if n > self.capacity:  # keep only what fits
+                step, config, samples = step[-self.capacity:], config[-self.capacity:], \
+                    samples[-self.capacity:]
+                host_arr = host_arr[-self.capacity:]
+                self._count += n - self.capacity
+                n = self.capacity
+            idx = (self._count + np.arange(n)) % self.capacity
+            self._step[idx] = step
+            self._config[idx] = config
+            self._samples[idx] = samples
+            self._host[idx] = host_arr
+            if self._device_is_host:
+                self._device[idx] = host_arr
+            self._has_device[idx] = self._device_is_host
+            self._count += n
+
+    def set_device_marks(self, step: list[int], device: list[list[int]]) -> int:
+        """Attach device marks to steps already stored; returns how many found their step."""
+        if not step:
+            return 0
+        ids = np.asarray(step, np.int64)
+        marks = np.asarray(device, np.int64).reshape(len(step), N_MARKS)
+        with self._lock:
+            order = self._order()
+            stored = self._step[order]
+            pos = np.searchsorted(stored, ids)
+            pos_c = np.minimum(pos, max(len(stored) - 1, 0))
+            found = (pos < len(stored)) & (stored[pos_c] == ids) if len(stored) else \
+                np.zeros(len(ids), bool)
+            rows = order[pos_c[found]]
+            self._device[rows] = marks[found]
+            self._has_device[rows] = True
+            return int(found.sum())
+
+    def snapshot(self, since_ns: int | None = None, last: int | None = None) -> StepsView:
+        """Copy the steps that end at or after ``since_ns`` (all if None), at most ``last``."""
+        with self._lock:
+            order = self._order()
+            if since_ns is not None and len(order):
+                ends = self._host[order, -1]
+                order = order[np.searchsorted(ends, since_ns, side="left"):]
+            if last is not None:
+                order = order[-last:] if last > 0 else order[:0]
+            return StepsView(self._step[order], self._config[order], self._samples[order],
+                             self._host[order], self._device[order], self._has_device[order])
+
+    def _order(self) -> np.ndarray:
+        """Ring indices of the stored rows, oldest first (caller holds the lock)."""
+        n = min(self._count, self.capacity)
+        start = (self._count - n) % self.capacity
+        return (start + np.arange(n)) % self.capacity
+
+
+@dataclass(frozen=True)
+class MetricStatus:
+    """Whether a coarse metric is measured here, and if not, why ("n/a", never 0)."""
+
+    name: str
+    label: str
+    unit: str
+    available: bool
+    reason: str | None = None
+    period_s: float | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class SeriesView:
+    """Samples of one metric, each the value over its real period ``[t0, t1]`` (ns)."""
+
+    t0: np.ndarray
+    t1: np.ndarray
+    value: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.value.shape[0])
+
+
+@dataclass
+class _Ring:
+    t0: np.ndarray
+    t1: np.ndarray
+    value: np.ndarray
+    count: int = 0
+
+
+@dataclass
+class SeriesStore:
+    """Coarse samples (NVML, psutil) per metric name, each with its sampling period."""
+
+    capacity: int = DEFAULT_SERIES_CAPACITY
+    _rings: dict[str, _Ring] = field(default_factory=dict)
+    _status: dict[str, MetricStatus] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def set_status(self, status: MetricStatus) -> None:
+        with self._lock:
+            self._status[status.name] = status
+
+    def statuses(self) -> dict[str, MetricStatus]:
+        with self._lock:
+            return dict(self._status)
+
+    def append(self, name: str, t0_ns: int, t1_ns: int, value: float) -> None:
+        self.append_many(name, [t0_ns], [t1_ns], [value])
+
+    def append_many(self, name: str, t0_ns: list[int], t1_ns: list[int],
+                    values: list[float]) -> None:
+        n = len(values)
+        if n == 0:
+            return
+        with self._lock:
+            ring = self._rings.get(name)
+            if ring is None:
+                cap = self.capacity
+                ring = _Ring(np.zeros(cap, np.int64), np.zeros(cap, np.int64),
+                             np.zeros(cap, np.float64))
+                self._rings[name] = ring
+            cap = len(ring.value)
+            take = slice(-cap, None)
+            t0 = np.asarray(t0_ns, np.int64)[take]
+            t1 = np.asarray(t1_ns, np.int64)[take]
+            v = np.asarray(values, np.float64)[take]
+            idx = (ring.count + np.arange(len(v))) % cap
+            ring.t0[idx], ring.t1[idx], ring.value[idx] = t0, t1, v
+            ring.count += len(v)
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return list(self._rings)
+
+    def snapshot(self, name: str, since_ns: int | None = None) -> SeriesView:
+        """Copy of one metric's samples whose period ends at or after ``since_ns``."""
+        with self._lock:
+            ring = self._rings.get(name)
+            if ring is None:
+                e = np.empty(0, np.int64)
+                return SeriesView(e, e.copy(), np.empty(0, np.float64))
+            cap = len(ring.value)
+            n = min(ring.count, cap)
+            order = ((ring.count - n) % cap + np.arange(n)) % cap
+            if since_ns is not None:
+                order = order[ring.t1[order] >= since_ns]
+            return SeriesView(ring.t0[order], ring.t1[order], ring.value[order])
