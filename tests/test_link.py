@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client
 
 import pytest
@@ -38,7 +39,7 @@ def test_private_dir_is_owner_only() -> None:
 
 def test_wrong_key_is_rejected_and_right_key_accepted(listener) -> None:
     t, out = _accept_in_thread(listener)
-    with pytest.raises(Exception):  # AuthenticationError on the intruder's side
+    with pytest.raises(AuthenticationError):
         Client(listener.address, authkey=b"wrong" * 6)
     assert t.is_alive(), "a wrong key must not end the wait for the real runner"
     good = Client(listener.address, authkey=listener.authkey)
