@@ -1,0 +1,251 @@
+"""The generic training loop, instrumented at the phase boundaries of DESIGN.md §4.
+
+One step is: ``start`` → ``next(loader)`` → ``data_end`` → copies → ``h2d_end`` → model+loss →
+``forward_end`` → ``backward()`` → ``backward_end`` → ``optimizer.step(); zero_grad()`` →
+``optimizer_end`` → ``.item()`` when due (``log_every``) → ``end``. Each boundary takes a host
+``perf_counter_ns`` mark, then lets the timing backend place its device mark. Epochs are
+invisible: an exhausted loader is re-created inside ``next`` and that cost counts as ``data``.
+
+The loop never talks to the socket: it appends marks to column lists and hands a batch to the
+link about every ``BATCH_INTERVAL_S`` (so a fast loop sends ~20 messages/s, not one per step).
+Control messages are handled only between steps, so ``stop`` always finishes the current step.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gpuwatch.protocol import BATCH_INTERVAL_S, N_MARKS
+from gpuwatch.runner.timing import TimingBackend
+from gpuwatch.runner.workloads import Workload
+
+if TYPE_CHECKING:
+    import threading
+
+    import torch
+
+#: Upper bound of steps per message, far below ``protocol.MAX_MESSAGE_BYTES``.
+MAX_BATCH_STEPS = 2048
+#: While paused, how often the loop re-checks that the link is still there.
+PAUSE_POLL_S = 0.2
+#: Minimum time between two "device marks skipped" warnings.
+SKIP_WARN_INTERVAL_NS = 10_000_000_000
+
+
+class LoopLink(Protocol):
+    """What the loop needs from ``gpuwatch.runner.link.Link``: only calls that never wait."""
+
+    controls: queue.Queue[dict[str, Any]]
+    lost: threading.Event
+
+    def send_batch(self, kind: str, **fields: Any) -> None: ...
+
+    def log(self, level: str, text: str) -> None: ...
+
+
+def close_iterator(iterator: Iterator[Any] | None) -> None:
+    """Shut a DataLoader iterator's workers down now, rather than whenever GC runs ``__del__``
+    (an ``os._exit`` or a crash never runs it, and a rebuilt loader must not leave workers)."""
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if callable(shutdown):
+        shutdown()
+
+
+class StepColumns:
+    """Columnar buffers of the ``steps`` and ``device_marks`` messages not yet sent."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.step: list[int] = []
+        self.config: list[int] = []
+        self.samples: list[int] = []
+        self.host: list[list[int]] = []
+        self.device_step: list[int] = []
+        self.device: list[list[int]] = []
+
+    def add_step(self, step_id: int, config_id: int, samples: int, host: list[int]) -> None:
+        self.step.append(step_id)
+        self.config.append(config_id)
+        self.samples.append(samples)
+        self.host.append(host)
+
+    def add_device(self, step_id: int, marks: list[int]) -> None:
+        self.device_step.append(step_id)
+        self.device.append(marks)
+
+    def __len__(self) -> int:
+        return max(len(self.step), len(self.device_step))
+
+    def send(self, link: LoopLink) -> None:
+        """Hand the buffered columns to the link and start new lists (never mutate sent ones)."""
+        if self.step:
+            link.send_batch("steps", step=self.step, config=self.config,
+                            samples=self.samples, host=self.host)
+        if self.device_step:
+            link.send_batch("device_marks", step=self.device_step, device=self.device)
+        self._reset()
+
+
+class TrainingLoop:
+    """Runs ``workload`` until stopped, the step limit, or the GUI going away."""
+
+    def __init__(self, workload: Workload, *, model: torch.nn.Module,
+                 optimizer: torch.optim.Optimizer, device: torch.device,
+                 backend: TimingBackend, link: LoopLink, max_steps: int | None = None,
+                 config_id: int = 0, clock: Callable[[], int] = time.perf_counter_ns) -> None:
+        self.workload = workload
+        self.model = model
+        self.optimizer = optimizer
+        self.device = device
+        self.backend = backend
+        self.link = link
+        self.max_steps = max_steps
+        self.config_id = config_id
+        self.clock = clock
+        self.loader = workload.build_loader(workload.config)
+        self.steps_done = 0
+        self.last_loss: float | None = None
+        self.paused = False
+        self._iterator: Iterator[Any] | None = None
+        self._columns = StepColumns()
+        self._flushed_ns = clock()
+        self._loss_sum: torch.Tensor | None = None
+        self._loss_count = 0
+        self._skips_reported = 0
+        self._skip_warned_ns = 0
+
+    def run(self) -> str:
+        """Train; returns the ``bye`` reason: ``stopped``, ``max_steps`` or ``link_closed``."""
+        reason: str | None = None
+        try:
+            while reason is None:
+                reason = self._between_steps()
+                if reason is None:
+                    self._step(self.steps_done)
+                    self.steps_done += 1
+                    self._after_step()
+        finally:
+            close_iterator(self._iterator)
+            self._iterator = None
+        if reason != "link_closed":
+            self._collect_device(wait=True)
+            self._columns.send(self.link)
+        return reason
+
+    def _between_steps(self) -> str | None:
+        """Apply control messages; block while paused. Returns a reason to stop, or None."""
+        while True:
+            if self.link.lost.is_set():
+                return "link_closed"
+            if self.max_steps is not None and self.steps_done >= self.max_steps:
+                return "max_steps"
+            try:
+                if self.paused:
+                    message = self.link.controls.get(timeout=PAUSE_POLL_S)
+                else:
+                    message = self.link.controls.get_nowait()
+            except queue.Empty:
+                if self.paused:
+                    continue
+                return None
+            kind = message["kind"]
+            if kind == "stop":
+                return "stopped"
+            if kind == "pause" and not self.paused:
+                self.paused = True
+                self._flush()  # show every finished step before the timeline goes quiet
+                self.link.log("info", f"paused after {self.steps_done} step(s)")
+            elif kind == "resume" and self.paused:
+                self.paused = False
+                self.link.log("info", "resumed")
+            elif kind in ("set", "capture"):
+                self.link.log("warning", f"'{kind}' is not supported by this runner yet")
+
+    def _next_batch(self) -> Any:
+        if self._iterator is None:
+            self._iterator = iter(self.loader)
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            pass
+        close_iterator(self._iterator)  # end of epoch: a fresh pass, timed as `data`
+        self._iterator = iter(self.loader)
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            raise RuntimeError("the loader yields no batch (dataset smaller than one batch?)"
+                               ) from None
+
+    def _step(self, step_id: int) -> None:
+        """One instrumented training step; see the module docstring for the boundaries."""
+        clock, mark, workload = self.clock, self.backend.mark, self.workload
+        host = [0] * N_MARKS
+        self.backend.begin(step_id)
+        host[0] = clock()
+        mark(0)
+        batch = self._next_batch()
+        host[1] = clock()
+        mark(1)
+        batch = workload.to_device(batch, self.device)
+        host[2] = clock()
+        mark(2)
+        loss = workload.loss(self.model, batch)
+        host[3] = clock()
+        mark(3)
+        loss.backward()
+        host[4] = clock()
+        mark(4)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        host[5] = clock()
+        mark(5)
+        self._sync_phase(loss)
+        host[6] = clock()
+        mark(6)
+        self.backend.end()
+        self._columns.add_step(step_id, self.config_id, workload.samples(batch), host)
+
+    def _sync_phase(self, loss: torch.Tensor) -> None:
+        """Read the loss on the host every ``log_every`` steps; 1 is the naive per-step sync.
+
+        In between, the sum stays on the device, so no step but every N-th waits for it.
+        """
+        log_every = int(self.workload.config.get("log_every", 1))
+        if log_every <= 1:
+            self.last_loss = loss.item()
+            return
+        detached = loss.detach()
+        self._loss_sum = detached if self._loss_sum is None else self._loss_sum + detached
+        self._loss_count += 1
+        if self._loss_count >= log_every:
+            self.last_loss = (self._loss_sum / self._loss_count).item()
+            self._loss_sum, self._loss_count = None, 0
+
+    def _after_step(self) -> None:
+        self._collect_device(wait=False)
+        if self.steps_done == 1:
+            first_ms = (self._columns.host[-1][-1] - self._columns.host[-1][0]) / 1e6
+            loss = "" if self.last_loss is None else f", loss {self.last_loss:.3f}"
+            self.link.log("info", f"first step done in {first_ms:.0f} ms{loss}")
+        if (self.clock() - self._flushed_ns >= BATCH_INTERVAL_S * 1e9
+                or len(self._columns) >= MAX_BATCH_STEPS):
+            self._flush()
+
+    def _collect_device(self, *, wait: bool) -> None:
+        for step_id, marks in self.backend.poll(wait=wait):
+            self._columns.add_device(step_id, marks)
+        skipped = self.backend.skipped
+        now = self.clock()
+        if skipped > self._skips_reported and now - self._skip_warned_ns > SKIP_WARN_INTERVAL_NS:
+            self.link.log("warning", f"{skipped - self._skips_reported} step(s) left without "
+                          "device marks: the device is far behind the host (event pool empty)")
+            self._skips_reported, self._skip_warned_ns = skipped, now
+
+    def _flush(self) -> None:
+        self._columns.send(self.link)
+        self._flushed_ns = self.clock()

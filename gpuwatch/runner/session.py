@@ -1,0 +1,184 @@
+"""Everything after the link is up: import torch, pick the device, say hello, train, say bye.
+
+Torch is imported here, after connecting, so a GUI that goes away during the (seconds-long)
+import still finds the runner reacting, and argument or link errors never pay for it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+import traceback
+from typing import Any
+
+from gpuwatch.protocol import PROTOCOL_VERSION
+from gpuwatch.runner.link import Link
+from gpuwatch.runner.loop import TrainingLoop
+from gpuwatch.runner.probe import cuda_device
+from gpuwatch.runner.timing import CudaEventBackend, HostBackend, TimingBackend
+from gpuwatch.runner.workloads import load_workload
+
+EXIT_OK = 0
+EXIT_TRAINING = 1
+EXIT_USAGE = 2
+EXIT_LINK = 3
+#: A run interrupted by Ctrl-C (started by hand, outside the GUI), as shells expect.
+EXIT_INTERRUPTED = 130
+
+
+class DeviceError(ValueError):
+    """The requested device does not exist here (a usage error: exit code 2)."""
+
+
+def say(text: str) -> None:
+    """The one line a failure prints on stderr."""
+    sys.stderr.write(f"gpuwatch runner: {text}\n")
+    sys.stderr.flush()
+
+
+def resolve_device(torch: Any, spec: str) -> Any:
+    """``auto`` is the first CUDA device when there is one, else the CPU."""
+    cuda = torch.cuda.is_available()
+    if spec == "auto":
+        return torch.device("cuda", 0) if cuda else torch.device("cpu")
+    if spec == "cpu":
+        return torch.device("cpu")
+    if not cuda:
+        raise DeviceError(f"--device {spec}: CUDA is not available to torch {torch.__version__}")
+    index = 0 if spec == "cuda" else int(spec.partition(":")[2])
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise DeviceError(f"--device {spec}: this machine has {count} CUDA device(s)")
+    return torch.device("cuda", index)
+
+
+def configure_threads(torch: Any, device: Any) -> int:
+    """Intra-op threads for a CPU device: half the usable cores, at least one.
+
+    On a CPU device the model, the main-process data pipeline and (once the ``num_workers`` knob
+    exists) the DataLoader workers all share the same cores. Leaving half of them to data
+    loading avoids oversubscription and keeps the input-bound demo honest; a 2-core machine
+    trains on 1 thread. On CUDA the host mostly launches kernels: torch's default is kept.
+    """
+    if device.type == "cpu":
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # not on Linux
+            cores = os.cpu_count() or 2
+        torch.set_num_threads(max(1, cores // 2))
+    threads: int = torch.get_num_threads()
+    return threads
+
+
+def cpu_name() -> str:
+    """A readable CPU model name (``platform.processor()`` is empty on Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"
+
+
+def device_info(torch: Any, device: Any) -> dict[str, Any]:
+    """``hello["device"]``: what the GUI needs to find the matching NVML device."""
+    if device.type == "cuda":
+        info = cuda_device(torch, device.index)
+        return {"kind": "cuda", "index": device.index, "name": info["name"],
+                "uuid": info["uuid"], "pci_bus_id": info["pci_bus_id"],
+                "driver_model": None,  # torch cannot tell WDDM from TCC; NVML can
+                "capability": info["capability"], "total_memory": info["total_memory"]}
+    return {"kind": "cpu", "index": None, "name": cpu_name(), "uuid": None,
+            "pci_bus_id": None, "driver_model": None}
+
+
+def versions(torch: Any) -> dict[str, str | None]:
+    try:
+        import torchvision
+
+        vision: str | None = torchvision.__version__
+    except ImportError:
+        vision = None
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "torchvision": vision, "cuda": torch.version.cuda}
+
+
+def make_backend(torch: Any, device: Any) -> TimingBackend:
+    """CUDA events on a CUDA device; on a CPU host marks are the device truth."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # events are recorded on this device's current stream
+        return CudaEventBackend()
+    return HostBackend()
+
+
+def run(link: Link, *, workload_name: str, device_spec: str, max_steps: int | None,
+        seed: int) -> int:
+    """Train over an open link until stop/max-steps/link loss; returns the exit code."""
+    try:
+        import torch
+
+        workload_cls = load_workload(workload_name)
+    except Exception as exc:  # e.g. a torch DLL that does not load
+        return _failed(link, exc, "cannot import torch/torchvision", EXIT_TRAINING)
+    try:
+        device = resolve_device(torch, device_spec)
+    except DeviceError as exc:
+        return _failed(link, exc, str(exc), EXIT_USAGE)
+    try:
+        return _train(link, torch, workload_cls, device, max_steps=max_steps, seed=seed)
+    except KeyboardInterrupt:
+        _finish(link, "stopped")
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # the user's traceback goes to the GUI
+        return _failed(link, exc, "training failed", EXIT_TRAINING)
+
+
+def _train(link: Link, torch: Any, workload_cls: Any, device: Any, *, max_steps: int | None,
+           seed: int) -> int:
+    threads = configure_threads(torch, device)
+    workload = workload_cls(seed=seed, torch_threads=threads)
+    link.send("hello", protocol=PROTOCOL_VERSION, pid=os.getpid(), workload=workload.name,
+              device=device_info(torch, device), versions=versions(torch), knobs=[],
+              config={"id": 0, "values": dict(workload.config)},
+              timing="cuda_events" if device.type == "cuda" else "host",
+              batch_size=workload.config["batch_size"])
+    link.log("info", f"training on {device} with {threads} intra-op thread(s)")
+
+    def info(text: str) -> None:
+        link.log("info", text)
+
+    started = time.perf_counter()
+    workload.prepare(info)
+    model = workload.build_model(device)
+    optimizer = workload.build_optimizer(model)
+    parameters = sum(p.numel() for p in model.parameters())
+    info(f"ready in {time.perf_counter() - started:.1f} s: {type(model).__name__} with "
+         f"{parameters:,} parameters, {type(optimizer).__name__}")
+    backend = make_backend(torch, device)
+    if isinstance(backend, CudaEventBackend):
+        info(f"CUDA event clock anchored to perf_counter_ns (±{backend.bracket_ns / 1e3:.1f} µs)")
+    loop = TrainingLoop(workload, model=model, optimizer=optimizer, device=device,
+                        backend=backend, link=link, max_steps=max_steps)
+    reason = loop.run()
+    backend.close()
+    _finish(link, reason)
+    return EXIT_OK
+
+
+def _finish(link: Link, reason: str) -> None:
+    if reason != "link_closed":
+        link.send("bye", reason=reason)
+    link.finished()
+    link.close()
+
+
+def _failed(link: Link, exc: BaseException, summary: str, code: int) -> int:
+    link.send("error", type=type(exc).__name__, message=str(exc),
+              traceback="".join(traceback.format_exception(exc)))
+    _finish(link, "error")
+    say(f"{summary}: {type(exc).__name__}: {exc}" if summary != str(exc) else summary)
+    return code

@@ -1,0 +1,173 @@
+"""The vision workload and the instrumented loop, in-process on the CPU (no link, no GUI)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import queue
+import threading
+from typing import Any
+
+import pytest
+import torch
+
+from gpuwatch.protocol import N_MARKS, PROTOCOL_VERSION, encode
+from gpuwatch.runner.loop import TrainingLoop
+from gpuwatch.runner.session import configure_threads, device_info, resolve_device
+from gpuwatch.runner.timing import HostBackend
+from gpuwatch.runner.workloads import WORKLOAD_NAMES, load_workload
+from gpuwatch.runner.workloads.vision import (
+    NUM_CLASSES,
+    VisionWorkload,
+    build_jpegs,
+    collate,
+)
+
+CPU = torch.device("cpu")
+# torchvision 0.29 deprecates its JPEG codec (the runner silences this itself, but pytest
+# re-enables DeprecationWarnings per test).
+pytestmark = pytest.mark.filterwarnings("ignore:The image decoding:DeprecationWarning")
+
+
+class RecordingLink:
+    """Stands in for ``runner.link.Link``; every message must pass ``protocol.encode``."""
+
+    def __init__(self) -> None:
+        self.controls: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.lost = threading.Event()
+        self.messages: list[dict[str, Any]] = []
+
+    def send(self, kind: str, **fields: Any) -> None:
+        encode(kind, **fields)
+        self.messages.append({"kind": kind, **fields})
+
+    send_batch = send
+
+    def log(self, level: str, text: str) -> None:
+        self.send("log", level=level, text=text)
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [m for m in self.messages if m["kind"] == kind]
+
+
+@pytest.fixture(scope="module")
+def workload() -> VisionWorkload:
+    """64 images, batch 32: an epoch is 2 steps, so short runs cross epoch boundaries."""
+    work = VisionWorkload(seed=0, torch_threads=1, dataset_images=64)
+    work.prepare(lambda _text: None)
+    return work
+
+
+def make_loop(work: VisionWorkload, link: RecordingLink, max_steps: int | None,
+              **config: Any) -> TrainingLoop:
+    work.config.update(config)
+    model = work.build_model(CPU)
+    return TrainingLoop(work, model=model, optimizer=work.build_optimizer(model), device=CPU,
+                        backend=HostBackend(), link=link, max_steps=max_steps)
+
+
+def test_synthetic_jpegs_are_deterministic_per_seed() -> None:
+    blob, offsets, labels = build_jpegs(12, seed=3)
+    again, _, _ = build_jpegs(12, seed=3)
+    other, _, _ = build_jpegs(12, seed=4)
+    assert torch.equal(blob, again) and not torch.equal(blob, other)
+    assert blob[:2].tolist() == [0xFF, 0xD8]  # a JPEG start-of-image marker
+    assert len(offsets) == 13 and labels == [i % NUM_CLASSES for i in range(12)]
+
+
+def test_dataset_pickles_and_yields_augmented_float_images(workload: VisionWorkload) -> None:
+    dataset = pickle.loads(pickle.dumps(workload.dataset(workload.config)))
+    image, label = dataset[5]
+    assert type(image) is torch.Tensor  # a plain tensor, not a tv_tensors.Image
+    assert image.shape == (3, 64, 64) and image.dtype == torch.float32
+    assert 0 <= label < NUM_CLASSES
+    assert -4 < float(image.mean()) < 4  # normalized, not 0..255
+    assert not torch.equal(dataset[5][0], image)  # augmentation is random per access
+    images, labels = collate([dataset[i] for i in range(4)])
+    assert images.shape == (4, 3, 64, 64) and labels.dtype == torch.long
+    assert pickle.loads(pickle.dumps(collate)) is collate  # top-level: spawn workers find it
+
+
+def test_loop_runs_real_steps_with_monotonic_marks(workload: VisionWorkload) -> None:
+    link = RecordingLink()
+    loop = make_loop(workload, link, max_steps=5)
+    assert loop.run() == "max_steps"
+    steps = link.of("steps")
+    ids = [s for m in steps for s in m["step"]]
+    rows = [r for m in steps for r in m["host"]]
+    assert ids == [0, 1, 2, 3, 4]  # contiguous, across two epoch boundaries
+    assert {c for m in steps for c in m["config"]} == {0}
+    assert [n for m in steps for n in m["samples"]] == [32] * 5
+    marks = [mark for row in rows for mark in row]
+    assert all(len(row) == N_MARKS for row in rows)
+    assert marks == sorted(marks)  # non-decreasing within and across steps
+    assert link.of("device_marks") == []  # CPU: the host marks are the device truth
+    assert loop.last_loss is not None and 0 < loop.last_loss < 10
+    assert any("first step done" in m["text"] for m in link.of("log"))
+
+
+def test_log_every_defers_the_loss_sync(workload: VisionWorkload) -> None:
+    link = RecordingLink()
+    loop = make_loop(workload, link, max_steps=3, log_every=4)
+    try:
+        assert loop.run() == "max_steps"
+        assert loop.last_loss is None  # never read back: 3 steps < log_every
+    finally:
+        workload.config["log_every"] = 1
+
+
+def test_controls_pause_warn_and_stop_between_steps(workload: VisionWorkload) -> None:
+    link = RecordingLink()
+    for kind, fields in [("set", {"values": {"num_workers": 2}}), ("capture", {"steps": 3}),
+                         ("pause", {})]:
+        link.controls.put({"kind": kind, **fields})
+    loop = make_loop(workload, link, max_steps=None)
+
+    def resume_then_stop() -> None:
+        link.controls.put({"kind": "resume"})
+        link.controls.put({"kind": "stop"})
+
+    timer = threading.Timer(0.3, resume_then_stop)
+    timer.start()
+    assert loop.run() == "stopped"
+    timer.join()
+    texts = [m["text"] for m in link.of("log") if m["level"] == "warning"]
+    assert "'set' is not supported by this runner yet" in texts
+    assert "'capture' is not supported by this runner yet" in texts
+    assert [m["text"] for m in link.of("log") if m["level"] == "info"][:2] == [
+        "paused after 0 step(s)", "resumed"]
+    assert loop.steps_done == 0  # stop was already queued when the loop resumed
+
+
+def test_lost_link_ends_the_loop(workload: VisionWorkload) -> None:
+    link = RecordingLink()
+    link.lost.set()
+    assert make_loop(workload, link, max_steps=None).run() == "link_closed"
+
+
+def test_spawned_workers_are_shut_down_at_the_end(workload: VisionWorkload) -> None:
+    link = RecordingLink()
+    loop = make_loop(workload, link, max_steps=2, num_workers=1)  # one epoch: one spawn
+    try:
+        assert loop.run() == "max_steps"
+    finally:
+        workload.config["num_workers"] = 0
+    assert len(link.of("steps")) >= 1
+    assert multiprocessing.active_children() == []
+
+
+def test_device_resolution_and_hello_fields() -> None:
+    assert resolve_device(torch, "cpu") == CPU
+    if not torch.cuda.is_available():
+        assert resolve_device(torch, "auto") == CPU
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            resolve_device(torch, "cuda:0")
+    info = device_info(torch, CPU)
+    assert info["kind"] == "cpu" and info["index"] is None and info["name"]
+    assert configure_threads(torch, CPU) >= 1
+    assert WORKLOAD_NAMES == ("vision",) and load_workload("vision") is VisionWorkload
+    work = VisionWorkload(seed=0, torch_threads=1)
+    encode("hello", protocol=PROTOCOL_VERSION, pid=1, workload="vision", device=info,
+           versions={}, knobs=[], config={"id": 0, "values": work.config})
+    assert work.config["num_workers"] == 0 and work.config["log_every"] == 1
+    assert work.config["pin_memory"] is False
