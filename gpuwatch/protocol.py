@@ -112,7 +112,7 @@ def _check(message: Any) -> None:
         raise ProtocolError(f"unknown message kind {kind!r}")
     for field, typ in REQUIRED[kind].items():
         value = message.get(field)
-        if not isinstance(value, typ) or isinstance(value, bool) and typ is int:
+        if not isinstance(value, typ) or (isinstance(value, bool) and typ is int):
             raise ProtocolError(f"{kind!r} message: field {field!r} missing or not "
                                 f"{getattr(typ, '__name__', typ)}")
     if kind == "steps":

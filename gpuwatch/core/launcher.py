@@ -67,6 +67,9 @@ def runner_env(authkey: bytes, pythonpath: str) -> dict[str, str]:
     env[protocol.AUTHKEY_ENV] = authkey.hex()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"
+    # NVML numbers GPUs by PCI bus; make torch's cuda:N agree so the device menu and the
+    # NVML match mean the same GPU (a user's explicit setting wins).
+    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     env.setdefault("PYTHONIOENCODING", "utf-8")
     return env
 

@@ -12,8 +12,10 @@ import contextlib
 import logging
 import secrets
 import shutil
+import socket
 import sys
 import tempfile
+import threading
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
@@ -70,10 +72,25 @@ class LinkListener:
         if self._closed:
             return
         self._closed = True
-        # Listener.accept() cannot be interrupted portably: connect to ourselves to wake it.
-        with contextlib.suppress(Exception):
-            Client(self.address, authkey=self.authkey).close()
+        self._wake_accept()
         self._close_listener()
+
+    def _wake_accept(self) -> None:
+        """Listener.accept() cannot be interrupted portably: connect to ourselves.
+
+        The wake-up peer must never block the caller (nobody may be accepting), so on POSIX
+        it is a plain socket that connects and hangs up; on Windows a pipe client in a
+        daemon thread.
+        """
+        if sys.platform == "win32":
+            def knock() -> None:
+                with contextlib.suppress(Exception):
+                    Client(self.address, authkey=self.authkey).close()
+            threading.Thread(target=knock, name="gpuwatch-link-wake", daemon=True).start()
+            return
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(1.0)
+            sock.connect(self.address)
 
     def _close_listener(self) -> None:
         listener, self._listener = self._listener, None
