@@ -1,0 +1,115 @@
+"""Open the window: QApplication, Session, MainWindow; optional timed screenshot and exit.
+
+``--demo-seconds N --screenshot PNG`` runs the window for N seconds, saves a picture and
+exits, so talks, docs and CI get real screenshots without a display
+(``QT_QPA_PLATFORM=offscreen``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import (
+    QMessageLogContext,
+    QTimer,
+    QtMsgType,
+    qFormatLogMessage,
+    qInstallMessageHandler,
+)
+from PySide6.QtWidgets import QApplication, QWidget
+
+from gpuwatch.core.session import Session, SessionState
+from gpuwatch.qt.main_window import MainWindow
+
+DEFAULT_SIZE = (1280, 800)
+
+
+def create_app() -> QApplication:
+    """The process's QApplication (reused if one exists, e.g. under pytest-qt)."""
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("gpuwatch")
+    app.setStyle("Fusion")
+    return app  # type: ignore[return-value]
+
+
+#: Harmless Qt warnings of the offscreen platform (no window manager to pass hints to);
+#: dropped so a headless ``--demo-seconds`` run prints nothing.
+_OFFSCREEN_NOISE = ("This plugin does not support propagateSizeHints()",)
+
+
+def _install_quiet_handler() -> object:
+    """Drop known offscreen noise; every other Qt message still reaches stderr."""
+    previous = None
+
+    def handler(mode: QtMsgType, context: QMessageLogContext, message: str) -> None:
+        if message in _OFFSCREEN_NOISE:
+            return
+        if previous is not None:
+            previous(mode, context, message)
+        else:
+            sys.stderr.write(qFormatLogMessage(mode, context, message) + "\n")
+
+    previous = qInstallMessageHandler(handler)
+    return previous
+
+
+def save_screenshot(widget: QWidget, path: Path) -> str | None:
+    """Save ``widget.grab()`` as PNG; returns an error sentence, or None on success."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create {path.parent}: {exc.strerror or exc}"
+    pixmap = widget.grab()
+    if pixmap.isNull() or not pixmap.save(str(path), "PNG"):
+        return f"cannot save the screenshot to {path}"
+    return None
+
+
+def run_window(options: Any) -> int:
+    """Run the window until it closes; 0, or 1 if the run FAILED or the PNG was not saved.
+
+    ``options`` has ``workload``, ``device``, ``python``, ``autostart``, ``demo_seconds``
+    and ``screenshot`` (the CLI's parsed arguments).
+    """
+    app = create_app()
+    previous_handler = _install_quiet_handler()
+    session = Session()
+    window = MainWindow(session, options)
+    window.resize(*DEFAULT_SIZE)
+    window.show()
+    problems: list[str] = []
+
+    demo_seconds = getattr(options, "demo_seconds", None)
+    if demo_seconds:
+        def finish_demo() -> None:
+            shot = getattr(options, "screenshot", None)
+            if shot is not None:
+                error = save_screenshot(window, Path(shot))
+                if error:
+                    problems.append(error)
+            window.close()
+
+        QTimer.singleShot(int(demo_seconds * 1000), finish_demo)
+
+    # Ctrl+C in the terminal closes the window (and so stops the run) instead of being
+    # swallowed by the Qt event loop; the redraw timer lets Python run the handler.
+    previous = signal.signal(signal.SIGINT, lambda *_: window.close())
+    try:
+        if getattr(options, "autostart", True):
+            window.start_run()
+        app.exec()
+    finally:
+        window.close()  # idempotent: the session is closed exactly once
+        with contextlib.suppress(ValueError, TypeError):
+            signal.signal(signal.SIGINT, previous)
+        qInstallMessageHandler(previous_handler)
+    if session.state is SessionState.FAILED:
+        problems.insert(0, f"the run failed: {session.error or 'no reason given'}")
+    if problems:
+        print(f"gpuwatch: {problems[0]}", file=sys.stderr)  # noqa: T201 - one line, then exit 1
+        return 1
+    return 0

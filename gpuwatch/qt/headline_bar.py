@@ -1,0 +1,118 @@
+"""Headline figures over the last few seconds, each with a one-sentence tooltip.
+
+Figures are refreshed a few times a second, not at the 30 fps redraw rate: numbers that
+change every frame cannot be read. Unknown figures read "—", never 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+DASH = "—"
+
+
+@dataclass(frozen=True)
+class HeadlineFigures:
+    """What the bar shows; ``None`` means unknown."""
+
+    window_s: float
+    samples_per_s: float | None = None
+    step_ms_p50: float | None = None
+    step_ms_p95: float | None = None
+    busy_pct: float | None = None
+    coarse_pct: float | None = None
+    coarse_short: str = "NVML"  # "NVML" | "runner CPU"
+    coarse_same_pct: float | None = None  # coarse % over the periods our marks cover...
+    busy_same_pct: float | None = None  # ...and our busy % over exactly those periods
+    top_phases: tuple[tuple[str, float], ...] = ()
+    device_kind: str | None = None
+
+
+class _Figure(QWidget):
+    """A small caption above a large value."""
+
+    def __init__(self, caption: str, size_px: int = 18) -> None:
+        super().__init__()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 2, 10, 2)
+        layout.setSpacing(0)
+        self.caption = QLabel(caption)
+        self.caption.setStyleSheet("color: #666; font-size: 11px;")
+        self.value = QLabel(DASH)
+        self.value.setStyleSheet(f"font-size: {size_px}px; font-weight: 600;")
+        self.value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.caption)
+        layout.addWidget(self.value)
+
+    def set(self, text: str, tooltip: str | None = None) -> None:
+        self.value.setText(text)
+        if tooltip is not None:
+            self.setToolTip(tooltip)
+
+
+class HeadlineBar(QFrame):
+    """samples/s · step time · busy % · coarse % · the difference · where time goes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(4, 2, 4, 2)
+        self.samples = _Figure("samples/s")
+        self.step = _Figure("step time p50 (p95)")
+        self.busy = _Figure("busy %")
+        self.coarse = _Figure("NVML util %")
+        self.difference = _Figure("coarse vs fine, same periods", 14)
+        self.phases = _Figure("where step time goes", 14)
+        for fig in (self.samples, self.step, self.busy, self.coarse, self.difference,
+                    self.phases):
+            layout.addWidget(fig)
+        layout.addStretch(1)
+        self.show_figures(HeadlineFigures(window_s=5.0))
+
+    def show_figures(self, f: HeadlineFigures) -> None:
+        """Show a new set of figures (and tooltips that say what each one measures)."""
+        w = f"{f.window_s:g} s"
+        self.samples.set(_num(f.samples_per_s, "{:,.0f}"),
+                         f"Training samples finished per second over the last {w}, from the "
+                         "runner's step marks.")
+        step = _num(f.step_ms_p50, "{:.1f} ms")
+        if f.step_ms_p95 is not None:
+            step += f" ({f.step_ms_p95:.1f})"
+        self.step.set(step, f"Median (and 95th percentile) step time over the last {w}: from "
+                            "asking the loader for a batch to asking for the next one.")
+        on_cuda = f.device_kind == "cuda"
+        self.busy.caption.setText("stream active %" if on_cuda else "compute busy %")
+        self.busy.set(_num(f.busy_pct, "{:.0f}%"),
+                      f"Share of the last {w} in which our CUDA stream was active between "
+                      "marks: an upper bound, since a span can hide bubbles where the GPU "
+                      "waited for launches." if on_cuda else
+                      f"Share of the last {w} the runner spent in compute phases (host "
+                      "timestamps from the end of data loading to the end of the optimizer).")
+        nvml = f.coarse_short == "NVML"
+        self.coarse.caption.setText("NVML util %" if nvml else "runner CPU %")
+        self.coarse.set(_num(f.coarse_pct, "{:.0f}%"),
+                        f"Mean of NVML's GPU utilization samples over the last {w}: the share "
+                        "of each sample period in which any kernel of any process ran on the "
+                        "device." if nvml else
+                        f"Mean CPU use of the runner's process tree (DataLoader workers "
+                        f"included) over the last {w}, in % of one core.")
+        if f.coarse_same_pct is None or f.busy_same_pct is None:
+            diff = DASH
+        else:
+            fine = "stream active" if on_cuda else "compute busy"
+            diff = (f"{f.coarse_short} says {f.coarse_same_pct:.0f}%, "
+                    f"{fine} {f.busy_same_pct:.0f}%")
+        self.difference.set(diff, "Both figures over the same coarse sample periods: the coarse "
+                                  "one is averaged over its whole period (and, for NVML, the "
+                                  "whole device); ours is exact time between our marks.")
+        self.phases.set(" · ".join(f"{n} {100 * s:.0f}%" for n, s in f.top_phases) or DASH,
+                        f"The host phases that took the largest share of step time over the "
+                        f"last {w}.")
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return DASH if value is None else fmt.format(value)

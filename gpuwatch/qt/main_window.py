@@ -1,0 +1,375 @@
+"""The main window: toolbar, headline figures, timeline over utilization, log dock.
+
+Data flow: the Session's threads fill ring buffers; this window polls them on ONE timer
+(~30 fps) and redraws from snapshots. There are no data signals and no per-message
+redraws, so a runner sending 10,000 steps/s costs the GUI the same as one sending 10.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDockWidget,
+    QLabel,
+    QMainWindow,
+    QSplitter,
+    QStyle,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gpuwatch.core.analysis import active_spans, headline
+from gpuwatch.core.session import ACTIVE_STATES, LaunchSpec, Session, SessionState
+from gpuwatch.qt import palette
+from gpuwatch.qt.headline_bar import HeadlineBar, HeadlineFigures
+from gpuwatch.qt.log_pane import LogPane
+from gpuwatch.qt.spans import busy_percent_over, weighted_mean
+from gpuwatch.qt.timeline_view import TimelineView
+from gpuwatch.qt.utilization_view import UtilizationView, choose_coarse
+
+#: Redraw period: ~30 fps is smooth scrolling and leaves the CPU to the training run.
+REDRAW_MS = 33
+#: If a redraw costs more than half its period, the period stretches (up to this): on a CPU
+#: device the GUI competes with the very run it measures, and input must stay responsive.
+MAX_REDRAW_MS = 250
+#: Width of the visible window while following "now".
+WINDOW_S = 30.0
+#: The headline figures cover this much of the recent past...
+HEADLINE_WINDOW_S = 5.0
+#: ...and are refreshed every this many redraws (~4 Hz: readable, not flickering).
+HEADLINE_EVERY = 8
+WORKLOADS = ("vision",)
+
+_STATE_TEXT = {
+    SessionState.IDLE: "idle",
+    SessionState.STARTING: "starting…",
+    SessionState.RUNNING: "running",
+    SessionState.STOPPING: "stopping…",
+    SessionState.FINISHED: "finished",
+    SessionState.FAILED: "FAILED",
+}
+
+
+class MainWindow(QMainWindow):
+    """Watches one ``Session`` (injected: tests feed its stores without starting it)."""
+
+    def __init__(self, session: Session, options: Any = None) -> None:
+        super().__init__()
+        self.session = session
+        self._python: str | None = getattr(options, "python", None)
+        self.setWindowTitle("gpuwatch")
+        self._ticks = 0
+        self._tick_cost_ms = 0.0
+        self._last_key: tuple | None = None
+        self._closed = False
+
+        self._build_toolbar(getattr(options, "workload", "vision") or "vision",
+                            getattr(options, "device", "auto") or "auto")
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        layout.setContentsMargins(6, 4, 6, 2)
+        layout.setSpacing(4)
+        self.banner = QLabel()
+        self.banner.setStyleSheet(palette.BANNER_STYLE)
+        self.banner.setWordWrap(True)
+        self.banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.banner.hide()
+        layout.addWidget(self.banner)
+        self.headline = HeadlineBar()
+        layout.addWidget(self.headline)
+        self.timeline_caption = QLabel()
+        layout.addWidget(self.timeline_caption)
+        self.timeline = TimelineView()
+        self.utilization = UtilizationView()
+        self.utilization.plot.setXLink(self.timeline)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(self.timeline)
+        splitter.addWidget(self.utilization)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 2)
+        splitter.setChildrenCollapsible(False)
+        layout.addWidget(splitter, 1)
+        self.setCentralWidget(central)
+
+        self.log_pane = LogPane()
+        dock = QDockWidget("Log", self)
+        dock.setObjectName("log")
+        dock.setWidget(self.log_pane)
+        dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
+                         | QDockWidget.DockWidgetFeature.DockWidgetFloatable)
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
+        self.resizeDocks([dock], [120], Qt.Orientation.Vertical)
+
+        self._build_status_bar()
+        for plot in (self.timeline, self.utilization.plot):
+            plot.getPlotItem().getViewBox().sigRangeChangedManually.connect(self._on_manual_pan)
+        self._set_caption(None, dense=False)
+        self._sync_state()
+
+        self.timer = QTimer(self)
+        self.timer.setInterval(REDRAW_MS)
+        self.timer.timeout.connect(self._tick)
+        self.timer.start()
+
+    # ---- Building ---------------------------------------------------------------------
+
+    def _build_toolbar(self, workload: str, device: str) -> None:
+        bar = QToolBar("Run")
+        bar.setObjectName("run")
+        bar.setMovable(False)
+        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.addToolBar(bar)
+        bar.addWidget(QLabel(" Workload "))
+        self.workload_combo = QComboBox()
+        self.workload_combo.addItems(WORKLOADS)
+        if workload in WORKLOADS:
+            self.workload_combo.setCurrentText(workload)
+        self.workload_combo.setToolTip("The built-in training workload to run (more workloads "
+                                       "arrive with the knobs).")
+        bar.addWidget(self.workload_combo)
+        bar.addWidget(QLabel("  Device "))
+        self.device_combo = QComboBox()
+        for label, value in device_entries():
+            self.device_combo.addItem(label, value)
+        index = self.device_combo.findData(device)
+        if index < 0:
+            self.device_combo.addItem(device, device)
+            index = self.device_combo.count() - 1
+        self.device_combo.setCurrentIndex(index)
+        self.device_combo.setToolTip("Where the runner trains: auto picks CUDA when torch sees "
+                                     "a GPU, else the CPU.")
+        bar.addWidget(self.device_combo)
+        bar.addSeparator()
+        self.start_action = QAction("", self)
+        self.start_action.triggered.connect(self._on_start_stop)
+        bar.addAction(self.start_action)
+        self.follow_action = QAction("Follow", self)
+        self.follow_action.setCheckable(True)
+        self.follow_action.setChecked(True)
+        self.follow_action.setToolTip("Keep the last 30 s in view (panning or zooming the plots "
+                                      "turns this off).")
+        self.follow_action.toggled.connect(self._on_follow_toggled)
+        bar.addAction(self.follow_action)
+
+    def _build_status_bar(self) -> None:
+        status = self.statusBar()
+        self.state_label = QLabel()
+        self.device_label = QLabel()
+        self.timing_label = QLabel()
+        self.window_label = QLabel()
+        for label in (self.state_label, self.device_label, self.timing_label):
+            status.addWidget(label)
+        status.addPermanentWidget(self.window_label)
+
+    # ---- Actions ----------------------------------------------------------------------
+
+    @property
+    def follow(self) -> bool:
+        return self.follow_action.isChecked()
+
+    def start_run(self) -> None:
+        """Start the selected workload (no-op while a run is in progress)."""
+        if self.session.state in ACTIVE_STATES:
+            return
+        spec = LaunchSpec(workload=self.workload_combo.currentText(),
+                          device=self.device_combo.currentData() or "auto",
+                          python=self._python)
+        self.session.start(spec)
+        self.follow_action.setChecked(True)
+        self._sync_state()
+
+    def _on_start_stop(self) -> None:
+        if self.session.state in ACTIVE_STATES:
+            self.session.stop()
+            self._sync_state()
+        else:
+            self.start_run()
+
+    def _on_follow_toggled(self, checked: bool) -> None:
+        if checked:
+            self._tick()
+
+    def _on_manual_pan(self, *_: object) -> None:
+        self.follow_action.setChecked(False)
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        """Stop the run with the window: no runner outlives the GUI."""
+        self.timer.stop()
+        if not self._closed:
+            self._closed = True
+            self.session.close()
+        event.accept()
+
+    # ---- Redraw -----------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        started = time.perf_counter()
+        self._redraw()
+        cost_ms = (time.perf_counter() - started) * 1e3
+        self._tick_cost_ms = 0.8 * self._tick_cost_ms + 0.2 * cost_ms
+        interval = int(min(max(REDRAW_MS, 2 * self._tick_cost_ms), MAX_REDRAW_MS))
+        if abs(interval - self.timer.interval()) > 5:
+            self.timer.setInterval(interval)
+
+    def _redraw(self) -> None:
+        self._ticks += 1
+        lines = self.session.drain_log()
+        if lines:
+            self.log_pane.append_lines(lines, self.session.t0_ns)
+        self._sync_state()
+        live = self.session.state in ACTIVE_STATES
+        now_ns = self._now_ns(live)
+        lo_ns, hi_ns = self._visible_window(now_ns)
+        self._redraw_plots(live, lo_ns, hi_ns)
+        if self._ticks % HEADLINE_EVERY == 1:
+            self._redraw_headline(now_ns)
+
+    def _now_ns(self, live: bool) -> int:
+        """The right edge of "now": the clock while running, else where the data ends.
+
+        After a run (or for data written straight into the stores) the view and the
+        headline stay on the last data instead of scrolling into emptiness.
+        """
+        if live:
+            return time.perf_counter_ns()
+        last = self.session.steps.snapshot(last=1)
+        ends = [int(last.host[-1, -1])] if len(last) else []
+        coarse = self.session.coarse
+        for name in coarse.names():
+            view = coarse.snapshot(name)
+            if len(view):
+                ends.append(int(view.t1[-1]))
+        return max(ends) if ends else self.session.t0_ns
+
+    def _visible_window(self, now_ns: int) -> tuple[int, int]:
+        t0 = self.session.t0_ns
+        vb = self.timeline.getPlotItem().getViewBox()
+        if self.follow:
+            hi_s = max((now_ns - t0) / 1e9, WINDOW_S)
+            lo_s = hi_s - WINDOW_S
+            vb.setXRange(lo_s, hi_s, padding=0)
+        else:
+            lo_s, hi_s = vb.viewRange()[0]
+        span = hi_s - lo_s
+        self.window_label.setText(f"showing {lo_s:,.1f}–{hi_s:,.1f} s ({span:,.3g} s)  ")
+        return t0 + int(lo_s * 1e9), t0 + int(hi_s * 1e9)
+
+    def _redraw_plots(self, live: bool, lo_ns: int, hi_ns: int) -> None:
+        session = self.session
+        statuses = session.coarse.statuses()
+        choice = choose_coarse(statuses, session.device_kind)
+        coarse = session.coarse.snapshot(choice.metric, since_ns=lo_ns)
+        if len(coarse):
+            keep = coarse.t0 <= hi_ns
+            coarse = type(coarse)(coarse.t0[keep], coarse.t1[keep], coarse.value[keep])
+        width = self.timeline.getPlotItem().getViewBox().width()
+        key = (session.t0_ns, session.steps.count, session.device_kind, choice,
+               len(coarse), int(coarse.t1[-1]) if len(coarse) else 0, lo_ns, hi_ns, width)
+        if not live and key == self._last_key:
+            return  # nothing new to draw: an idle window costs (almost) nothing
+        self._last_key = key
+        since = min(lo_ns, int(coarse.t0[0])) if len(coarse) else lo_ns
+        steps = session.steps.snapshot(since_ns=since)
+        active = active_spans(steps)
+        self.timeline.set_device_kind(session.device_kind)
+        self.timeline.show_steps(steps, active, session.t0_ns, lo_ns, hi_ns)
+        self.utilization.show_data(choice, coarse, active, session.t0_ns)
+        self._set_caption(session.device_kind, self.timeline.dense)
+
+    def _redraw_headline(self, now_ns: int) -> None:
+        session = self.session
+        window_ns = int(HEADLINE_WINDOW_S * 1e9)
+        lo = now_ns - window_ns
+        choice = choose_coarse(session.coarse.statuses(), session.device_kind)
+        coarse = session.coarse.snapshot(choice.metric, since_ns=lo)
+        since = min(lo, int(coarse.t0[0])) if len(coarse) else lo
+        steps = session.steps.snapshot(since_ns=since)
+        h = headline(steps, now_ns, window_ns)
+        coarse_pct = coarse_same = busy_same = None
+        if len(coarse):
+            coarse_pct = weighted_mean(coarse.t0, coarse.t1, coarse.value, lo, now_ns)
+            # The difference compares like with like: only periods our marks fully cover.
+            busy = busy_percent_over(active_spans(steps), coarse.t0, coarse.t1)
+            known = np.isfinite(busy)
+            if known.any():
+                w0, w1 = coarse.t0[known], coarse.t1[known]
+                busy_same = weighted_mean(w0, w1, busy[known], lo, now_ns)
+                coarse_same = weighted_mean(w0, w1, coarse.value[known], lo, now_ns)
+        shares = sorted((h.phase_shares or {}).items(), key=lambda kv: -kv[1])
+        self.headline.show_figures(HeadlineFigures(
+            window_s=HEADLINE_WINDOW_S,
+            samples_per_s=h.samples_per_s,
+            step_ms_p50=h.step_ms_p50,
+            step_ms_p95=h.step_ms_p95,
+            busy_pct=None if h.busy_share is None else 100.0 * h.busy_share,
+            coarse_pct=coarse_pct,
+            coarse_short=choice.short,
+            coarse_same_pct=coarse_same,
+            busy_same_pct=busy_same,
+            top_phases=tuple((n, s) for n, s in shares[:3] if s >= 0.005),
+            device_kind=session.device_kind,
+        ))
+
+    # ---- State ------------------------------------------------------------------------
+
+    def _sync_state(self) -> None:
+        session = self.session
+        state = session.state
+        live = state in ACTIVE_STATES
+        if self.start_action.text() != ("Stop" if live else "Start"):
+            self.start_action.setText("Stop" if live else "Start")
+            pixmaps = QStyle.StandardPixmap
+            icon = pixmaps.SP_MediaStop if live else pixmaps.SP_MediaPlay
+            self.start_action.setIcon(self.style().standardIcon(icon))
+        self.start_action.setToolTip("Stop the run (polite stop, then terminate, then kill)"
+                                     if live else "Start the selected workload")
+        self.start_action.setEnabled(state is not SessionState.STOPPING)
+        self.workload_combo.setEnabled(not live)
+        self.device_combo.setEnabled(not live)
+        self.state_label.setText(f"  {_STATE_TEXT.get(state, state.name.lower())}  ")
+        hello = session.hello or {}
+        device = hello.get("device") or {}
+        name = device.get("name")
+        self.device_label.setText(f"  device: {name}  " if name else "  device: —  ")
+        kind = session.device_kind
+        timing = {"cuda": "CUDA events", "cpu": "host timestamps (CPU)"}.get(kind or "", "—")
+        self.timing_label.setText(f"  timing: {timing}  ")
+        if state is SessionState.FAILED:
+            text = f"Run failed: {session.error or 'the runner ended with an error'}"
+            if self.banner.text() != text:
+                self.banner.setText(text)
+            self.banner.show()
+        else:
+            self.banner.hide()
+
+    def _set_caption(self, kind: str | None, dense: bool) -> None:
+        device = ("CUDA stream active (upper bound)" if kind == "cuda" else
+                  "compute spans (CPU)" if kind == "cpu" else "device spans")
+        text = ("<b>Timeline</b> — host phases from perf_counter marks; device lane: "
+                + palette.swatch(palette.DEVICE_ACTIVE, device) + "&nbsp;&nbsp;"
+                + palette.swatch(palette.GAP, "idle gap"))
+        if dense:
+            text += "&nbsp;&nbsp;<i>(dense: bar height = share of each pixel column)</i>"
+        if self.timeline_caption.text() != text:
+            self.timeline_caption.setText(text)
+
+
+def device_entries() -> list[tuple[str, str]]:
+    """Device choices: auto, cpu, and one per GPU NVML lists (none without NVML)."""
+    entries = [("auto", "auto"), ("cpu", "cpu")]
+    with contextlib.suppress(Exception):  # no NVML, no driver, or an older core module
+        from gpuwatch.core import nvml
+
+        for dev in nvml.list_devices():
+            # NVML numbers GPUs by PCI bus; the runner must use the same order for cuda:N.
+            label = f"cuda:{dev.index}" + (f" — {dev.name}" if dev.name else "")
+            entries.append((label, f"cuda:{dev.index}"))
+    return entries

@@ -1,0 +1,156 @@
+"""The coarse figure beside the busy % from our marks, over the same sample periods.
+
+On CUDA the coarse figure is NVML GPU utilization; on a CPU device (or without NVML) it is
+the runner process tree's CPU %. Both are drawn as step series over each sample's real
+period, never interpolated, because a coarse sample says nothing about where inside its
+period the work happened.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from gpuwatch.core.samplers import NVML_GPU_UTIL, PROC_CPU
+from gpuwatch.core.store import MetricStatus, SeriesView
+from gpuwatch.qt import palette
+from gpuwatch.qt.spans import busy_percent_over, step_series
+from gpuwatch.qt.timeline_view import style_plot
+
+
+@dataclass(frozen=True)
+class CoarseChoice:
+    """Which coarse metric to show and how to name it and the busy % beside it."""
+
+    metric: str
+    coarse_label: str
+    busy_label: str
+    short: str  # in headline sentences: "NVML", "runner CPU"
+    notes: tuple[str, ...]  # honest "n/a — reason" lines
+
+
+def choose_coarse(statuses: dict[str, MetricStatus], device_kind: str | None) -> CoarseChoice:
+    """NVML on a CUDA device when it is readable; otherwise the runner's CPU %."""
+    nvml = statuses.get(NVML_GPU_UTIL)
+    nvml_ok = nvml is not None and nvml.available
+    notes: list[str] = []
+    if nvml_ok and device_kind in ("cuda", None):
+        period = f"period {nvml.period_s * 1e3:.0f} ms" if nvml.period_s else "period unknown"
+        return CoarseChoice(NVML_GPU_UTIL, f"NVML GPU util (whole device, {period})",
+                            "busy % from our marks (stream active, upper bound)", "NVML", ())
+    if nvml is None and device_kind == "cpu":
+        notes.append("NVML: n/a — the runner trains on the CPU")
+    elif nvml is None:
+        notes.append("NVML: n/a — no reading yet (it starts once the runner reports a "
+                     "CUDA device)")
+    elif not nvml.available:
+        notes.append(f"NVML: n/a — {nvml.reason or 'unsupported here'}")
+    else:
+        notes.append("NVML: not shown — the runner trains on the CPU")
+    cpu = statuses.get(PROC_CPU)
+    period = f"period {cpu.period_s:g} s" if cpu is not None and cpu.period_s else "1 s periods"
+    if cpu is not None and not cpu.available:
+        notes.append(f"runner CPU: n/a — {cpu.reason or 'unsupported here'}")
+    busy = ("busy % from our marks (stream active, upper bound)" if device_kind == "cuda"
+            else "compute busy % (host spans)")
+    return CoarseChoice(PROC_CPU, f"runner CPU % (process tree, % of one core, {period})",
+                        busy, "runner CPU", tuple(notes))
+
+
+class UtilizationView(QWidget):
+    """Legend and "n/a — reason" lines above a plot of the coarse % and our busy %.
+
+    The legend is a label above the plot rather than a pyqtgraph legend inside it, so it
+    never hides the most recent samples.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        self.legend_label = QLabel()
+        layout.addWidget(self.legend_label)
+        self.note_label = QLabel()
+        self.note_label.setStyleSheet(f"color: {palette.NA_TEXT}; padding-left: 4px;")
+        self.note_label.setWordWrap(True)
+        self.note_label.hide()
+        layout.addWidget(self.note_label)
+        self.plot = pg.PlotWidget(background=palette.BACKGROUND)
+        style_plot(self.plot)
+        layout.addWidget(self.plot, 1)
+        item = self.plot.getPlotItem()
+        item.setLabel("left", "%", color=palette.FOREGROUND)
+        item.setLabel("bottom", "seconds since start", color=palette.FOREGROUND)
+        item.setYRange(0, 105, padding=0)
+        # 2 px is affordable here: a few hundred points, unlike the timeline's many spans.
+        self.coarse_curve = pg.PlotCurveItem(pen=pg.mkPen(palette.COARSE, width=2),
+                                             name="coarse")
+        self.busy_curve = pg.PlotCurveItem(pen=pg.mkPen(palette.DEVICE_ACTIVE, width=2),
+                                           name="busy")
+        self.plot.addItem(self.coarse_curve)
+        self.plot.addItem(self.busy_curve)
+        self._y_top = 0.0
+        self._grid: list[pg.InfiniteLine] = []
+        self._set_y_top(105.0)
+        self.choice: CoarseChoice | None = None
+
+    def show_data(self, choice: CoarseChoice, coarse: SeriesView,
+                  active: tuple[np.ndarray, np.ndarray], t0_ns: int) -> None:
+        """Redraw both step series; ``active`` spans must cover the coarse periods."""
+        if choice != self.choice:
+            self.choice = choice
+            self.coarse_curve.opts["name"] = choice.coarse_label
+            self.busy_curve.opts["name"] = choice.busy_label
+            self.legend_label.setText(
+                "<b>Utilization</b> — " + palette.swatch(palette.COARSE, choice.coarse_label)
+                + "&nbsp;&nbsp;&nbsp;" + palette.swatch(palette.DEVICE_ACTIVE, choice.busy_label))
+            self.note_label.setText("\n".join(choice.notes))
+            self.note_label.setVisible(bool(choice.notes))
+        w0 = (coarse.t0 - t0_ns) / 1e9
+        w1 = (coarse.t1 - t0_ns) / 1e9
+        tolerance = 0.2 * float(np.median(w1 - w0)) if len(w0) else 0.0
+        _set_steps(self.coarse_curve, w0, w1, coarse.value, tolerance)
+        busy = busy_percent_over(active, coarse.t0, coarse.t1)
+        _set_steps(self.busy_curve, w0, w1, busy, tolerance)
+        top = float(np.nanmax(coarse.value)) if len(coarse) else 0.0
+        y_top = 105.0 if top <= 100 else 100.0 * math.ceil(top / 100.0) + 5
+        self._set_y_top(y_top)
+
+    def _set_y_top(self, y_top: float) -> None:
+        """Y range 0..y_top with light reference lines at the (explicit) axis ticks."""
+        if y_top == self._y_top:
+            return
+        self._y_top = y_top
+        item = self.plot.getPlotItem()
+        item.setYRange(0, y_top, padding=0)
+        step = 25.0 if y_top <= 105 else 50.0 if y_top <= 205 else 100.0
+        levels = np.arange(step, y_top, step)
+        item.getAxis("left").setTicks([[(v, f"{v:g}") for v in (0.0, *levels)]])
+        for line in self._grid:
+            item.removeItem(line)
+        self._grid = [pg.InfiniteLine(pos=y, angle=0, movable=False,
+                                      pen=pg.mkPen(palette.GRID_LINE)) for y in levels]
+        for line in self._grid:
+            line.setZValue(-10)
+            item.addItem(line)
+
+    def legend_texts(self) -> list[str]:
+        """The names the legend shows, coarse first (for tests)."""
+        return [self.coarse_curve.name() or "", self.busy_curve.name() or ""]
+
+
+def _set_steps(curve: pg.PlotCurveItem, w0: np.ndarray, w1: np.ndarray, value: np.ndarray,
+               tolerance: float) -> None:
+    x, y, connect = step_series(w0, w1, value, tolerance)
+    curve.setData(x=x, y=y, connect=connect)
+
+
+def series_point_count(curve: pg.PlotCurveItem) -> int:
+    """Points a curve currently holds (0 before any data)."""
+    x, _ = curve.getData()
+    return 0 if x is None else len(x)
