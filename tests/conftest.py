@@ -8,7 +8,7 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
-def pytest_configure(config) -> None:  # noqa: ARG001 - pytest hook signature
+def pytest_configure(config) -> None:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 

@@ -1,0 +1,123 @@
+"""``gpuwatch doctor``: what this machine offers, and what to do about what is missing.
+
+torch is probed in the *training* interpreter (``python -m gpuwatch.runner --probe``) because
+the GUI process never imports it; NVML, the display and Qt are checked here.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.core import launcher, nvml
+
+PROBE_TIMEOUT_S = 120.0
+
+
+def probe_interpreter(python: str) -> dict[str, Any]:
+    """Run the runner's probe in ``python``; returns its report or ``{"error": ...}``."""
+    with tempfile.TemporaryDirectory(prefix="gpuwatch-probe-") as tmp:
+        env = dict(os.environ)
+        pythonpath = launcher.runner_pythonpath(python, Path(tmp))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH")) if p)
+        try:
+            done = subprocess.run([python, "-m", "gpuwatch.runner", "--probe"], env=env,
+                                  capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                                  stdin=subprocess.DEVNULL, check=False)
+        except subprocess.TimeoutExpired:
+            return {"error": f"{python} did not answer within {PROBE_TIMEOUT_S:.0f} s"}
+        except OSError as exc:
+            return {"error": f"cannot run {python}: {exc}"}
+    lines = [ln for ln in done.stdout.splitlines() if ln.strip().startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"{python} is not usable for training: {tail}"}
+    try:
+        return json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return {"error": f"{python} printed an unreadable probe report"}
+
+
+def display_status() -> str:
+    platform_env = os.environ.get("QT_QPA_PLATFORM")
+    if platform_env:
+        return f"QT_QPA_PLATFORM={platform_env}"
+    if sys.platform.startswith("linux"):
+        found = [v for v in ("WAYLAND_DISPLAY", "DISPLAY") if os.environ.get(v)]
+        if not found:
+            return ("none found (no DISPLAY or WAYLAND_DISPLAY): the window needs a desktop; "
+                    "use QT_QPA_PLATFORM=offscreen with --demo-seconds/--screenshot")
+        return ", ".join(f"{v}={os.environ[v]}" for v in found)
+    return "desktop session"
+
+
+def _dist_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def report(python: str) -> tuple[list[tuple[str, str]], bool]:
+    """Rows of (topic, finding) and whether training can run at all."""
+    from gpuwatch import __version__
+
+    probe = probe_interpreter(python)
+    rows = [("gpuwatch", __version__),
+            ("GUI Python", f"{platform.python_version()} ({sys.executable})"),
+            ("OS", platform.platform()),
+            ("PySide6", _dist_version("PySide6-Essentials") if _dist_version(
+                "PySide6-Essentials") != "not installed" else _dist_version("PySide6")),
+            ("pyqtgraph", _dist_version("pyqtgraph")),
+            ("display", display_status()),
+            ("training Python", python)]
+    ok = "error" not in probe and bool(probe.get("torch"))
+    if "error" in probe:
+        rows.append(("torch", f"unusable: {probe['error']}"))
+    else:
+        rows.append(("training Python version", str(probe.get("python"))))
+        rows.append(("torch", str(probe.get("torch") or f"missing: {probe.get('torch_error')}")))
+        rows.append(("torchvision", str(probe.get("torchvision")
+                                        or f"missing: {probe.get('torchvision_error')}")))
+        if probe.get("cuda_available"):
+            rows.append(("CUDA", f"available (torch built for CUDA {probe.get('cuda')})"))
+            for dev in probe.get("devices") or []:
+                rows.append((f"cuda:{dev.get('index')}",
+                             f"{dev.get('name')} (capability {dev.get('capability')}, "
+                             f"uuid {dev.get('uuid')}, PCI {dev.get('pci_bus_id')})"))
+        else:
+            built = probe.get("cuda")
+            rows.append(("CUDA", "not available: training runs on the CPU"
+                         + (f" (torch is built for CUDA {built} but finds no GPU)"
+                            if built else " (CPU-only torch build)")))
+        rows.append(("Triton", "importable" if probe.get("triton") else "not installed"))
+    info = nvml.describe()
+    if info.get("available"):
+        rows.append(("NVML", f"driver {info.get('driver_version')}"))
+        for dev in info.get("devices", []):
+            rows.append((f"NVML GPU {dev.get('index')}",
+                         f"{dev.get('name')} ({dev.get('uuid')}, PCI {dev.get('pci_bus_id')}, "
+                         f"driver model {dev.get('driver_model', 'n/a')})"))
+    else:
+        rows.append(("NVML", f"n/a — {info.get('reason')}; the window shows the CPU analog "
+                             "(process CPU %) instead of GPU utilization"))
+    return rows, ok
+
+
+def run_doctor(python: str | None) -> int:
+    rows, ok = report(python or launcher.default_python())
+    width = max(len(topic) for topic, _ in rows)
+    for topic, finding in rows:
+        print(f"{topic.ljust(width)}  {finding}")  # noqa: T201 - the command's output
+    if not ok:
+        print("\nTraining cannot start: install torch and torchvision in the training "  # noqa: T201
+              "Python (pip install torch torchvision) or pick another with --python.")
+        return 1
+    return 0
