@@ -1,0 +1,59 @@
+"""The window with a real runner on the CPU, driven as a user would: click Start, watch, Stop."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import psutil
+import pytest
+
+from gpuwatch.core import launcher
+from gpuwatch.core.session import Session, SessionState
+from gpuwatch.qt.main_window import MainWindow
+from gpuwatch.qt.utilization_view import series_point_count
+
+#: Torch import plus dataset build take ~5 s here; allow for a loaded CI machine.
+RUN_TIMEOUT_MS = 120_000
+
+
+@pytest.fixture
+def window(qtbot):
+    session = Session()
+    win = MainWindow(session, SimpleNamespace(workload="vision", device="cpu", python=None))
+    qtbot.addWidget(win)
+    win.resize(1280, 800)
+    win.show()
+    qtbot.waitExposed(win)
+    yield win
+    win.close()
+
+
+def test_start_both_panels_fill_grab_is_not_blank_stop_ends_tree(window, qtbot):
+    session = window.session
+    assert window.start_action.text() == "Start"
+    window.start_action.trigger()
+
+    def both_panels_have_data() -> None:
+        assert session.state is SessionState.RUNNING, session.error
+        assert window.timeline.device_bars.count() >= 5
+        assert window.timeline.phase_bars["data"].count() >= 5
+        assert series_point_count(window.utilization.coarse_curve) > 0
+        assert series_point_count(window.utilization.busy_curve) > 0
+
+    qtbot.waitUntil(both_panels_have_data, timeout=RUN_TIMEOUT_MS)
+    assert window.start_action.text() == "Stop"
+    qtbot.waitUntil(lambda: window.headline.samples.value.text() not in ("", "—"),
+                    timeout=10_000)
+    assert float(window.headline.samples.value.text().replace(",", "")) > 0
+
+    image = window.grab().toImage()
+    pixels = np.frombuffer(image.constBits(), np.uint8)[: image.sizeInBytes()]
+    assert pixels.std() > 10, "the window grab is blank"
+
+    tree = launcher.tree(session.pid)
+    window.start_action.trigger()  # Stop
+    qtbot.waitUntil(lambda: session.state is SessionState.FINISHED, timeout=30_000)
+    _, alive = psutil.wait_procs(tree, timeout=5)
+    assert not alive
+    qtbot.waitUntil(lambda: window.start_action.text() == "Start", timeout=5_000)
