@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 # Must be set before any Qt import: tests run without a display (CI, this machine).
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -16,3 +18,26 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     """A run that collected no test is a failure, not a pass (pytest exits 5)."""
     if exitstatus == 5:
         session.exitstatus = 1
+
+
+@pytest.fixture
+def show_window(qtbot):
+    """Factory: a shown 1280×800 MainWindow over ``session``, closed (run stopped) afterwards."""
+    from types import SimpleNamespace
+
+    from gpuwatch.qt.main_window import MainWindow
+
+    windows = []
+
+    def show(session):
+        win = MainWindow(session, SimpleNamespace(workload="vision", device="cpu", python=None))
+        qtbot.addWidget(win)
+        win.resize(1280, 800)
+        win.show()
+        qtbot.waitExposed(win)
+        windows.append(win)
+        return win
+
+    yield show
+    for win in windows:
+        win.close()

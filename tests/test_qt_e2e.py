@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import psutil
 import pytest
 
 from gpuwatch.core import launcher
 from gpuwatch.core.session import Session, SessionState
-from gpuwatch.qt.main_window import MainWindow
 from gpuwatch.qt.utilization_view import series_point_count
 
 #: Torch import plus dataset build take ~5 s here; allow for a loaded CI machine.
@@ -18,15 +15,8 @@ RUN_TIMEOUT_MS = 120_000
 
 
 @pytest.fixture
-def window(qtbot):
-    session = Session()
-    win = MainWindow(session, SimpleNamespace(workload="vision", device="cpu", python=None))
-    qtbot.addWidget(win)
-    win.resize(1280, 800)
-    win.show()
-    qtbot.waitExposed(win)
-    yield win
-    win.close()
+def window(show_window):
+    return show_window(Session())
 
 
 def test_start_both_panels_fill_grab_is_not_blank_stop_ends_tree(window, qtbot):

@@ -55,16 +55,9 @@ def feed_cpu_run(session: Session, n_steps: int = 100, cpu_pct: float = 150.0) -
 
 
 @pytest.fixture
-def window(qtbot):
+def window(show_window):
     """A shown window over an unstarted session (nothing is spawned)."""
-    session = Session(sample_coarse=False)
-    win = MainWindow(session, SimpleNamespace(workload="vision", device="cpu", python=None))
-    qtbot.addWidget(win)
-    win.resize(1280, 800)
-    win.show()
-    qtbot.waitExposed(win)
-    yield win
-    win.close()
+    return show_window(Session(sample_coarse=False))
 
 
 def bar_xrange(bars) -> tuple[float, float]:
