@@ -101,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _open_window(args: argparse.Namespace) -> int:
+    from gpuwatch.core.display import missing_display_reason
+
+    reason = missing_display_reason()
+    if reason:
+        raise CliError(reason)
     try:
         from gpuwatch.qt.app import run_window
     except ImportError as exc:

@@ -65,3 +65,14 @@ def test_doctor_with_an_interpreter_without_torch(tmp_path) -> None:
     assert done.returncode == 1
     assert "install torch" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="X11/Wayland variables")
+def test_no_display_gives_one_line_instead_of_a_qt_abort() -> None:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY")}
+    done = subprocess.run([sys.executable, "-m", "gpuwatch", "--no-start"], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert done.stderr.startswith("gpuwatch: no display found")
+    assert done.stderr.count("\n") == 1

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.core import launcher, nvml
+from gpuwatch.core.display import describe_display
 
 PROBE_TIMEOUT_S = 120.0
 
@@ -45,19 +46,6 @@ def probe_interpreter(python: str) -> dict[str, Any]:
         return {"error": f"{python} printed an unreadable probe report"}
 
 
-def display_status() -> str:
-    platform_env = os.environ.get("QT_QPA_PLATFORM")
-    if platform_env:
-        return f"QT_QPA_PLATFORM={platform_env}"
-    if sys.platform.startswith("linux"):
-        found = [v for v in ("WAYLAND_DISPLAY", "DISPLAY") if os.environ.get(v)]
-        if not found:
-            return ("none found (no DISPLAY or WAYLAND_DISPLAY): the window needs a desktop; "
-                    "use QT_QPA_PLATFORM=offscreen with --demo-seconds/--screenshot")
-        return ", ".join(f"{v}={os.environ[v]}" for v in found)
-    return "desktop session"
-
-
 def _dist_version(name: str) -> str:
     try:
         return importlib.metadata.version(name)
@@ -76,7 +64,7 @@ def report(python: str) -> tuple[list[tuple[str, str]], bool]:
             ("PySide6", _dist_version("PySide6-Essentials") if _dist_version(
                 "PySide6-Essentials") != "not installed" else _dist_version("PySide6")),
             ("pyqtgraph", _dist_version("pyqtgraph")),
-            ("display", display_status()),
+            ("display", describe_display()),
             ("training Python", python)]
     ok = "error" not in probe and bool(probe.get("torch"))
     if "error" in probe:
