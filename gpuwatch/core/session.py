@@ -117,7 +117,8 @@ class Session:
                 raise RuntimeError("a run is already in progress; stop it first")
             self._reset()
             self._state = SessionState.STARTING
-        self._info(f"starting workload {spec.workload!r} on {spec.device}")
+        self._info(f"starting workload {spec.workload!r} on {spec.device}: the runner imports "
+                   f"torch first, which can take several seconds")
         try:
             self._launch(spec)
         except Exception as exc:
