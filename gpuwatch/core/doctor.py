@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -25,9 +24,7 @@ PROBE_TIMEOUT_S = 120.0
 def probe_interpreter(python: str) -> dict[str, Any]:
     """Run the runner's probe in ``python``; returns its report or ``{"error": ...}``."""
     with tempfile.TemporaryDirectory(prefix="gpuwatch-probe-") as tmp:
-        env = dict(os.environ)
-        pythonpath = launcher.runner_pythonpath(python, Path(tmp))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH")) if p)
+        env = launcher.child_env(launcher.runner_pythonpath(python, Path(tmp)))
         try:
             done = subprocess.run([python, "-m", "gpuwatch.runner", "--probe"], env=env,
                                   capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,

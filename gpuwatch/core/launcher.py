@@ -62,10 +62,16 @@ def runner_command(python: str, address: str, workload: str, device: str,
             "--workload", workload, "--device", device, *extra]
 
 
-def runner_env(authkey: bytes, pythonpath: str) -> dict[str, str]:
+def child_env(pythonpath: str) -> dict[str, str]:
+    """Our environment with ``pythonpath`` first on PYTHONPATH (for runner and probe)."""
     env = dict(os.environ)
-    env[protocol.AUTHKEY_ENV] = authkey.hex()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def runner_env(authkey: bytes, pythonpath: str) -> dict[str, str]:
+    env = child_env(pythonpath)
+    env[protocol.AUTHKEY_ENV] = authkey.hex()
     env["PYTHONUNBUFFERED"] = "1"
     # NVML numbers GPUs by PCI bus; make torch's cuda:N agree so the device menu and the
     # NVML match mean the same GPU (a user's explicit setting wins).

@@ -153,11 +153,6 @@ class Session:
             if t is not threading.current_thread():
                 t.join(max(0.0, deadline - time.monotonic()))
 
-    def send(self, kind: str, **fields: Any) -> bool:
-        """Send a control message to the runner; False if there is no live link."""
-        lnk = self._link
-        return lnk.send(kind, **fields) if lnk is not None else False
-
     def drain_log(self) -> list[LogLine]:
         lines = []
         while True:
