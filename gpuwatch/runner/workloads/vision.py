@@ -18,12 +18,13 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 from torchvision import tv_tensors
 from torchvision.io import ImageReadMode, decode_jpeg, encode_jpeg
 from torchvision.transforms import v2
 
-from gpuwatch.runner.workloads import Log, Workload
+from gpuwatch.runner.workloads import Log
+from gpuwatch.runner.workloads.classifier import ClassifierWorkload
 
 # torchvision 0.29 deprecates its JPEG codec in favour of TorchCodec, but the runner may depend
 # on torch and torchvision only, and the codec still works: keep it, without a warning per image
@@ -185,17 +186,16 @@ class SmallResNet(nn.Module):
         return self.head(features.mean(dim=(2, 3)))
 
 
-class VisionWorkload(Workload):
+class VisionWorkload(ClassifierWorkload):
     """Synthetic JPEG classification with a small ResNet; input-bound when naive."""
 
     name = "vision"
+    defaults = DEFAULTS
+    collate_fn = staticmethod(collate)
 
     def __init__(self, *, seed: int, torch_threads: int,
                  dataset_images: int | None = None) -> None:
-        super().__init__(seed=seed, torch_threads=torch_threads)
-        self.config.update(DEFAULTS)
-        if dataset_images is not None:
-            self.config["dataset_images"] = dataset_images
+        super().__init__(seed=seed, torch_threads=torch_threads, dataset_images=dataset_images)
         self._data: tuple[torch.Tensor, list[int], list[int]] | None = None
 
     def prepare(self, log: Log) -> None:
@@ -204,49 +204,14 @@ class VisionWorkload(Workload):
         self._data = build_jpegs(count, self.seed)
 
     def dataset(self, config: dict[str, Any]) -> JpegDataset:
-        """The dataset for ``config`` (``prepare`` must have run)."""
         if self._data is None:
             raise RuntimeError("VisionWorkload.prepare() must run before the dataset is used")
         blob, offsets, labels = self._data
         return JpegDataset(blob, offsets, labels, build_transform(config["image_size"]))
 
-    def build_loader(self, config: dict[str, Any]) -> DataLoader[Any]:
-        workers = config["num_workers"]
-        return DataLoader(
-            self.dataset(config),
-            batch_size=config["batch_size"],
-            shuffle=True,
-            drop_last=True,  # constant batch shapes; BatchNorm cannot train on a batch of 1
-            num_workers=workers,
-            collate_fn=collate,
-            pin_memory=config["pin_memory"],
-            persistent_workers=config["persistent_workers"] and workers > 0,
-            multiprocessing_context="spawn" if workers > 0 else None,
-            generator=torch.Generator().manual_seed(self.seed),
-        )
-
     def build_model(self, device: torch.device) -> nn.Module:
         torch.manual_seed(self.seed)
         return SmallResNet(width=self.config["model_width"]).to(device).train()
-
-    def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        if self.config["optimizer"] == "adamw":
-            return torch.optim.AdamW(model.parameters(), lr=self.config["lr"])
-        return torch.optim.SGD(model.parameters(), lr=self.config["lr"], momentum=0.9)
-
-    def to_device(self, batch: Any, device: torch.device
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-        images, labels = batch
-        non_blocking = self.config["non_blocking"]
-        return (images.to(device, non_blocking=non_blocking),
-                labels.to(device, non_blocking=non_blocking))
-
-    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
-        images, labels = batch
-        return nn.functional.cross_entropy(model(images), labels)
-
-    def samples(self, batch: Any) -> int:
-        return int(batch[0].shape[0])
 
 
 WORKLOAD = VisionWorkload
