@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from gpuwatch import __version__
+from gpuwatch.protocol import WORKLOADS
 
-WORKLOADS = ("vision",)
 EXIT_USAGE = 2
 
 

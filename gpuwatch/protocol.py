@@ -44,6 +44,10 @@ N_MARKS = len(MARKS)
 ACTIVE_FIRST = MARKS.index("data_end")
 ACTIVE_LAST = MARKS.index("optimizer_end")
 
+#: Built-in workloads (DESIGN §6). Here because the GUI must offer them without importing
+#: the runner; the runner's registry is checked against this list by the tests.
+WORKLOADS: tuple[str, ...] = ("vision", "mlp")
+
 RUNNER_KINDS = frozenset(
     {"hello", "steps", "device_marks", "kernels", "config", "log", "error", "bye"})
 GUI_KINDS = frozenset({"set", "capture", "pause", "resume", "stop"})

@@ -165,7 +165,7 @@ def test_device_resolution_and_hello_fields() -> None:
     info = device_info(torch, CPU)
     assert info["kind"] == "cpu" and info["index"] is None and info["name"]
     assert configure_threads(torch, CPU) >= 1
-    assert WORKLOAD_NAMES == ("vision",) and load_workload("vision") is VisionWorkload
+    assert "vision" in WORKLOAD_NAMES and load_workload("vision") is VisionWorkload
     work = VisionWorkload(seed=0, torch_threads=1)
     encode("hello", protocol=PROTOCOL_VERSION, pid=1, workload="vision", device=info,
            versions={}, knobs=[], config={"id": 0, "values": work.config})

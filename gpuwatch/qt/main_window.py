@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from gpuwatch.core.analysis import active_spans, headline
 from gpuwatch.core.session import ACTIVE_STATES, LaunchSpec, Session, SessionState
+from gpuwatch.protocol import WORKLOADS
 from gpuwatch.qt import palette
 from gpuwatch.qt.headline_bar import HeadlineBar, HeadlineFigures
 from gpuwatch.qt.log_pane import LogPane
@@ -46,7 +47,6 @@ WINDOW_S = 30.0
 HEADLINE_WINDOW_S = 5.0
 #: ...and are refreshed every this many redraws (~4 Hz: readable, not flickering).
 HEADLINE_EVERY = 8
-WORKLOADS = ("vision",)
 
 _STATE_TEXT = {
     SessionState.IDLE: "idle",
@@ -132,8 +132,10 @@ class MainWindow(QMainWindow):
         self.workload_combo.addItems(WORKLOADS)
         if workload in WORKLOADS:
             self.workload_combo.setCurrentText(workload)
-        self.workload_combo.setToolTip("The built-in training workload to run (more workloads "
-                                       "arrive with the knobs).")
+        self.workload_combo.setToolTip(
+            "The built-in training workload to run: vision (JPEG decode + augmentation into a "
+            "small ResNet; input-bound when naive), mlp (small feed-forward net on 28×28 "
+            "digits; launch- and sync-bound on a GPU). Applies at the next Start.")
         bar.addWidget(self.workload_combo)
         bar.addWidget(QLabel("  Device "))
         self.device_combo = QComboBox()
