@@ -46,7 +46,7 @@ ACTIVE_LAST = MARKS.index("optimizer_end")
 
 #: Built-in workloads (DESIGN §6). Here because the GUI must offer them without importing
 #: the runner; the runner's registry is checked against this list by the tests.
-WORKLOADS: tuple[str, ...] = ("vision", "mlp")
+WORKLOADS: tuple[str, ...] = ("vision", "mlp", "gpt")
 
 RUNNER_KINDS = frozenset(
     {"hello", "steps", "device_marks", "kernels", "config", "log", "error", "bye"})

@@ -135,7 +135,8 @@ class MainWindow(QMainWindow):
         self.workload_combo.setToolTip(
             "The built-in training workload to run: vision (JPEG decode + augmentation into a "
             "small ResNet; input-bound when naive), mlp (small feed-forward net on 28×28 "
-            "digits; launch- and sync-bound on a GPU). Applies at the next Start.")
+            "digits; launch- and sync-bound on a GPU), gpt (small decoder-only transformer on "
+            "random tokens). Applies at the next Start.")
         bar.addWidget(self.workload_combo)
         bar.addWidget(QLabel("  Device "))
         self.device_combo = QComboBox()

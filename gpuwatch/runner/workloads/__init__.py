@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import torch
 
 #: Workload name -> module under ``gpuwatch.runner.workloads`` defining ``WORKLOAD``.
-WORKLOAD_MODULES: dict[str, str] = {"vision": "vision", "mlp": "mlp"}
+WORKLOAD_MODULES: dict[str, str] = {"vision": "vision", "mlp": "mlp", "gpt": "gpt"}
 WORKLOAD_NAMES: tuple[str, ...] = tuple(WORKLOAD_MODULES)
 
 Log = Callable[[str], None]
