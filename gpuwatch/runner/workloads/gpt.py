@@ -17,9 +17,10 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
-from gpuwatch.runner.workloads import Log, Workload
+from gpuwatch.runner.workloads import Log
+from gpuwatch.runner.workloads.dataset_workload import DatasetWorkload
 
 #: Naive baseline. Sized so a step takes tens of ms on a 2-core CPU (measured in the notes).
 DEFAULTS: dict[str, Any] = {
@@ -94,15 +95,15 @@ class TinyGpt(nn.Module):
         return self.head(self.norm(self.blocks(x)))
 
 
-class GptWorkload(Workload):
+class GptWorkload(DatasetWorkload):
     """Language-model training on random tokens; compute-heavy rather than input-bound."""
 
     name = "gpt"
+    defaults = DEFAULTS
 
     def __init__(self, *, seed: int, torch_threads: int,
                  dataset_sequences: int | None = None) -> None:
         super().__init__(seed=seed, torch_threads=torch_threads)
-        self.config.update(DEFAULTS)
         if dataset_sequences is not None:
             self.config["dataset_sequences"] = dataset_sequences
         self._tokens: torch.Tensor | None = None
@@ -119,15 +120,6 @@ class GptWorkload(Workload):
             raise RuntimeError("GptWorkload.prepare() must run before the dataset is used")
         return TokenDataset(self._tokens)
 
-    def build_loader(self, config: dict[str, Any]) -> DataLoader[Any]:
-        workers = config["num_workers"]
-        return DataLoader(
-            self.dataset(config), batch_size=config["batch_size"], shuffle=True,
-            drop_last=True, num_workers=workers, pin_memory=config["pin_memory"],
-            persistent_workers=config["persistent_workers"] and workers > 0,
-            multiprocessing_context="spawn" if workers > 0 else None,
-            generator=torch.Generator().manual_seed(self.seed))
-
     def build_model(self, device: torch.device) -> nn.Module:
         torch.manual_seed(self.seed)
         c = self.config
@@ -137,21 +129,11 @@ class GptWorkload(Workload):
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.AdamW(model.parameters(), lr=self.config["lr"])
 
-    def to_device(self, batch: Any, device: torch.device
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-        inputs, targets = batch
-        non_blocking = self.config["non_blocking"]
-        return (inputs.to(device, non_blocking=non_blocking),
-                targets.to(device, non_blocking=non_blocking))
-
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        """Next-token cross-entropy; samples/s counts sequences of ``context`` tokens."""
         inputs, targets = batch
         logits = model(inputs)
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-
-    def samples(self, batch: Any) -> int:
-        """Sequences per batch (samples/s counts sequences, each ``context`` tokens)."""
-        return int(batch[0].shape[0])
 
 
 WORKLOAD = GptWorkload
