@@ -5,10 +5,8 @@ from __future__ import annotations
 import math
 import pickle
 
-import numpy as np
 import torch
 
-from gpuwatch.core.session import LaunchSpec, Session, SessionState
 from gpuwatch.runner.workloads import load_workload
 from gpuwatch.runner.workloads.gpt import GptWorkload, TinyGpt
 
@@ -57,16 +55,3 @@ def test_one_step_starts_near_uniform_and_trains() -> None:
     opt.step()
     assert work.loss(model, batch).item() < loss.item()  # same batch: one step must help
 
-
-def test_gpt_run_through_the_session() -> None:
-    session = Session(sample_coarse=False)
-    try:
-        session.start(LaunchSpec(workload="gpt", device="cpu", max_steps=10))
-        assert session.wait_ended(120)
-        assert session.state is SessionState.FINISHED, session.error
-        assert session.hello is not None and session.hello["workload"] == "gpt"
-        view = session.steps.snapshot()
-        assert len(view) == 10
-        assert np.all(np.diff(view.host, axis=1) >= 0)
-    finally:
-        session.close()

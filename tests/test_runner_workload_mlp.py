@@ -7,7 +7,6 @@ import pickle
 import numpy as np
 import torch
 
-from gpuwatch.core.session import LaunchSpec, Session, SessionState
 from gpuwatch.protocol import WORKLOADS
 from gpuwatch.runner.workloads import WORKLOAD_NAMES, load_workload
 from gpuwatch.runner.workloads.mlp import NUM_CLASSES, SIDE, MlpWorkload
@@ -53,17 +52,3 @@ def test_digits_are_learnable() -> None:
     assert losses[0] > 0.8 * chance
     assert np.mean(losses[-5:]) < 0.5 * chance, losses
 
-
-def test_mlp_run_through_the_session() -> None:
-    session = Session(sample_coarse=False)
-    try:
-        session.start(LaunchSpec(workload="mlp", device="cpu", max_steps=40))
-        assert session.wait_ended(120)
-        assert session.state is SessionState.FINISHED, session.error
-        assert session.hello is not None and session.hello["workload"] == "mlp"
-        view = session.steps.snapshot()
-        assert len(view) == 40
-        assert np.all(np.diff(view.host, axis=1) >= 0)
-        assert (view.samples == session.hello["batch_size"]).all()
-    finally:
-        session.close()

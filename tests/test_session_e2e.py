@@ -130,3 +130,19 @@ def test_gui_process_killed_runner_exits_by_itself(tmp_path) -> None:
         gui.kill()
         for p in launcher.tree(locals().get("runner_pid", 0) or -1):
             p.kill()
+
+
+@pytest.mark.parametrize(("workload", "steps"), [("mlp", 40), ("gpt", 10)])
+def test_other_builtin_workloads_run_through_the_session(workload: str, steps: int) -> None:
+    session = Session(sample_coarse=False)
+    try:
+        session.start(LaunchSpec(workload=workload, device="cpu", max_steps=steps))
+        assert session.wait_ended(120)
+        assert session.state is SessionState.FINISHED, session.error
+        assert session.hello is not None and session.hello["workload"] == workload
+        view = session.steps.snapshot()
+        assert len(view) == steps
+        assert np.all(np.diff(view.host, axis=1) >= 0)
+        assert (view.samples == session.hello["batch_size"]).all()
+    finally:
+        session.close()
