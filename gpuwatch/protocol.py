@@ -49,8 +49,12 @@ ACTIVE_LAST = MARKS.index("optimizer_end")
 WORKLOADS: tuple[str, ...] = ("vision", "mlp", "gpt")
 
 RUNNER_KINDS = frozenset(
-    {"hello", "steps", "device_marks", "kernels", "config", "log", "error", "bye"})
+    {"hello", "steps", "device_marks", "kernels", "config", "refused", "log", "error", "bye"})
 GUI_KINDS = frozenset({"set", "capture", "pause", "resume", "stop"})
+
+#: Knob schema types and groups (docs/knobs.md §2).
+KNOB_TYPES = ("bool", "int", "float", "choice")
+KNOB_GROUPS = ("loader", "copies", "precision", "layout", "kernels", "loop", "demo")
 
 #: Fields each kind must carry, with their JSON types. Extra fields are allowed (forward
 #: compatibility); missing or mistyped required ones make the message malformed.
@@ -60,7 +64,9 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "steps": {"step": list, "config": list, "samples": list, "host": list},
     "device_marks": {"step": list, "device": list},
     "kernels": {"events": list},
-    "config": {"id": int, "values": dict, "t_ns": int},
+    "config": {"id": int, "values": dict, "changed": dict, "t_ns": int, "first_step": int,
+               "warmup_steps": int},
+    "refused": {"values": dict, "message": str},
     "log": {"level": str, "text": str},
     "error": {"type": str, "message": str},
     "bye": {"reason": str},

@@ -59,9 +59,11 @@ def test_oversized_message_is_refused_both_ways() -> None:
 
 def test_encode_refuses_non_finite_and_unserialisable() -> None:
     with pytest.raises(ProtocolError):
-        encode("config", id=1, values={"x": float("nan")}, t_ns=0)
+        encode("config", id=1, values={"x": float("nan")}, changed={}, t_ns=0, first_step=0,
+               warmup_steps=1)
     with pytest.raises(ProtocolError):
-        encode("config", id=1, values={"x": object()}, t_ns=0)
+        encode("config", id=1, values={"x": object()}, changed={}, t_ns=0, first_step=0,
+               warmup_steps=1)
 
 
 def test_finite_or_none() -> None:
