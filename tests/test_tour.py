@@ -1,0 +1,368 @@
+"""Tour planning against hand-written schemas, and the Conductor against a fake session."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuwatch.core.knob_values import KnobValueError
+from gpuwatch.core.segments import ConfigChange, Refusal, SegmentStats
+from gpuwatch.core.session import SessionError, SessionState
+from gpuwatch.core.tour import Conductor, Skipped, Stage, plan_stages, plan_tour
+
+NEEDS_CUDA = "needs CUDA"
+
+
+def knob(name: str, kind: str, default: Any, **extra: Any) -> dict[str, Any]:
+    base = {"name": name, "type": kind, "default": default, "min": None, "max": None,
+            "choices": None, "enabled": True, "reason": None, "disabled_choices": {},
+            "help": f"what {name} does"}
+    return {**base, **extra}
+
+
+def schema(*, cuda: bool, **overrides: dict[str, Any]) -> list[dict[str, Any]]:
+    """The knobs of docs/knobs.md §1 as a CPU or a CUDA runner would describe them."""
+    off_cpu = {} if cuda else {"enabled": False, "reason": NEEDS_CUDA}
+    knobs = [
+        knob("num_workers", "int", 0, min=0, max=16),
+        knob("pin_memory", "bool", False, **off_cpu),
+        knob("persistent_workers", "bool", False),
+        knob("prefetch_factor", "int", 2, min=1, max=16),
+        knob("batch_size", "int", 64, min=1, max=4096),
+        knob("non_blocking", "bool", False, **off_cpu),
+        knob("amp", "choice", "off", choices=["off", "fp16", "bf16"],
+             disabled_choices={} if cuda else {"fp16": NEEDS_CUDA}),
+        knob("tf32", "bool", False, **off_cpu),
+        knob("channels_last", "bool", False),
+        knob("cudnn_benchmark", "bool", False, **off_cpu),
+        knob("compile", "choice", "off",
+             choices=["off", "default", "reduce-overhead", "max-autotune"]),
+        knob("log_every", "int", 1, min=1, max=1000),
+        knob("zero_grad_set_to_none", "bool", False),
+        knob("optimizer_impl", "choice", "for-loop", choices=["for-loop", "foreach", "fused"]),
+        knob("storage_latency_ms", "float", 0.0, min=0, max=200),
+        knob("augment_cost", "int", 0, min=0, max=20),
+    ]
+    return [{**k, **overrides.get(k["name"], {})} for k in knobs]
+
+
+# ---- Planning ---------------------------------------------------------------------------------
+
+
+def test_cpu_tour_skips_pinned_memory_and_uses_bf16() -> None:
+    stages, skipped = plan_tour(schema(cuda=False), "vision", cores=2)
+    assert [s.label for s in stages] == ["baseline", "workers", "batched logging", "AMP",
+                                         "channels_last", "compile"]
+    assert skipped == [Skipped("pinned memory", NEEDS_CUDA)]
+    by_label = {s.label: s for s in stages}
+    assert by_label["baseline"].values["num_workers"] == 0
+    assert by_label["workers"].changes == {"num_workers": 2, "persistent_workers": True}
+    assert "2 worker processes decode and augment" in by_label["workers"].caption
+    amp = by_label["AMP"]
+    assert amp.changes == {"amp": "bf16"}
+    # Cumulative: every earlier change is still in force, everything else at its default.
+    assert amp.values["num_workers"] == 2 and amp.values["log_every"] == 50
+    assert amp.values["channels_last"] is False and amp.values["batch_size"] == 64
+    assert by_label["compile"].values["channels_last"] is True
+    assert all(s.caption for s in stages)
+
+
+def test_cuda_tour_runs_every_stage() -> None:
+    stages, skipped = plan_tour(schema(cuda=True), "vision", cores=32)
+    assert [s.label for s in stages] == ["baseline", "workers", "pinned memory",
+                                         "batched logging", "AMP", "channels_last", "compile"]
+    assert skipped == []
+    assert stages[1].changes["num_workers"] == 8
+    assert stages[2].changes == {"pin_memory": True, "non_blocking": True}
+    assert stages[-1].values["amp"] == "bf16" and stages[-1].values["pin_memory"] is True
+
+
+def test_tour_skips_with_the_schemas_reasons() -> None:
+    knobs = schema(cuda=True, amp={"disabled_choices": {"bf16": "bf16 is not supported by this "
+                                                                "GPU"}},
+                   compile={"enabled": False, "reason": "Triton is not installed"},
+                   log_every={"default": 50})
+    stages, skipped = plan_tour(knobs, "gpt", cores=4)
+    labels = [s.label for s in stages]
+    assert labels == ["baseline", "workers", "pinned memory", "AMP"]
+    assert stages[-1].changes == {"amp": "fp16"}
+    assert {s.label: s.reason for s in skipped} == {
+        "batched logging": "already log_every=50",
+        "channels_last": "only for vision (4-D image inputs with convolutions)",
+        "compile": "Triton is not installed",
+    }
+
+
+def test_tour_skips_amp_when_no_precision_works_here() -> None:
+    knobs = schema(cuda=False, amp={"disabled_choices": {"fp16": NEEDS_CUDA,
+                                                         "bf16": "bf16 is not supported"}})
+    _, skipped = plan_tour(knobs, "mlp", cores=1)
+    reasons = {s.label: s.reason for s in skipped}
+    assert reasons["AMP"] == "bf16: bf16 is not supported; fp16: needs CUDA"
+
+
+def test_plan_stages_from_set_and_then_groups() -> None:
+    stages = plan_stages(schema(cuda=False), [["num_workers=0"], ["num_workers=2"],
+                                              ["log_every=50", "amp=bf16"]])
+    assert [s.label for s in stages] == ["num_workers=0", "num_workers=2",
+                                         "log_every=50, amp=bf16"]
+    assert stages[1].changes == {"num_workers": 2}
+    assert stages[2].values["num_workers"] == 2 and stages[2].values["amp"] == "bf16"
+    assert "what log_every does" in stages[2].caption
+
+
+def test_plan_stages_without_set_starts_from_the_baseline() -> None:
+    stages = plan_stages(schema(cuda=False), [[], ["num_workers=2"]])
+    assert [s.label for s in stages] == ["baseline", "num_workers=2"]
+    assert stages[0].values["num_workers"] == 0
+    assert [s.label for s in plan_stages(schema(cuda=False), [])] == ["baseline"]
+
+
+def test_plan_stages_refuses_bad_input_and_empty_stages() -> None:
+    with pytest.raises(KnobValueError, match="unknown knob 'nonsense'"):
+        plan_stages(schema(cuda=False), [["nonsense=1"]])
+    with pytest.raises(KnobValueError, match="pin_memory cannot be changed here: needs CUDA"):
+        plan_stages(schema(cuda=False), [[], ["pin_memory=true"]])
+    with pytest.raises(KnobValueError, match=r"stage 2 \(num_workers=0\) changes nothing"):
+        plan_stages(schema(cuda=False), [[], ["num_workers=0"]])
+
+
+# ---- The Conductor ----------------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.ns = 1_000_000_000
+
+    def __call__(self) -> int:
+        return self.ns
+
+    def advance(self, seconds: float) -> None:
+        self.ns += int(seconds * 1e9)
+
+
+class FakeSession:
+    """The subset of the Session API the Conductor uses; the test plays the runner."""
+
+    def __init__(self, knobs: list[dict[str, Any]]) -> None:
+        self.state = SessionState.RUNNING
+        self.hello: dict[str, Any] | None = {"knobs": knobs}
+        self.error: str | None = None
+        self.bye_reason: str | None = None
+        self.baseline_id: int | None = None
+        self.changes = [ConfigChange(0, {k["name"]: k["default"] for k in knobs}, {}, 0, 0, 3,
+                                     label="baseline")]
+        self.sent: list[tuple[int, dict[str, Any], str | None]] = []
+        self.answers: dict[int, ConfigChange | Refusal] = {}
+        self.rows: dict[int, SegmentStats] = {}
+        self.connected = True
+
+    def config_values(self) -> dict[str, Any]:
+        return dict(self.changes[-1].values)
+
+    def config_changes(self) -> list[ConfigChange]:
+        return list(self.changes)
+
+    def set_knobs(self, values: dict[str, Any], *, label: str | None = None) -> int | None:
+        if not self.connected:
+            raise SessionError("no training run is connected: start one first")
+        request = len(self.sent) + 1
+        self.sent.append((request, dict(values), label))
+        return request
+
+    def answer(self, request: int) -> ConfigChange | Refusal | None:
+        return self.answers.get(request)
+
+    def label_segment(self, config_id: int, label: str) -> None:
+        self.changes = [ConfigChange(c.id, c.values, c.changed, c.t_ns, c.first_step,
+                                     c.warmup_steps, label=label) if c.id == config_id else c
+                        for c in self.changes]
+
+    def scoreboard(self) -> list[SegmentStats]:
+        return [self.rows[c.id] for c in self.changes if c.id in self.rows]
+
+    # The runner's side, played by the tests.
+    def apply(self, request: int) -> int:
+        _, values, label = self.sent[request - 1]
+        change = ConfigChange(len(self.changes), {**self.config_values(), **values}, values,
+                              0, 100, 3, request=request, label=label or "")
+        self.changes.append(change)
+        self.answers[request] = change
+        return change.id
+
+    def refuse(self, request: int, message: str) -> None:
+        self.answers[request] = Refusal(request, self.sent[request - 1][1], message, 0)
+
+    def measure(self, config_id: int, *, steps: int, steady_s: float = 0.0,
+                rates: tuple[float, ...] = ()) -> None:
+        steady = bool(rates)
+        self.rows[config_id] = SegmentStats(
+            config_id=config_id, label="", settings={}, changed={}, t_ns=0, steps=steps,
+            steady_steps=steps if steady else 0,
+            samples_per_s=sorted(rates)[len(rates) // 2] if steady else None,
+            window_rates=rates, steady_since_ns=0 if steady else None,
+            steady_until_ns=int(steady_s * 1e9) if steady else None, live=True)
+
+
+def conductor_for(session: FakeSession, groups: list[list[str]], clock: FakeClock,
+                  **kwargs: Any) -> Conductor:
+    stages = plan_stages(session.hello["knobs"], groups)  # type: ignore[index]
+    return Conductor(session, stages, min_steady_s=4.0, clock=clock, **kwargs)
+
+
+def test_conductor_relabels_the_baseline_and_moves_on_only_when_steady_and_stable() -> None:
+    session, clock = FakeSession(schema(cuda=False)), FakeClock()
+    conductor = conductor_for(session, [[], ["num_workers=2"]], clock)
+
+    progress = conductor.tick()
+    assert session.sent == []  # the baseline is what runs already: nothing to send
+    assert session.changes[0].label == "baseline" and session.baseline_id == 0
+    assert progress.state == "transition" and progress.index == 0 and progress.n_stages == 2
+
+    session.measure(0, steps=3)
+    assert conductor.tick().state == "transition"
+    session.measure(0, steps=20, steady_s=2.0, rates=(100.0, 101.0))
+    progress = conductor.tick()
+    assert progress.state == "steady" and progress.steady_s == 2.0
+    assert progress.samples_per_s == 101.0 and "steady 2.0/4 s" in progress.message
+    session.measure(0, steps=40, steady_s=5.0, rates=(100.0, 130.0, 100.0, 125.0))
+    assert conductor.tick().state == "steady"  # long enough, but the rates disagree
+    assert session.sent == []
+    session.measure(0, steps=50, steady_s=6.0, rates=(100.0, 130.0, 100.0, 104.0, 102.0))
+    progress = conductor.tick()
+    assert progress.state == "applying" and progress.index == 1
+    assert session.sent == [(1, {"num_workers": 2}, "num_workers=2")]
+
+    assert conductor.tick().state == "applying"  # no answer yet
+    config_id = session.apply(1)
+    assert conductor.tick().state == "transition"
+    session.measure(config_id, steps=30, steady_s=4.5, rates=(200.0, 205.0, 199.0))
+    progress = conductor.tick()
+    assert conductor.done and progress.state == "done" and conductor.failed is None
+    assert [(s.label, c) for s, c in conductor.stage_configs()] == [("baseline", 0),
+                                                                    ("num_workers=2", 1)]
+    assert session.baseline_id == 0
+
+
+def test_unstable_rates_are_held_at_most_three_times_the_seconds() -> None:
+    session, clock = FakeSession(schema(cuda=False)), FakeClock()
+    conductor = conductor_for(session, [[]], clock)
+    conductor.tick()
+    session.measure(0, steps=90, steady_s=11.9, rates=(100.0, 150.0, 100.0))
+    assert conductor.tick().state == "steady"
+    session.measure(0, steps=91, steady_s=12.0, rates=(100.0, 150.0, 100.0))
+    assert conductor.tick().state == "done"
+
+
+def test_only_the_difference_from_the_config_in_force_is_sent() -> None:
+    session, clock = FakeSession(schema(cuda=False)), FakeClock()
+    session.set_knobs({"num_workers": 2})
+    session.apply(1)  # the user had already raised the workers by hand
+    stages, _ = plan_tour(session.hello["knobs"], "vision", cores=2)  # type: ignore[index]
+    conductor = Conductor(session, stages, min_steady_s=1.0, clock=clock)
+    conductor.tick()
+    # The baseline puts the workers back to the defaults, under the stage's name.
+    assert session.sent[-1] == (2, {"num_workers": 0}, "baseline")
+    config_id = session.apply(2)
+    session.measure(config_id, steps=30, steady_s=1.5, rates=(50.0, 50.0, 50.0))
+    conductor.tick()
+    assert session.sent[-1] == (3, {"num_workers": 2, "persistent_workers": True}, "workers")
+    assert session.baseline_id == config_id
+
+
+def test_a_refusal_fails_the_tour_with_the_runners_message() -> None:
+    session, clock = FakeSession(schema(cuda=False)), FakeClock()
+    conductor = conductor_for(session, [["num_workers=3"]], clock)
+    conductor.tick()
+    session.refuse(1, "num_workers=3 would need 3 cores")
+    progress = conductor.tick()
+    assert progress.state == "failed"
+    assert conductor.refusal is not None
+    assert conductor.failed == "stage 'num_workers=3' was refused: num_workers=3 would need " \
+                               "3 cores"
+
+
+def test_no_answer_times_out_and_compile_gets_a_generous_allowance() -> None:
+    session, clock = FakeSession(schema(cuda=False)), FakeClock()
+    conductor = conductor_for(session, [["num_workers=2"]], clock)
+    conductor.tick()
+    clock.advance(29)
+    assert conductor.tick().state == "applying"
+    clock.advance(2)
+    assert conductor.tick().state == "failed"
+    assert "did not apply the change within 30 s" in (conductor.failed or "")
+
+    session, clock = FakeSession(schema(cuda=False)), FakeClock()
+    conductor = conductor_for(session, [["compile=default"]], clock)
+    conductor.tick()
+    clock.advance(300)
+    progress = conductor.tick()
+    assert progress.state == "applying" and "compiling…" in progress.message
+    clock.advance(331)
+    assert conductor.tick().state == "failed"
+    assert "within 630 s" in (conductor.failed or "")
+
+
+def test_a_stage_without_new_steps_stalls() -> None:
+    session, clock = FakeSession(schema(cuda=False)), FakeClock()
+    conductor = conductor_for(session, [[]], clock)
+    conductor.tick()
+    session.measure(0, steps=3)
+    conductor.tick()
+    clock.advance(119)
+    assert conductor.tick().state == "transition"
+    clock.advance(2)
+    assert conductor.tick().state == "failed"
+    assert "no training step for 120 s" in (conductor.failed or "")
+
+
+@pytest.mark.parametrize("end", [SessionState.FAILED, SessionState.FINISHED])
+def test_the_runner_dying_fails_the_tour(end: SessionState) -> None:
+    session, clock = FakeSession(schema(cuda=False)), FakeClock()
+    conductor = conductor_for(session, [[], ["num_workers=2"]], clock)
+    conductor.tick()
+    session.state = end
+    session.error = "RuntimeError: out of memory" if end is SessionState.FAILED else None
+    progress = conductor.tick()
+    assert progress.state == "failed"
+    if end is SessionState.FAILED:
+        assert conductor.failed == "RuntimeError: out of memory"
+    else:
+        assert "before the tour did" in (conductor.failed or "")
+
+
+def test_no_runner_connected_fails_clearly() -> None:
+    session, clock = FakeSession(schema(cuda=False)), FakeClock()
+    session.connected = False
+    conductor = conductor_for(session, [["num_workers=2"]], clock)
+    assert conductor.tick().state == "failed"
+    assert conductor.failed == "no training run is connected: start one first"
+
+
+def test_waits_for_hello_and_stops_on_request() -> None:
+    session, clock = FakeSession(schema(cuda=False)), FakeClock()
+    conductor = conductor_for(session, [[], ["num_workers=2"]], clock)
+    session.hello = None
+    progress = conductor.tick()
+    assert progress.state == "applying" and "waiting for the runner" in progress.message
+    session.hello = {"knobs": schema(cuda=False)}
+    conductor.tick()
+    session.measure(0, steps=20, steady_s=1.0, rates=(10.0,))
+    conductor.stop()
+    progress = conductor.tick()
+    assert conductor.done and conductor.stopped and progress.state == "done"
+    assert "stopped at stage 1/2" in progress.message
+    assert [s.label for s, _ in conductor.stage_configs()] == ["baseline"]
+    assert session.sent == []
+
+
+def test_stage_configs_include_the_stage_in_progress() -> None:
+    session, clock = FakeSession(schema(cuda=False)), FakeClock()
+    conductor = conductor_for(session, [[]], clock)
+    conductor.tick()
+    session.measure(0, steps=20, steady_s=1.0, rates=(10.0, 10.0, 10.0))
+    conductor.tick()
+    conductor.stop()
+    assert [(s.label, c) for s, c in conductor.stage_configs()] == [("baseline", 0)]
+    assert isinstance(conductor.stages[0], Stage)
