@@ -191,10 +191,10 @@ def headline(view: StepsView, now_ns: int, window_ns: int) -> Headline:
                   for name, v in zip(ALL_PHASES, per_phase, strict=True)}
     return Headline(n_steps=n, samples_per_s=samples_per_s, steps_per_s=steps_per_s,
                     step_ms_p50=float(p50), step_ms_p95=float(p95),
-                    busy_share=_busy_share(view, sel), phase_shares=shares)
+                    busy_share=busy_share(view, sel), phase_shares=shares)
 
 
-def _busy_share(view: StepsView, sel: np.ndarray) -> float | None:
+def busy_share(view: StepsView, sel: np.ndarray) -> float | None:
     """Stream-active share of the device time covered by the selected, device-marked steps.
 
     Each marked step covers ``[device start, next step's device start]`` when the next step

@@ -104,11 +104,18 @@ class Link:
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
+        self._send_lock = threading.Lock()
 
     def send(self, kind: str, **fields: Any) -> bool:
-        """Send one GUI→runner message; False if the link is gone."""
+        """Send one GUI→runner message; False if the link is gone.
+
+        Thread-safe: the window sends ``set`` while the stop thread may send ``stop``, and two
+        interleaved ``send_bytes`` would corrupt the stream.
+        """
+        data = protocol.encode(kind, **fields)
         try:
-            self._conn.send_bytes(protocol.encode(kind, **fields))
+            with self._send_lock:
+                self._conn.send_bytes(data)
         except (OSError, ValueError):
             return False
         return True

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import enum
 import logging
+import os
 import threading
 import time
 import traceback
@@ -25,6 +27,13 @@ from gpuwatch.core.samplers import (
     ProcessTreeSampler,
     nvml_unavailable_statuses,
 )
+from gpuwatch.core.segments import (
+    BASELINE_LABEL,
+    ConfigChange,
+    Refusal,
+    Scoreboard,
+    SegmentStats,
+)
 from gpuwatch.core.store import DEFAULT_STEP_CAPACITY, SeriesStore, StepStore
 
 log = logging.getLogger(__name__)
@@ -35,6 +44,10 @@ TERMINATE_S = 3.0
 #: After the runner exits, how long to wait for its last buffered messages.
 LINK_DRAIN_S = 5.0
 LOG_LINES_KEPT = 5000
+
+
+class SessionError(RuntimeError):
+    """A request the session cannot carry out now (e.g. no runner is connected)."""
 
 
 class SessionState(enum.Enum):
@@ -80,7 +93,14 @@ class Session:
         self.exit_code: int | None = None
         self.bye_reason: str | None = None
         self.dropped_messages = 0
+        self.baseline_id: int | None = None
+        self.last_refusal: Refusal | None = None
         self._sample_coarse = sample_coarse
+        self._changes: dict[int, ConfigChange] = {}
+        self._answers: dict[int, ConfigChange | Refusal] = {}
+        self._labels: dict[int, str] = {}  # request id -> label for its segment
+        self._next_request = 1
+        self._scoreboard = Scoreboard()
         self._state = SessionState.IDLE
         self._lock = threading.Lock()
         self._log: collections.deque[LogLine] = collections.deque(maxlen=LOG_LINES_KEPT)
@@ -109,6 +129,69 @@ class Session:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    @property
+    def knobs(self) -> list[dict[str, Any]]:
+        """The runner's knob schema (docs/knobs.md §2); empty before ``hello``."""
+        return list(self.hello.get("knobs", [])) if self.hello else []
+
+    def config_values(self) -> dict[str, Any]:
+        """The knob values in force now (the latest applied configuration)."""
+        with self._lock:
+            if not self._changes:
+                return {}
+            return dict(self._changes[max(self._changes)].values)
+
+    def config_changes(self) -> list[ConfigChange]:
+        """Every applied configuration of this run, id 0 first."""
+        with self._lock:
+            return [self._changes[i] for i in sorted(self._changes)]
+
+    def set_knobs(self, values: dict[str, Any], *, label: str | None = None) -> int | None:
+        """Ask the runner to change knobs; returns the request id to pass to ``answer``.
+
+        Values equal to the current ones are dropped; if nothing differs, nothing is sent and
+        None is returned. The runner validates (all or nothing) and answers with a ``config``
+        or a ``refused`` message.
+        """
+        current = self.config_values()
+        wanted = {k: v for k, v in values.items()
+                  if k not in current or current[k] != v or type(current[k]) is not type(v)}
+        if not wanted:
+            return None
+        lnk = self._link
+        if lnk is None or self._state is not SessionState.RUNNING:
+            raise SessionError("no training run is connected: start one first")
+        with self._lock:
+            request = self._next_request
+            self._next_request += 1
+            if label:
+                self._labels[request] = label
+        if not lnk.send("set", values=wanted, request=request):
+            raise SessionError("the link to the runner is closed")
+        return request
+
+    def answer(self, request: int) -> ConfigChange | Refusal | None:
+        """The runner's answer to a ``set_knobs`` request; None until it arrived."""
+        with self._lock:
+            return self._answers.get(request)
+
+    def label_segment(self, config_id: int, label: str) -> None:
+        """Rename a segment on the scoreboard (e.g. the tour naming its stages)."""
+        with self._lock:
+            change = self._changes.get(config_id)
+            if change is not None:
+                self._changes[config_id] = dataclasses.replace(change, label=label)
+
+    def scoreboard(self) -> list[SegmentStats]:
+        """One row per configuration (docs/knobs.md §3), speedups against ``baseline_id``."""
+        changes = self.config_changes()
+        cores = 1
+        if self.hello is not None:
+            cores = int(self.hello["device"].get("cores") or os.cpu_count() or 1)
+        return self._scoreboard.rows(
+            self.steps, changes, self.coarse, device_kind=self.device_kind, cores=cores,
+            baseline_id=self.baseline_id, running=self._state in ACTIVE_STATES)
 
     def start(self, spec: LaunchSpec) -> None:
         """Launch the runner (non-blocking). Errors become state FAILED with a message."""
@@ -172,6 +255,13 @@ class Session:
         self.exit_code = None
         self.bye_reason = None
         self.dropped_messages = 0
+        self.baseline_id = None
+        self.last_refusal = None
+        with self._lock:
+            self._changes.clear()
+            self._answers.clear()
+            self._labels.clear()
+        self._scoreboard.clear()
         self._link = None
         self._stop_requested.clear()
         self._ended.clear()
@@ -251,8 +341,35 @@ class Session:
         elif kind == "bye":
             self.bye_reason = message["reason"]
             self._info(f"runner said goodbye ({message['reason']})")
-        else:  # config / kernels: produced by later runner versions
+        elif kind == "config":
+            self._on_config(message)
+        elif kind == "refused":
+            self._on_refused(message)
+        else:  # kernels: produced by later runner versions
             self._info(f"runner sent {kind!r}")
+
+    def _on_config(self, message: dict[str, Any]) -> None:
+        request = message.get("request")
+        with self._lock:
+            label = self._labels.pop(request, None) if isinstance(request, int) else None
+            change = ConfigChange.from_message(message, label)
+            self._changes[change.id] = change
+            if change.request is not None:
+                self._answers[change.request] = change
+        cost = f" in {change.apply_s:.2f} s" if change.apply_s >= 0.01 else ""
+        self._info(f"config {change.id} applied{cost}: {change.label}")
+
+    def _on_refused(self, message: dict[str, Any]) -> None:
+        request = message.get("request")
+        refusal = Refusal(request if isinstance(request, int) else None,
+                          dict(message["values"]), str(message["message"]),
+                          time.perf_counter_ns())
+        with self._lock:
+            if refusal.request is not None:
+                self._labels.pop(refusal.request, None)
+                self._answers[refusal.request] = refusal
+            self.last_refusal = refusal
+        self._log_line("warning", "runner", f"change refused: {refusal.message}")
 
     def _on_hello(self, hello: dict[str, Any]) -> None:
         if hello["protocol"] != protocol.PROTOCOL_VERSION:
@@ -262,6 +379,15 @@ class Session:
             self.stop()
             return
         self.hello = hello
+        initial = hello["config"]
+        values = initial.get("values")
+        with self._lock:
+            self._changes[0] = ConfigChange(
+                id=0, values=dict(values) if isinstance(values, dict) else {}, changed={},
+                t_ns=time.perf_counter_ns(), first_step=0,
+                warmup_steps=initial["warmup_steps"] if isinstance(
+                    initial.get("warmup_steps"), int) else _initial_warmup(values or {}),
+                label=BASELINE_LABEL)
         device = hello["device"]
         on_cpu = device.get("kind") != "cuda"
         self.steps.set_device_is_host(on_cpu)
@@ -365,3 +491,12 @@ class Session:
         self._log.append(LogLine(time.perf_counter_ns(), level, source, text))
         if source == "gpuwatch":
             log.log(logging.ERROR if level == "error" else logging.INFO, "%s", text)
+
+
+def _initial_warmup(values: dict[str, Any]) -> int:
+    """Transition steps of config 0 (docs/knobs.md §2): the loader rule plus 3."""
+    workers = values.get("num_workers", 0)
+    prefetch = values.get("prefetch_factor", 2)
+    if not isinstance(workers, int) or not isinstance(prefetch, int):
+        return 5
+    return 2 + workers * prefetch + 3
