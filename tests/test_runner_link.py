@@ -204,15 +204,22 @@ def test_round_trip_hello_steps_controls_and_stop() -> None:
         assert hello is not None and hello["kind"] == "hello"  # first, and valid
         assert hello["protocol"] == PROTOCOL_VERSION and hello["pid"] == proc.pid
         assert hello["workload"] == "vision" and hello["timing"] == "host"
-        assert hello["device"]["kind"] == "cpu" and hello["knobs"] == []
+        assert hello["device"]["kind"] == "cpu" and hello["device"]["cores"] >= 1
+        assert [k["name"] for k in hello["knobs"]][:2] == ["num_workers", "pin_memory"]
         assert hello["config"]["id"] == 0 and hello["config"]["values"]["num_workers"] == 0
         assert hello["batch_size"] == hello["config"]["values"]["batch_size"]
+        assert hello["workload_config"]["image_size"] == 64 and hello["os"]
         inbox.until(lambda m: m["kind"] == "steps" and m["step"][-1] >= 2)
 
         inbox.conn.send_bytes(b"\x00garbage")
         inbox.until(is_log("dropped a malformed message from the GUI"))
-        inbox.conn.send_bytes(encode("set", values={"batch_size": 64}))
-        assert inbox.until(is_log("'set' is not supported"))["level"] == "warning"
+        inbox.conn.send_bytes(encode("set", values={"batch_size": 16}, request=5))
+        config = inbox.until(is_kind("config"))
+        assert config["id"] == 1 and config["request"] == 5
+        assert config["changed"] == {"batch_size": 16} and config["rebuilt"] == ["loader"]
+        later = inbox.until(lambda m: m["kind"] == "steps" and m["step"][-1] > config[
+            "first_step"])
+        assert later["samples"][-1] == 16 and later["config"][-1] == 1
 
         inbox.conn.send_bytes(encode("pause"))
         inbox.until(is_log("paused after"))

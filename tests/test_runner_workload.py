@@ -12,9 +12,11 @@ import pytest
 import torch
 
 from gpuwatch.protocol import N_MARKS, PROTOCOL_VERSION, encode
+from gpuwatch.runner.availability import knob_schema
 from gpuwatch.runner.loop import TrainingLoop
 from gpuwatch.runner.session import configure_threads, device_info, resolve_device
 from gpuwatch.runner.timing import HostBackend
+from gpuwatch.runner.training_state import TrainingState
 from gpuwatch.runner.workloads import WORKLOAD_NAMES, load_workload
 from gpuwatch.runner.workloads.vision import (
     NUM_CLASSES,
@@ -62,7 +64,9 @@ def make_loop(work: VisionWorkload, link: RecordingLink, max_steps: int | None,
               **config: Any) -> TrainingLoop:
     work.config.update(config)
     model = work.build_model(CPU)
-    return TrainingLoop(work, model=model, optimizer=work.build_optimizer(model), device=CPU,
+    state = TrainingState(work, model=model, optimizer=work.build_optimizer(model), device=CPU,
+                          values=work.knob_values())
+    return TrainingLoop(work, state=state, schema=knob_schema(torch, work, CPU),
                         backend=HostBackend(), link=link, max_steps=max_steps)
 
 
@@ -118,8 +122,7 @@ def test_log_every_defers_the_loss_sync(workload: VisionWorkload) -> None:
 
 def test_controls_pause_warn_and_stop_between_steps(workload: VisionWorkload) -> None:
     link = RecordingLink()
-    for kind, fields in [("set", {"values": {"num_workers": 2}}), ("capture", {"steps": 3}),
-                         ("pause", {})]:
+    for kind, fields in [("capture", {"steps": 3}), ("pause", {})]:
         link.controls.put({"kind": kind, **fields})
     loop = make_loop(workload, link, max_steps=None)
 
@@ -132,7 +135,6 @@ def test_controls_pause_warn_and_stop_between_steps(workload: VisionWorkload) ->
     assert loop.run() == "stopped"
     timer.join()
     texts = [m["text"] for m in link.of("log") if m["level"] == "warning"]
-    assert "'set' is not supported by this runner yet" in texts
     assert "'capture' is not supported by this runner yet" in texts
     assert [m["text"] for m in link.of("log") if m["level"] == "info"][:2] == [
         "paused after 0 step(s)", "resumed"]

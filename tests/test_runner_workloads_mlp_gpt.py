@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gpuwatch.protocol import PROTOCOL_VERSION, encode
-from gpuwatch.runner.loop import close_iterator
+from gpuwatch.runner.batch_source import close_iterator
 from gpuwatch.runner.workloads import load_workload
 from gpuwatch.runner.workloads.dataset_workload import DatasetWorkload
 from gpuwatch.runner.workloads.gpt import GptWorkload

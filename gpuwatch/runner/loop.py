@@ -8,17 +8,23 @@ invisible: an exhausted loader is re-created inside ``next`` and that cost count
 
 The loop never talks to the socket: it appends marks to column lists and hands a batch to the
 link about every ``BATCH_INTERVAL_S`` (so a fast loop sends ~20 messages/s, not one per step).
-Control messages are handled only between steps, so ``stop`` always finishes the current step.
+Control messages are handled only between steps, so ``stop`` always finishes the current step;
+a ``set`` is applied there too (``reconfigure``), and the steps from then on carry its config id.
+The step itself is computed by ``TrainingState`` (model, precision, optimizer) from batches of a
+``BatchSource`` (the loader), so every knob acts at exactly these boundaries.
 """
 
 from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuwatch.protocol import BATCH_INTERVAL_S, N_MARKS
+from gpuwatch.runner.batch_source import BatchSource
+from gpuwatch.runner.knobs import KnobSchema
+from gpuwatch.runner.reconfigure import Reconfigurer
 from gpuwatch.runner.timing import TimingBackend
 from gpuwatch.runner.workloads import Workload
 
@@ -26,6 +32,8 @@ if TYPE_CHECKING:
     import threading
 
     import torch
+
+    from gpuwatch.runner.training_state import TrainingState
 
 #: Upper bound of steps per message, far below ``protocol.MAX_MESSAGE_BYTES``.
 MAX_BATCH_STEPS = 2048
@@ -36,22 +44,21 @@ SKIP_WARN_INTERVAL_NS = 10_000_000_000
 
 
 class LoopLink(Protocol):
-    """What the loop needs from ``gpuwatch.runner.link.Link``: only calls that never wait."""
+    """What the loop needs from ``gpuwatch.runner.link.Link``.
+
+    Per step only calls that never wait (``send_batch``, ``log``). ``send`` answers a knob
+    change (``config``/``refused``): rare, at a boundary, and not to be dropped, so it may wait
+    up to ``link.PUT_TIMEOUT_S`` when the GUI is far behind.
+    """
 
     controls: queue.Queue[dict[str, Any]]
     lost: threading.Event
 
+    def send(self, kind: str, **fields: Any) -> None: ...
+
     def send_batch(self, kind: str, **fields: Any) -> None: ...
 
     def log(self, level: str, text: str) -> None: ...
-
-
-def close_iterator(iterator: Iterator[Any] | None) -> None:
-    """Shut a DataLoader iterator's workers down now, rather than whenever GC runs ``__del__``
-    (an ``os._exit`` or a crash never runs it, and a rebuilt loader must not leave workers)."""
-    shutdown = getattr(iterator, "_shutdown_workers", None)
-    if callable(shutdown):
-        shutdown()
 
 
 class StepColumns:
@@ -92,32 +99,38 @@ class StepColumns:
 
 
 class TrainingLoop:
-    """Runs ``workload`` until stopped, the step limit, or the GUI going away."""
+    """Runs ``workload`` until stopped, the step limit, or the GUI going away.
 
-    def __init__(self, workload: Workload, *, model: torch.nn.Module,
-                 optimizer: torch.optim.Optimizer, device: torch.device,
+    ``state`` holds the knob values the run starts with (config ``config_id``); ``schema``
+    validates every ``set``.
+    """
+
+    def __init__(self, workload: Workload, *, state: TrainingState, schema: KnobSchema,
                  backend: TimingBackend, link: LoopLink, max_steps: int | None = None,
                  config_id: int = 0, clock: Callable[[], int] = time.perf_counter_ns) -> None:
         self.workload = workload
-        self.model = model
-        self.optimizer = optimizer
-        self.device = device
+        self.state = state
         self.backend = backend
         self.link = link
         self.max_steps = max_steps
-        self.config_id = config_id
         self.clock = clock
-        self.loader = workload.build_loader(workload.config)
+        self.batches = BatchSource(workload, state.values)
+        self.knobs = Reconfigurer(schema, state, self.batches, link, config_id=config_id,
+                                  clock=clock)
         self.steps_done = 0
         self.last_loss: float | None = None
         self.paused = False
-        self._iterator: Iterator[Any] | None = None
         self._columns = StepColumns()
         self._flushed_ns = clock()
         self._loss_sum: torch.Tensor | None = None
         self._loss_count = 0
         self._skips_reported = 0
         self._skip_warned_ns = 0
+
+    @property
+    def config_id(self) -> int:
+        """The config id of the steps trained from now on."""
+        return self.knobs.config_id
 
     def run(self) -> str:
         """Train; returns the ``bye`` reason: ``stopped``, ``max_steps`` or ``link_closed``."""
@@ -126,16 +139,26 @@ class TrainingLoop:
             while reason is None:
                 reason = self._between_steps()
                 if reason is None:
-                    self._step(self.steps_done)
-                    self.steps_done += 1
-                    self._after_step()
+                    self._run_step()
         finally:
-            close_iterator(self._iterator)
-            self._iterator = None
+            self.batches.close()
         if reason != "link_closed":
             self._collect_device(wait=True)
             self._columns.send(self.link)
         return reason
+
+    def _run_step(self) -> None:
+        """One step; a failure caused by a fresh knob change reverts it instead of ending."""
+        step_id = self.steps_done
+        try:
+            self._step(step_id)
+        except Exception as exc:
+            if not self.knobs.step_failed(exc, step_id=step_id, flush=self._flush):
+                raise
+            return
+        self.steps_done += 1
+        self.knobs.step_done()
+        self._after_step()
 
     def _between_steps(self) -> str | None:
         """Apply control messages; block while paused. Returns a reason to stop, or None."""
@@ -163,59 +186,46 @@ class TrainingLoop:
             elif kind == "resume" and self.paused:
                 self.paused = False
                 self.link.log("info", "resumed")
-            elif kind in ("set", "capture"):
+            elif kind == "set":
+                self.knobs.handle_set(message, first_step=self.steps_done, flush=self._flush)
+            elif kind == "capture":
                 self.link.log("warning", f"'{kind}' is not supported by this runner yet")
-
-    def _next_batch(self) -> Any:
-        if self._iterator is None:
-            self._iterator = iter(self.loader)
-        try:
-            return next(self._iterator)
-        except StopIteration:
-            pass
-        close_iterator(self._iterator)  # end of epoch: a fresh pass, timed as `data`
-        self._iterator = iter(self.loader)
-        try:
-            return next(self._iterator)
-        except StopIteration:
-            raise RuntimeError("the loader yields no batch (dataset smaller than one batch?)"
-                               ) from None
 
     def _step(self, step_id: int) -> None:
         """One instrumented training step; see the module docstring for the boundaries."""
-        clock, mark, workload = self.clock, self.backend.mark, self.workload
+        clock, mark, state = self.clock, self.backend.mark, self.state
         host = [0] * N_MARKS
+        config_id = self.config_id
         self.backend.begin(step_id)
         host[0] = clock()
         mark(0)
-        batch = self._next_batch()
+        batch = self.batches.next_batch()
         host[1] = clock()
         mark(1)
-        batch = workload.to_device(batch, self.device)
+        batch = state.to_device(batch)
         host[2] = clock()
         mark(2)
-        loss = workload.loss(self.model, batch)
+        loss = state.loss(batch)
         host[3] = clock()
         mark(3)
-        loss.backward()
+        state.backward(loss)
         host[4] = clock()
         mark(4)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        state.optimizer_step()
         host[5] = clock()
         mark(5)
         self._sync_phase(loss)
         host[6] = clock()
         mark(6)
         self.backend.end()
-        self._columns.add_step(step_id, self.config_id, workload.samples(batch), host)
+        self._columns.add_step(step_id, config_id, self.workload.samples(batch), host)
 
     def _sync_phase(self, loss: torch.Tensor) -> None:
         """Read the loss on the host every ``log_every`` steps; 1 is the naive per-step sync.
 
         In between, the sum stays on the device, so no step but every N-th waits for it.
         """
-        log_every = int(self.workload.config.get("log_every", 1))
+        log_every = int(self.state.values["log_every"])
         if log_every <= 1:
             self.last_loss = loss.item()
             return
@@ -228,10 +238,14 @@ class TrainingLoop:
 
     def _after_step(self) -> None:
         self._collect_device(wait=False)
+        host = self._columns.host[-1]
         if self.steps_done == 1:
-            first_ms = (self._columns.host[-1][-1] - self._columns.host[-1][0]) / 1e6
+            first_ms = (host[-1] - host[0]) / 1e6
             loss = "" if self.last_loss is None else f", loss {self.last_loss:.3f}"
             self.link.log("info", f"first step done in {first_ms:.0f} ms{loss}")
+        compiled = self.state.take_compiled()
+        if compiled is not None:  # compilation happens in the first forward and backward
+            self.link.log("info", f"compiled ({compiled}) in {(host[4] - host[2]) / 1e9:.1f} s")
         if (self.clock() - self._flushed_ns >= BATCH_INTERVAL_S * 1e9
                 or len(self._columns) >= MAX_BATCH_STEPS):
             self._flush()

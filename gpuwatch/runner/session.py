@@ -14,6 +14,7 @@ import traceback
 from typing import Any
 
 from gpuwatch.protocol import PROTOCOL_VERSION
+from gpuwatch.runner.availability import knob_schema
 from gpuwatch.runner.link import Link
 from gpuwatch.runner.loop import TrainingLoop
 from gpuwatch.runner.probe import cuda_device
@@ -54,20 +55,24 @@ def resolve_device(torch: Any, spec: str) -> Any:
     return torch.device("cuda", index)
 
 
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def configure_threads(torch: Any, device: Any) -> int:
     """Intra-op threads for a CPU device: half the usable cores, at least one.
 
-    On a CPU device the model, the main-process data pipeline and (once the ``num_workers`` knob
-    exists) the DataLoader workers all share the same cores. Leaving half of them to data
+    On a CPU device the model, the main-process data pipeline and the DataLoader workers all
+    share the same cores. Leaving half of them to data
     loading avoids oversubscription and keeps the input-bound demo honest; a 2-core machine
     trains on 1 thread. On CUDA the host mostly launches kernels: torch's default is kept.
     """
     if device.type == "cpu":
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except AttributeError:  # not on Linux
-            cores = os.cpu_count() or 2
-        torch.set_num_threads(max(1, cores // 2))
+        torch.set_num_threads(max(1, usable_cores() // 2))
     threads: int = torch.get_num_threads()
     return threads
 
@@ -85,15 +90,17 @@ def cpu_name() -> str:
 
 
 def device_info(torch: Any, device: Any) -> dict[str, Any]:
-    """``hello["device"]``: what the GUI needs to find the matching NVML device."""
+    """``hello["device"]``: what the GUI needs to find the matching NVML device, and the usable
+    CPU cores (the scale of the CPU analog of utilization)."""
     if device.type == "cuda":
         info = cuda_device(torch, device.index)
         return {"kind": "cuda", "index": device.index, "name": info["name"],
                 "uuid": info["uuid"], "pci_bus_id": info["pci_bus_id"],
                 "driver_model": None,  # torch cannot tell WDDM from TCC; NVML can
-                "capability": info["capability"], "total_memory": info["total_memory"]}
+                "capability": info["capability"], "total_memory": info["total_memory"],
+                "cores": usable_cores()}
     return {"kind": "cpu", "index": None, "name": cpu_name(), "uuid": None,
-            "pci_bus_id": None, "driver_model": None}
+            "pci_bus_id": None, "driver_model": None, "cores": usable_cores()}
 
 
 def versions(torch: Any) -> dict[str, str | None]:
@@ -139,30 +146,39 @@ def run(link: Link, *, workload_name: str, device_spec: str, max_steps: int | No
 
 def _train(link: Link, torch: Any, workload_cls: Any, device: Any, *, max_steps: int | None,
            seed: int) -> int:
+    """Model and knob checks first (well under a second), so ``hello``, the first message,
+    carries the checked schema; then the dataset (seconds), announced by its own log line."""
+    from gpuwatch.runner.training_state import TrainingState  # imports torch
+
     threads = configure_threads(torch, device)
     workload = workload_cls(seed=seed, torch_threads=threads)
-    link.send("hello", protocol=PROTOCOL_VERSION, pid=os.getpid(), workload=workload.name,
-              device=device_info(torch, device), versions=versions(torch), knobs=[],
-              config={"id": 0, "values": dict(workload.config)},
-              timing="cuda_events" if device.type == "cuda" else "host",
-              batch_size=workload.config["batch_size"])
-    link.log("info", f"training on {device} with {threads} intra-op thread(s)")
 
     def info(text: str) -> None:
         link.log("info", text)
 
     started = time.perf_counter()
-    workload.prepare(info)
     model = workload.build_model(device)
-    optimizer = workload.build_optimizer(model)
+    schema = knob_schema(torch, workload, device)
+    state = TrainingState(workload, model=model, optimizer=workload.build_optimizer(model),
+                          device=device, values=workload.knob_values())
+    link.send("hello", protocol=PROTOCOL_VERSION, pid=os.getpid(), workload=workload.name,
+              device=device_info(torch, device), versions=versions(torch),
+              os=platform.platform(), knobs=schema.as_hello(),
+              config={"id": 0, "values": dict(state.values)},
+              workload_config=workload.parameters(),
+              timing="cuda_events" if device.type == "cuda" else "host",
+              batch_size=state.values["batch_size"])
+    info(f"training on {device} with {threads} intra-op thread(s); knobs checked in "
+         f"{time.perf_counter() - started:.2f} s")
+    workload.prepare(info)
     parameters = sum(p.numel() for p in model.parameters())
     info(f"ready in {time.perf_counter() - started:.1f} s: {type(model).__name__} with "
-         f"{parameters:,} parameters, {type(optimizer).__name__}")
+         f"{parameters:,} parameters, {type(state.optimizer).__name__}")
     backend = make_backend(torch, device)
     if isinstance(backend, CudaEventBackend):
         info(f"CUDA event clock anchored to perf_counter_ns (±{backend.bracket_ns / 1e3:.1f} µs)")
-    loop = TrainingLoop(workload, model=model, optimizer=optimizer, device=device,
-                        backend=backend, link=link, max_steps=max_steps)
+    loop = TrainingLoop(workload, state=state, schema=schema, backend=backend, link=link,
+                        max_steps=max_steps)
     reason = loop.run()
     backend.close()
     _finish(link, reason)

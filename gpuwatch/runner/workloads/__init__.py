@@ -2,8 +2,8 @@
 
 A workload supplies the pieces that differ between demos (data, model, loss); the loop in
 ``gpuwatch.runner.loop`` owns the step itself, so every workload is measured at exactly the same
-boundaries (DESIGN.md §4). Loader and model are built from a plain ``config`` dict so that a
-later knob change can rebuild them live without touching the loop.
+boundaries (DESIGN.md §4). The loader is built from plain knob values, so a knob change rebuilds
+it live without touching the loop.
 
 This module imports no torch at import time: ``--help`` and argument errors stay instant.
 """
@@ -14,6 +14,8 @@ import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from gpuwatch.runner.knobs import KNOB_NAMES
 
 if TYPE_CHECKING:
     import torch
@@ -28,34 +30,57 @@ Log = Callable[[str], None]
 class Workload(ABC):
     """One demo training job: data pipeline, model, optimizer and loss.
 
-    ``config`` holds the settings actually in use; it is sent in ``hello`` as config id 0.
+    ``config`` holds the starting settings: the fixed workload parameters (sent as
+    ``hello.workload_config``) and this workload's naive value of every knob (config id 0). Once
+    training runs, the loop owns the live knob values.
     """
 
     name: ClassVar[str]
+    #: Whether inputs are 4-D images through convolutions (``channels_last`` can help).
+    channels_last_applies: ClassVar[bool] = False
 
     def __init__(self, *, seed: int, torch_threads: int) -> None:
         self.seed = seed
         self.config: dict[str, Any] = {"torch_threads": torch_threads}
+
+    def knob_values(self) -> dict[str, Any]:
+        """The starting value of every knob."""
+        return {name: self.config[name] for name in KNOB_NAMES}
+
+    def parameters(self) -> dict[str, Any]:
+        """The fixed parameters (image size, widths, learning rate...): not knobs."""
+        return {key: value for key, value in self.config.items() if key not in KNOB_NAMES}
+
+    def knob_limits(self) -> dict[str, tuple[float, float]]:
+        """Workload-specific knob ranges narrower than docs/knobs.md §1's."""
+        return {}
 
     @abstractmethod
     def prepare(self, log: Log) -> None:
         """Build the in-memory dataset once (may take a second; reports progress via ``log``)."""
 
     @abstractmethod
-    def build_loader(self, config: dict[str, Any]) -> Iterable[Any]:
-        """A fresh loader for ``config``; iterating it once is one epoch."""
+    def build_loader(self, knobs: dict[str, Any]) -> Iterable[Any]:
+        """A fresh loader for the loader knobs in ``knobs``; iterating it once is one epoch."""
 
     @abstractmethod
     def build_model(self, device: torch.device) -> torch.nn.Module:
         """The model, already on ``device`` and in training mode."""
 
     @abstractmethod
-    def build_optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:
-        """The optimizer over ``model``'s parameters."""
+    def optimizer_class(self) -> type[torch.optim.Optimizer]:
+        """The optimizer's class (probed for ``fused`` support before training)."""
 
     @abstractmethod
-    def to_device(self, batch: Any, device: torch.device) -> Any:
-        """Issue the host-to-device copies of one batch (the ``h2d`` phase)."""
+    def build_optimizer(self, model: torch.nn.Module, **options: Any) -> torch.optim.Optimizer:
+        """The optimizer over ``model``'s parameters; ``options`` (``foreach``, ``fused``) are
+        passed to its constructor."""
+
+    @abstractmethod
+    def to_device(self, batch: Any, device: torch.device, *, non_blocking: bool = False,
+                  channels_last: bool = False) -> Any:
+        """Issue the host-to-device copies of one batch (the ``h2d`` phase), converting 4-D
+        inputs to ``channels_last`` if asked."""
 
     @abstractmethod
     def loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:

@@ -14,16 +14,22 @@ from gpuwatch.runner.workloads.dataset_workload import DatasetWorkload
 class ClassifierWorkload(DatasetWorkload):
     """Batches are ``(images, labels)``; the loss is cross-entropy; SGD unless configured."""
 
+    size_parameter = "dataset_images"
+
     def __init__(self, *, seed: int, torch_threads: int,
                  dataset_images: int | None = None) -> None:
         super().__init__(seed=seed, torch_threads=torch_threads)
         if dataset_images is not None:
             self.config["dataset_images"] = dataset_images
 
-    def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+    def optimizer_class(self) -> type[torch.optim.Optimizer]:
+        return torch.optim.AdamW if self.config["optimizer"] == "adamw" else torch.optim.SGD
+
+    def build_optimizer(self, model: nn.Module, **options: Any) -> torch.optim.Optimizer:
         if self.config["optimizer"] == "adamw":
-            return torch.optim.AdamW(model.parameters(), lr=self.config["lr"])
-        return torch.optim.SGD(model.parameters(), lr=self.config["lr"], momentum=0.9)
+            return torch.optim.AdamW(model.parameters(), lr=self.config["lr"], **options)
+        return torch.optim.SGD(model.parameters(), lr=self.config["lr"], momentum=0.9,
+                               **options)
 
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         images, labels = batch

@@ -3,8 +3,8 @@
 Next-token prediction on uniformly random sequences has nothing to learn beyond the unigram
 distribution (the loss settles near ln(vocab)); that is fine for a performance demo, whose
 point is the step's shape: embedding, attention and MLP matmuls, a large LM-head softmax, and
-AdamW. On a GPU this is the territory of AMP, torch.compile and the fused optimizer (knobs of a
-later issue). Tokens are made once in memory from the seed; nothing is downloaded.
+AdamW. On a GPU this is the territory of AMP, torch.compile and the fused optimizer (knobs).
+Tokens are made once in memory from the seed; nothing is downloaded.
 
 The dataset is a top-level picklable class, because DataLoader workers are started with
 ``spawn`` on every OS (DESIGN.md §2).
@@ -23,13 +23,9 @@ from gpuwatch.runner.workloads import Log
 from gpuwatch.runner.workloads.dataset_workload import DatasetWorkload
 
 #: Naive baseline. Sized so a step takes tens of ms on a 2-core CPU (measured in the notes).
+#: The other knobs start at ``knobs.NAIVE_DEFAULTS``.
 DEFAULTS: dict[str, Any] = {
     "batch_size": 8,
-    "num_workers": 0,
-    "pin_memory": False,
-    "persistent_workers": False,
-    "non_blocking": False,
-    "log_every": 1,
     "vocab": 2048,
     "context": 64,
     "d_model": 128,
@@ -100,6 +96,7 @@ class GptWorkload(DatasetWorkload):
 
     name = "gpt"
     defaults = DEFAULTS
+    size_parameter = "dataset_sequences"
 
     def __init__(self, *, seed: int, torch_threads: int,
                  dataset_sequences: int | None = None) -> None:
@@ -126,8 +123,11 @@ class GptWorkload(DatasetWorkload):
         model = TinyGpt(c["vocab"], c["context"], c["d_model"], c["n_heads"], c["n_layers"])
         return model.to(device).train()
 
-    def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(model.parameters(), lr=self.config["lr"])
+    def optimizer_class(self) -> type[torch.optim.Optimizer]:
+        return torch.optim.AdamW
+
+    def build_optimizer(self, model: nn.Module, **options: Any) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(model.parameters(), lr=self.config["lr"], **options)
 
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         """Next-token cross-entropy; samples/s counts sequences of ``context`` tokens."""

@@ -34,13 +34,9 @@ STD = 0.32
 #: Naive baseline: per-step ``.item()``, no workers. Sized so a CPU step takes tens of ms
 #: (DESIGN §6; measured on a 2-core CPU, 1 intra-op thread, in the issue notes) while each
 #: matmul stays a microsecond-scale kernel on a GPU, where the step is launch/sync-bound.
+#: The other knobs start at ``knobs.NAIVE_DEFAULTS``.
 DEFAULTS: dict[str, Any] = {
     "batch_size": 128,
-    "num_workers": 0,
-    "pin_memory": False,
-    "persistent_workers": False,
-    "non_blocking": False,
-    "log_every": 1,
     "hidden": 512,
     "layers": 3,
     "dataset_images": 4096,

@@ -4,7 +4,7 @@ The images are synthetic and made once in memory (no downloads, ever), then stor
 bytes so that every ``__getitem__`` pays a real decode and a real torchvision v2 augmentation,
 like a folder of photos. With the naive baseline (``num_workers=0``) that CPU work runs inside
 ``next(loader)``, so the ``data`` phase dominates the step: the loop is input-bound, which the
-``num_workers``/``pin_memory`` knobs (a later issue) visibly fix.
+``num_workers``/``pin_memory`` knobs visibly fix.
 
 Everything a DataLoader worker needs (dataset, transform, collate) is a top-level picklable
 object, because workers are started with ``spawn`` on every OS (DESIGN.md §2).
@@ -42,13 +42,9 @@ STD = (0.25, 0.25, 0.26)
 
 #: Naive baseline. Tuned on a 2-core CPU so a step takes ~100 ms with ``data`` the largest
 #: phase; see ``VisionWorkload`` for the measured split.
+#: The other knobs start at ``knobs.NAIVE_DEFAULTS``.
 DEFAULTS: dict[str, Any] = {
     "batch_size": 32,
-    "num_workers": 0,
-    "pin_memory": False,
-    "persistent_workers": False,
-    "non_blocking": False,
-    "log_every": 1,
     "image_size": 64,
     "model_width": 8,
     "dataset_images": 512,
@@ -192,6 +188,7 @@ class VisionWorkload(ClassifierWorkload):
     name = "vision"
     defaults = DEFAULTS
     collate_fn = staticmethod(collate)
+    channels_last_applies = True
 
     def __init__(self, *, seed: int, torch_threads: int,
                  dataset_images: int | None = None) -> None:
