@@ -16,6 +16,8 @@ from gpuwatch import __version__
 from gpuwatch.protocol import WORKLOADS
 
 EXIT_USAGE = 2
+#: Report formats of ``gpuwatch bench`` (kept here so parsing imports nothing heavy).
+REPORT_FORMATS = ("md", "csv", "json")
 
 
 class CliError(Exception):
@@ -47,7 +49,51 @@ def build_parser() -> argparse.ArgumentParser:
                                            "NVML, display, Python")
     doctor.add_argument("--python", dest="doctor_python", metavar="PATH", type=_python_path,
                         help="training interpreter to check (default: this one)")
+    _add_bench_parser(sub)
     return parser
+
+
+def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
+    bench = sub.add_parser(
+        "bench", help="run a workload through knob settings without a window and print the "
+                      "scoreboard",
+        description="Run a built-in workload headless through knob stages (the tour, or "
+                    "--set ... --then ...) and print one row per stage: samples/s, step "
+                    "time, busy and input-wait shares, speedup. Progress goes to stderr, the "
+                    "table to stdout.")
+    bench.add_argument("--workload", dest="bench_workload", choices=WORKLOADS,
+                       help="built-in workload (default: vision)")
+    bench.add_argument("--device", dest="bench_device", type=_device, metavar="DEVICE",
+                       help="auto, cpu, cuda or cuda:N (default: auto)")
+    bench.add_argument("--python", dest="bench_python", metavar="PATH", type=_python_path,
+                       help="Python interpreter with torch that runs the training")
+    bench.add_argument("--seconds", type=_positive_seconds, default=20.0, metavar="S",
+                       help="steady seconds measured per stage (default: 20; a stage whose "
+                            "rate keeps moving runs up to 3x this)")
+    bench.add_argument("--format", choices=REPORT_FORMATS, default="md",
+                       help="md (default), csv or json (docs/knobs.md §5)")
+    bench.add_argument("--output", type=Path, metavar="FILE",
+                       help="write the report to FILE instead of stdout")
+    stages = bench.add_mutually_exclusive_group()
+    stages.add_argument("--tour", action="store_true",
+                        help="the built-in tour: baseline, workers, pinned memory, batched "
+                             "logging, AMP, channels_last, compile (what works here)")
+    stages.add_argument("--set", dest="set_values", nargs="+", action="extend",
+                        type=_assignment, metavar="K=V",
+                        help="knob values of the first stage, over the workload's defaults")
+    bench.add_argument("--then", nargs="+", action="append", type=_assignment, metavar="K=V",
+                       help="one more stage adding these values (repeatable)")
+    bench.set_defaults(bench_parser=bench)
+
+
+def _assignment(text: str) -> str:
+    from gpuwatch.core.knob_values import KnobValueError, split_assignment
+
+    try:
+        split_assignment(text)
+    except KnobValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _device(text: str) -> str:
@@ -83,6 +129,13 @@ def main(argv: list[str] | None = None) -> int:
             from gpuwatch.core.doctor import run_doctor
 
             return run_doctor(args.doctor_python or args.python)
+        if args.command == "bench":
+            bench = args.bench_parser
+            if args.tour and args.then:
+                bench.error("--then adds stages to --set; the tour plans its own stages")
+            if args.output is not None and not args.output.parent.is_dir():
+                bench.error(f"--output: folder {str(args.output.parent)!r} does not exist")
+            return _bench(args)
         if args.screenshot is not None and args.demo_seconds is None:
             parser.error("--screenshot needs --demo-seconds (when to take it)")
         return _open_window(args)
@@ -98,6 +151,38 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpuwatch: internal error: {type(exc).__name__}: {exc} "
               f"(set GPUWATCH_DEBUG=1 for details)", file=sys.stderr)
         return 1
+
+
+def _bench(args: argparse.Namespace) -> int:
+    """Headless: never imports Qt, so it runs without a display."""
+    from gpuwatch.core.bench import EXIT_USAGE as BENCH_USAGE
+    from gpuwatch.core.bench import BenchOptions, run_bench
+    from gpuwatch.core.bench_report import render
+
+    groups = [args.set_values or [], *(args.then or [])] if args.set_values or args.then \
+        else []
+    options = BenchOptions(workload=args.bench_workload or args.workload,
+                           device=args.bench_device or args.device,
+                           python=args.bench_python or args.python,
+                           seconds=args.seconds, tour=args.tour, groups=groups)
+    outcome = run_bench(options)
+    report = outcome.report
+    # A usage error prints one line; a failed or interrupted run still shows what it measured.
+    if report is not None and outcome.exit_code != BENCH_USAGE and (
+            report.segments or outcome.exit_code == 0):
+        text = render(report, args.format)
+        if args.output is not None:
+            try:
+                args.output.write_text(text, encoding="utf-8")
+            except OSError as exc:
+                raise CliError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
+            print(f"gpuwatch: wrote {args.output}", file=sys.stderr)
+        else:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+    if outcome.error:
+        print(f"gpuwatch: {outcome.error}", file=sys.stderr)
+    return outcome.exit_code
 
 
 def _open_window(args: argparse.Namespace) -> int:

@@ -1,0 +1,225 @@
+"""Headless ``gpuwatch bench``: run a workload through knob stages and report the scoreboard.
+
+No Qt anywhere on this path, so it works over SSH and in CI. The runner is started first
+because the knob schema comes from its ``hello``; bad settings are then refused before any
+stage runs, and the run is always stopped (its whole process tree) before returning.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from gpuwatch.core.bench_report import BenchReport, clean_segment, machine_from_hello
+from gpuwatch.core.knob_values import KnobValueError
+from gpuwatch.core.session import LaunchSpec, Session, SessionState
+from gpuwatch.core.tour import Conductor, Skipped, Stage, plan_stages, plan_tour
+
+#: The runner imports torch and builds its workload first; a cold start can be slow.
+HELLO_TIMEOUT_S = 180.0
+#: How long stopping may take (polite stop, terminate, kill: see Session).
+STOP_TIMEOUT_S = 20.0
+TICK_S = 0.25
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    workload: str = "vision"
+    device: str = "auto"
+    python: str | None = None
+    seconds: float = 20.0
+    tour: bool = False
+    #: ``[--set texts, --then texts, ...]`` as ``k=v`` strings; empty: the baseline only.
+    groups: Sequence[Sequence[str]] = field(default_factory=list)
+
+
+@dataclass
+class BenchOutcome:
+    """What the command prints: the report (if anything ran), an error line, the exit code."""
+
+    exit_code: int
+    report: BenchReport | None = None
+    error: str | None = None
+
+
+class _Failure(Exception):
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class ProgressLine:
+    """Progress on stderr: one line rewritten in place on a terminal, else plain lines.
+
+    Plain lines come at most every ``min_interval_s`` (when the stage or state changes) and
+    every ``heartbeat_s`` otherwise, so a log file stays readable.
+    """
+
+    def __init__(self, stream: TextIO, *, tty: bool | None = None, min_interval_s: float = 1.0,
+                 heartbeat_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._stream = stream
+        self._tty = stream.isatty() if tty is None else tty
+        self._min_interval_s = min_interval_s
+        self._heartbeat_s = heartbeat_s
+        self._clock = clock
+        self._last_at = -float("inf")
+        self._last_key: object = None
+        self._shown = False
+
+    def show(self, key: object, text: str, *, tty_only: bool = False) -> None:
+        """Update the in-place line; ``key`` (stage, state) changing makes it print sooner.
+
+        ``tty_only`` messages (starting, stopping) are left out of plain output, so a usage
+        error reads as one line there.
+        """
+        now = self._clock()
+        if self._tty:
+            if now - self._last_at >= 0.2 or key != self._last_key:
+                self._write(f"\r{text}\x1b[K")
+                self._shown = True
+                self._last_at, self._last_key = now, key
+            return
+        if tty_only:
+            return
+        since = now - self._last_at
+        if (key != self._last_key and since >= self._min_interval_s) or \
+                since >= self._heartbeat_s:
+            self._write(text + "\n")
+            self._last_at, self._last_key = now, key
+
+    def line(self, text: str) -> None:
+        """A line that stays (the plan, a stage's caption)."""
+        self.clear()
+        self._write(text + "\n")
+
+    def clear(self) -> None:
+        if self._tty and self._shown:
+            self._write("\r\x1b[K")
+            self._shown = False
+
+    def _write(self, text: str) -> None:
+        self._stream.write(text)
+        self._stream.flush()
+
+
+def run_bench(options: BenchOptions, *, progress: TextIO | None = None,
+              session: Session | None = None, hello_timeout_s: float = HELLO_TIMEOUT_S,
+              tick_s: float = TICK_S) -> BenchOutcome:
+    """Run the stages and return what was measured; Ctrl-C ends early with a partial report."""
+    logging.getLogger("gpuwatch").addHandler(logging.NullHandler())  # errors come back to us
+    out = ProgressLine(progress if progress is not None else sys.stderr)
+    session = session or Session()
+    conductor: Conductor | None = None
+    skipped: list[Skipped] = []
+    outcome = BenchOutcome(EXIT_OK)
+    try:
+        session.start(LaunchSpec(options.workload, options.device, options.python))
+        hello = _wait_for_hello(session, hello_timeout_s, out)
+        stages, skipped = _plan(session, options, hello)
+        conductor = Conductor(session, stages, min_steady_s=options.seconds)
+        _announce(out, hello, stages, skipped, options.seconds)
+        _conduct(conductor, out, tick_s)
+        if conductor.failed is not None:
+            code = EXIT_USAGE if conductor.refusal is not None else EXIT_FAILED
+            outcome = BenchOutcome(code, error=conductor.failed)
+    except _Failure as failure:
+        outcome = BenchOutcome(failure.exit_code, error=str(failure))
+    except KeyboardInterrupt:
+        if conductor is not None:
+            conductor.stop()
+        outcome = BenchOutcome(EXIT_INTERRUPTED, error="interrupted: stopped the run")
+    finally:
+        out.clear()
+    try:
+        if conductor is not None and session.hello is not None:
+            outcome.report = build_report(session, conductor, skipped, options)
+    finally:
+        _stop(session, out)
+    return outcome
+
+
+def _wait_for_hello(session: Session, timeout_s: float, out: ProgressLine) -> dict[str, Any]:
+    started = time.monotonic()
+    while session.hello is None:
+        if session.state in (SessionState.FAILED, SessionState.FINISHED):
+            raise _Failure(f"the run failed: {session.error or 'the runner ended at start'}",
+                           EXIT_FAILED)
+        waited = time.monotonic() - started
+        if waited > timeout_s:
+            raise _Failure(f"the runner did not start within {timeout_s:.0f} s (importing "
+                           f"torch?); try `gpuwatch doctor`", EXIT_FAILED)
+        out.show("start", f"starting the runner (it imports torch first)… {waited:.0f} s",
+                 tty_only=True)
+        time.sleep(0.1)
+    return session.hello
+
+
+def _plan(session: Session, options: BenchOptions, hello: dict[str, Any]
+          ) -> tuple[list[Stage], list[Skipped]]:
+    knobs = session.knobs
+    try:
+        if options.tour:
+            cores = hello.get("device", {}).get("cores")
+            return plan_tour(knobs, hello.get("workload", options.workload), cores)
+        return plan_stages(knobs, options.groups), []
+    except KnobValueError as exc:
+        raise _Failure(str(exc), EXIT_USAGE) from None
+
+
+def _announce(out: ProgressLine, hello: dict[str, Any], stages: Sequence[Stage],
+              skipped: Sequence[Skipped], seconds: float) -> None:
+    device = hello.get("device", {})
+    out.line(f"bench: {hello.get('workload')} on {device.get('name')} ({device.get('kind')}), "
+             f"{len(stages)} stage(s) of at least {seconds:g} s steady each")
+    for item in skipped:
+        out.line(f"  skipped {item.label}: {item.reason}")
+
+
+def _conduct(conductor: Conductor, out: ProgressLine, tick_s: float) -> None:
+    announced = -1
+    while True:
+        progress = conductor.tick()
+        if progress.index != announced and progress.state not in ("done", "failed") \
+                and progress.stage is not None:
+            announced = progress.index
+            out.line(f"stage {progress.index + 1}/{progress.n_stages} {progress.stage.label}: "
+                     f"{progress.stage.caption}")
+        if conductor.done or conductor.failed is not None:
+            return
+        out.show((progress.index, progress.state), progress.message)
+        time.sleep(tick_s)
+
+
+def build_report(session: Session, conductor: Conductor, skipped: Sequence[Skipped],
+                 options: BenchOptions) -> BenchReport:
+    """The scoreboard rows of the stages reached, in stage order, labelled by stage."""
+    hello = session.hello or {}
+    rows = {row.config_id: row for row in session.scoreboard()}
+    segments = []
+    for stage, config_id in conductor.stage_configs():
+        row = rows.get(config_id)
+        segment = row.to_json() if row is not None else {
+            "settings": stage.values, "changed": stage.changes, "steps": 0, "steady_steps": 0}
+        segment["label"] = stage.label
+        segments.append(clean_segment(segment))
+    return BenchReport(
+        machine=machine_from_hello(hello), workload=hello.get("workload", options.workload),
+        seconds_per_stage=options.seconds, segments=segments,
+        skipped=[{"label": s.label, "reason": s.reason} for s in skipped],
+        baseline=segments[0]["label"] if segments else None)
+
+
+def _stop(session: Session, out: ProgressLine) -> None:
+    if session.state in (SessionState.STARTING, SessionState.RUNNING, SessionState.STOPPING):
+        out.show("stop", "stopping the run…", tty_only=True)
+    session.stop()
+    if not session.wait_ended(STOP_TIMEOUT_S):
+        out.line("gpuwatch: the runner did not end in time; it may still be running")
+    session.close()
+    out.clear()
