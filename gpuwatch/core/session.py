@@ -247,6 +247,7 @@ class Session:
     # ---- Launch and threads ----------------------------------------------------------
 
     def _reset(self) -> None:
+        """Forget the previous run (called by ``start`` with ``self._lock`` held)."""
         self.steps.clear()
         self.coarse = SeriesStore()
         self.t0_ns = time.perf_counter_ns()
@@ -257,10 +258,9 @@ class Session:
         self.dropped_messages = 0
         self.baseline_id = None
         self.last_refusal = None
-        with self._lock:
-            self._changes.clear()
-            self._answers.clear()
-            self._labels.clear()
+        self._changes.clear()  # the caller holds self._lock
+        self._answers.clear()
+        self._labels.clear()
         self._scoreboard.clear()
         self._link = None
         self._stop_requested.clear()
