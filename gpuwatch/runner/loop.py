@@ -228,6 +228,7 @@ class TrainingLoop:
         log_every = int(self.state.values["log_every"])
         if log_every <= 1:
             self.last_loss = loss.item()
+            self._loss_sum, self._loss_count = None, 0  # left over from a larger log_every
             return
         detached = loss.detach()
         self._loss_sum = detached if self._loss_sum is None else self._loss_sum + detached

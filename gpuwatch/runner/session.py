@@ -146,8 +146,9 @@ def run(link: Link, *, workload_name: str, device_spec: str, max_steps: int | No
 
 def _train(link: Link, torch: Any, workload_cls: Any, device: Any, *, max_steps: int | None,
            seed: int) -> int:
-    """Model and knob checks first (well under a second), so ``hello``, the first message,
-    carries the checked schema; then the dataset (seconds), announced by its own log line."""
+    """Model, optimizer and knob checks first (a second or two, mostly the first optimizer
+    importing ``torch._dynamo``), so ``hello``, the first message, carries the checked schema;
+    then the dataset (seconds), announced by its own log line."""
     from gpuwatch.runner.training_state import TrainingState  # imports torch
 
     threads = configure_threads(torch, device)
@@ -158,9 +159,11 @@ def _train(link: Link, torch: Any, workload_cls: Any, device: Any, *, max_steps:
 
     started = time.perf_counter()
     model = workload.build_model(device)
-    schema = knob_schema(torch, workload, device)
     state = TrainingState(workload, model=model, optimizer=workload.build_optimizer(model),
                           device=device, values=workload.knob_values())
+    checking = time.perf_counter()
+    schema = knob_schema(torch, workload, device)
+    checked_s = time.perf_counter() - checking
     link.send("hello", protocol=PROTOCOL_VERSION, pid=os.getpid(), workload=workload.name,
               device=device_info(torch, device), versions=versions(torch),
               os=platform.platform(), knobs=schema.as_hello(),
@@ -169,7 +172,7 @@ def _train(link: Link, torch: Any, workload_cls: Any, device: Any, *, max_steps:
               timing="cuda_events" if device.type == "cuda" else "host",
               batch_size=state.values["batch_size"])
     info(f"training on {device} with {threads} intra-op thread(s); knobs checked in "
-         f"{time.perf_counter() - started:.2f} s")
+         f"{checked_s:.2f} s")
     workload.prepare(info)
     parameters = sum(p.numel() for p in model.parameters())
     info(f"ready in {time.perf_counter() - started:.1f} s: {type(model).__name__} with "
