@@ -439,6 +439,18 @@ def test_demo_dials_wrap_the_dataset_picklably(prepared: Callable[[str], Dataset
     assert not isinstance(work.build_loader(work.knob_values()).dataset, DemoDials)
 
 
+def test_worker_only_loader_options_are_left_out_without_workers(
+        prepared: Callable[[str], DatasetWorkload]) -> None:
+    """DataLoader refuses prefetch_factor/persistent_workers without workers: they wait."""
+    work = prepared("gpt")
+    values = dict(work.knob_values(), prefetch_factor=4, persistent_workers=True)
+    loader = work.build_loader(values)
+    assert loader.num_workers == 0 and not loader.persistent_workers
+    assert next(iter(loader))[0].shape == (8, work.config["context"])
+    with_workers = work.build_loader(dict(values, num_workers=1))
+    assert with_workers.prefetch_factor == 4 and with_workers.persistent_workers
+
+
 def test_compile_wraps_the_model_and_reuses_it_per_mode(
         prepared: Callable[[str], DatasetWorkload]) -> None:
     """No compiled forward runs here: inductor on this CPU takes ~30 s for the first one."""
@@ -540,6 +552,33 @@ def test_a_change_whose_first_step_fails_is_reverted_with_a_config(
     assert error == ("step 2 failed under config 1: RuntimeError: this backend cannot run the "
                      "model in bf16; going back to amp=off, log_every=1")
     assert [(s, c) for s, c, _, _ in link.steps()] == [(0, 0), (1, 0), (2, 2), (3, 2)]
+
+
+def test_a_compile_that_fails_in_its_first_step_is_reverted_and_forgotten(
+        prepared: Callable[[str], DatasetWorkload], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stands in for an inductor failure, which surfaces lazily in the first forward."""
+    compiled: list[str | None] = []
+
+    class Uncompilable(nn.Module):
+        def forward(self, *_args: Any) -> torch.Tensor:
+            raise RuntimeError("InductorError: C++ compile error")
+
+    def failing_compile(_model: nn.Module, mode: str | None = None) -> nn.Module:
+        compiled.append(mode)
+        return Uncompilable()
+
+    monkeypatch.setattr(torch, "compile", failing_compile)
+    loop, link = make_loop(prepared("mlp"), {1: [setting(1, compile="max-autotune")],
+                                             2: [setting(2, compile="max-autotune")]},
+                           max_steps=4)
+    assert loop.run() == "max_steps"
+    assert compiled == ["max-autotune", "max-autotune"]  # the failed one was not reused
+    assert [(c["id"], c["request"], c["changed"]) for c in link.of("config")] == [
+        (1, 1, {"compile": "max-autotune"}), (2, None, {"compile": "off"}),
+        (3, 2, {"compile": "max-autotune"}), (4, None, {"compile": "off"})]
+    assert len(link.texts("error")) == 2 and "InductorError" in link.texts("error")[0]
+    assert [c for _, c, _, _ in link.steps()] == [0, 2, 4, 4]
+    assert loop.state.model is loop.state.base_model
 
 
 def test_a_failure_outside_a_changes_trial_ends_the_run(
