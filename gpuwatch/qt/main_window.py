@@ -1,4 +1,5 @@
-"""The main window: toolbar, headline figures, timeline over utilization, log dock.
+"""The main window: toolbar, headline figures, timeline over utilization, knob panel,
+scoreboard and log docks.
 
 Data flow: the Session's threads fill ring buffers; this window polls them on ONE timer
 (~30 fps) and redraws from snapshots. There are no data signals and no per-message
@@ -27,13 +28,17 @@ from PySide6.QtWidgets import (
 )
 
 from gpuwatch.core.analysis import active_spans, headline
-from gpuwatch.core.session import ACTIVE_STATES, LaunchSpec, Session, SessionState
+from gpuwatch.core.session import ACTIVE_STATES, LaunchSpec, LogLine, Session, SessionState
 from gpuwatch.protocol import WORKLOADS
 from gpuwatch.qt import palette
+from gpuwatch.qt.change_markers import ChangeMarkers
 from gpuwatch.qt.headline_bar import HeadlineBar, HeadlineFigures
+from gpuwatch.qt.knob_panel import KnobPanel
 from gpuwatch.qt.log_pane import LogPane
+from gpuwatch.qt.scoreboard_view import ScoreboardView
 from gpuwatch.qt.spans import busy_percent_over, weighted_mean
 from gpuwatch.qt.timeline_view import TimelineView
+from gpuwatch.qt.tour_controller import TourController
 from gpuwatch.qt.utilization_view import UtilizationView, choose_coarse
 
 #: Redraw period: ~30 fps is smooth scrolling and leaves the CPU to the training run.
@@ -47,6 +52,13 @@ WINDOW_S = 30.0
 HEADLINE_WINDOW_S = 5.0
 #: ...and are refreshed every this many redraws (~4 Hz: readable, not flickering).
 HEADLINE_EVERY = 8
+#: The knob panel follows answers and values this often (seconds; a refused change snaps
+#: back within it)...
+KNOBS_PERIOD_S = 0.25
+#: ...and the scoreboard, the knobs' costs and the change markers this often: ~2 Hz, since
+#: ``session.scoreboard()`` recomputes the live row and table figures must stay readable.
+SCOREBOARD_PERIOD_S = 0.5
+TOUR_LOCK_HINT = "The tour is driving the knobs: Stop tour to change them yourself."
 
 _STATE_TEXT = {
     SessionState.IDLE: "idle",
@@ -70,6 +82,8 @@ class MainWindow(QMainWindow):
         self._tick_cost_ms = 0.0
         self._last_key: tuple | None = None
         self._closed = False
+        self._knobs_due = 0.0
+        self._scoreboard_due = 0.0
 
         self._build_toolbar(getattr(options, "workload", "vision") or "vision",
                             getattr(options, "device", "auto") or "auto")
@@ -83,6 +97,10 @@ class MainWindow(QMainWindow):
         self.banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.banner.hide()
         layout.addWidget(self.banner)
+        self.tour = TourController(session, self, self._log_gui)
+        self.run_bar.addSeparator()
+        self.run_bar.addAction(self.tour.action)
+        layout.addWidget(self.tour.caption)
         self.headline = HeadlineBar()
         layout.addWidget(self.headline)
         self.timeline_caption = QLabel()
@@ -98,15 +116,26 @@ class MainWindow(QMainWindow):
         splitter.setChildrenCollapsible(False)
         layout.addWidget(splitter, 1)
         self.setCentralWidget(central)
+        self.timeline_markers = ChangeMarkers(self.timeline, labels=True)
+        self.utilization_markers = ChangeMarkers(self.utilization.plot, labels=False)
 
         self.log_pane = LogPane()
-        dock = QDockWidget("Log", self)
-        dock.setObjectName("log")
-        dock.setWidget(self.log_pane)
-        dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
-                         | QDockWidget.DockWidgetFeature.DockWidgetFloatable)
+        dock = self._dock("Log", "log", self.log_pane)
         self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
-        self.resizeDocks([dock], [120], Qt.Orientation.Vertical)
+        self.scoreboard = ScoreboardView(session)
+        score_dock = self._dock("Scoreboard", "scoreboard", self.scoreboard)
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, score_dock)
+        self.splitDockWidget(score_dock, dock, Qt.Orientation.Horizontal)
+        self.resizeDocks([score_dock, dock], [3, 1], Qt.Orientation.Horizontal)
+        self.resizeDocks([score_dock], [170], Qt.Orientation.Vertical)
+        self.knob_panel = KnobPanel(session)
+        knob_dock = self._dock("Knobs", "knobs", self.knob_panel)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, knob_dock)
+        self.resizeDocks([knob_dock], [290], Qt.Orientation.Horizontal)
+        self.knob_panel.status_message.connect(
+            lambda text: self.statusBar().showMessage(text, 15_000))
+        self.tour.active_changed.connect(
+            lambda on: self.knob_panel.set_locked(TOUR_LOCK_HINT if on else None))
 
         self._build_status_bar()
         for plot in (self.timeline, self.utilization.plot):
@@ -121,8 +150,17 @@ class MainWindow(QMainWindow):
 
     # ---- Building ---------------------------------------------------------------------
 
+    def _dock(self, title: str, name: str, widget: QWidget) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(name)
+        dock.setWidget(widget)
+        dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
+                         | QDockWidget.DockWidgetFeature.DockWidgetFloatable)
+        return dock
+
     def _build_toolbar(self, workload: str, device: str) -> None:
         bar = QToolBar("Run")
+        self.run_bar = bar
         bar.setObjectName("run")
         bar.setMovable(False)
         bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
@@ -206,6 +244,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         """Stop the run with the window: no runner outlives the GUI."""
         self.timer.stop()
+        self.tour.timer.stop()
         if not self._closed:
             self._closed = True
             self.session.close()
@@ -234,6 +273,32 @@ class MainWindow(QMainWindow):
         self._redraw_plots(live, lo_ns, hi_ns)
         if self._ticks % HEADLINE_EVERY == 1:
             self._redraw_headline(now_ns)
+        self._redraw_knobs_and_scoreboard(now_ns)
+
+    def _redraw_knobs_and_scoreboard(self, now_ns: int) -> None:
+        """Knob panel at ~4 Hz; scoreboard, costs and change markers at ~2 Hz (by time, as
+        the redraw period stretches under load)."""
+        now = time.monotonic()
+        if now >= self._scoreboard_due:
+            self._scoreboard_due = now + SCOREBOARD_PERIOD_S
+            self._knobs_due = now + KNOBS_PERIOD_S
+            session = self.session
+            rows = session.scoreboard()
+            self.scoreboard.show_rows(rows)
+            self.knob_panel.refresh(rows)
+            changes = session.config_changes()
+            for markers in (self.timeline_markers, self.utilization_markers):
+                markers.update(session.hello, changes, rows, session.t0_ns, now_ns)
+            self.tour.sync()
+        elif now >= self._knobs_due:
+            self._knobs_due = now + KNOBS_PERIOD_S
+            self.knob_panel.refresh()
+            self.tour.sync()
+
+    def _log_gui(self, level: str, text: str) -> None:
+        """A line of the window's own (e.g. the tour's) in the log pane."""
+        line = LogLine(time.perf_counter_ns(), level, "tour", text)
+        self.log_pane.append_lines([line], self.session.t0_ns)
 
     def _now_ns(self, live: bool) -> int:
         """The right edge of "now": the clock while running, else where the data ends.

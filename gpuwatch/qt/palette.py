@@ -35,6 +35,16 @@ GRID_LINE = "#E4E4E4"
 ERROR_TEXT = "#C62828"
 WARNING_TEXT = "#B26A00"
 NA_TEXT = "#8A5A00"
+#: Config-change markers on the time axis, and the transition stretch after each change
+#: (left out of the scoreboard's figures), shaded so "transition excluded" is visible.
+MARKER = "#455A64"
+TRANSITION = QColor(255, 193, 7, 45)
+#: Small explanatory text (disabled knob reasons, what a change cost).
+NOTE_TEXT = "#666666"
+COST_TEXT = "#2E7D32"
+#: The tour's stage caption: prominent, but not the red of a failure.
+TOUR_STYLE = ("QLabel { background: #1E3A5F; color: white; font-size: 16px; "
+              "padding: 6px 10px; border-radius: 3px; }")
 BANNER_STYLE = ("QLabel { background: #C62828; color: white; font-weight: bold; "
                 "padding: 6px 10px; border-radius: 3px; }")
 

@@ -1,0 +1,257 @@
+"""The scoreboard: one row per segment (docs/knobs.md §3), speedup against a pinned baseline.
+
+Refreshed a couple of times a second from ``session.scoreboard()``, not at the redraw rate:
+figures that change every frame cannot be read. A figure that could not be measured (or a
+segment not steady yet) reads "n/a", never 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QPoint, Qt
+from PySide6.QtGui import QAction, QFont
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QMenu,
+    QPushButton,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gpuwatch.core.segments import MIN_STEADY_STEPS, SegmentStats, describe_change
+from gpuwatch.qt import palette
+
+NA = "n/a"
+LIVE_MARK = "▶ "
+HINT_NO_RUN = "Start a run to see its segments: one row per knob configuration."
+
+_ROOT = QModelIndex()
+_COARSE_SOURCES = {"nvml.gpu_util": "NVML GPU utilization", "proc.cpu": "runner CPU / cores"}
+
+
+def _pct(value: float | None) -> str:
+    return NA if value is None else f"{100 * value:.0f}%"
+
+
+def _fmt(fmt: str) -> Callable[[float | None], str]:
+    return lambda value: NA if value is None else fmt.format(value)
+
+
+@dataclass(frozen=True)
+class Column:
+    title: str
+    tip: str
+    text: Callable[[SegmentStats], str]
+    numeric: bool = True
+
+
+def _stage(row: SegmentStats) -> str:
+    return (LIVE_MARK if row.live else "") + (row.label or f"config {row.config_id}")
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("stage", "The segment's name (▶ = still running)", _stage, numeric=False),
+    Column("changed", "The knobs this configuration changed",
+           lambda r: describe_change(r.changed) if r.changed else "—", numeric=False),
+    Column("samples/s", "Median of the 1 s window rates over the steady steps",
+           lambda r: _fmt("{:,.0f}")(r.samples_per_s)),
+    Column("step p50 ms", "Median step time (start to next start)",
+           lambda r: _fmt("{:.1f}")(r.step_ms_p50)),
+    Column("step p95 ms", "95th percentile step time", lambda r: _fmt("{:.1f}")(r.step_ms_p95)),
+    Column("busy %", "Stream-active (CUDA, an upper bound) or compute share of the steady "
+                     "range", lambda r: _pct(r.busy_share)),
+    Column("input wait %", "Share of step time spent waiting for the next batch",
+           lambda r: _pct(r.input_wait_share)),
+    Column("coarse %", "NVML GPU utilization, or on a CPU the runner's CPU over its cores",
+           lambda r: _pct(r.coarse_util)),
+    Column("energy J/step", "NVML energy per steady step (n/a without a power reading)",
+           lambda r: _fmt("{:.2f}")(r.energy_j_per_step)),
+    Column("speedup", "samples/s divided by the baseline row's samples/s",
+           lambda r: _fmt("{:.2f}×")(r.speedup)),
+    Column("transition s", "From the change to the end of its transition steps (rebuild, "
+                           "compile, warm-up): left out of every figure",
+           lambda r: _fmt("{:.1f}")(r.transition_s)),
+)
+
+
+class ScoreboardModel(QAbstractTableModel):
+    """Rows of ``SegmentStats``; the baseline row is bold, the live one italic."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[SegmentStats] = []
+        self.baseline_id: int | None = None
+
+    def set_rows(self, rows: Sequence[SegmentStats], baseline_id: int | None) -> None:
+        rows = list(rows)
+        if baseline_id is None and rows:
+            baseline_id = rows[0].config_id
+        if [r.config_id for r in rows] != [r.config_id for r in self.rows]:
+            self.beginResetModel()
+            self.rows, self.baseline_id = rows, baseline_id
+            self.endResetModel()
+        elif rows != self.rows or baseline_id != self.baseline_id:
+            self.rows, self.baseline_id = rows, baseline_id
+            self.dataChanged.emit(self.index(0, 0),
+                                  self.index(len(rows) - 1, len(COLUMNS) - 1))
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = _ROOT) -> int:
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = _ROOT) -> int:
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def data(self, index: QModelIndex | QPersistentModelIndex,
+             role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or index.row() >= len(self.rows):
+            return None
+        row, column = self.rows[index.row()], COLUMNS[index.column()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return column.text(row)
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            horizontal = (Qt.AlignmentFlag.AlignRight if column.numeric
+                          else Qt.AlignmentFlag.AlignLeft)
+            return int(horizontal | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.FontRole:
+            font = QFont()
+            font.setItalic(row.live)
+            font.setBold(row.config_id == self.baseline_id)
+            return font
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return self._tooltip(row, column)
+        return None
+
+    def _tooltip(self, row: SegmentStats, column: Column) -> str:
+        lines = [column.tip]
+        if row.config_id == self.baseline_id:
+            lines.append("This row is the baseline of the speedups.")
+        if not row.steady and column.numeric:
+            lines.append(f"n/a: not steady yet ({row.steady_steps} steady steps; figures "
+                         f"need {MIN_STEADY_STEPS}, transition steps are left out)")
+        if column.title == "coarse %" and row.coarse_source:
+            lines.append(f"source: {_COARSE_SOURCES.get(row.coarse_source, row.coarse_source)}")
+        if column.title == "stage":
+            lines.append(f"config {row.config_id}: {row.steps} steps, "
+                         f"{row.steady_steps} steady")
+        return "\n".join(lines)
+
+    def headerData(self, section: int, orientation: Qt.Orientation,
+                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(COLUMNS):
+            return None
+        if role == Qt.ItemDataRole.DisplayRole:
+            return COLUMNS[section].title
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return COLUMNS[section].tip
+        return None
+
+
+class ScoreboardView(QWidget):
+    """The table with a "Pin as baseline" button and context-menu entry."""
+
+    def __init__(self, session: Any) -> None:
+        super().__init__()
+        self.session = session
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 2, 4, 2)
+        layout.setSpacing(2)
+        top = QHBoxLayout()
+        self.hint = QLabel(HINT_NO_RUN)
+        self.hint.setStyleSheet(f"color: {palette.NOTE_TEXT};")
+        top.addWidget(self.hint, 1)
+        self.pin_button = QPushButton("Pin as baseline")
+        self.pin_button.setToolTip("Measure every speedup against the selected row")
+        self.pin_button.clicked.connect(self.pin_selected)
+        top.addWidget(self.pin_button)
+        layout.addLayout(top)
+        self.model = ScoreboardModel()
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().hide()
+        self.table.setAlternatingRowColors(True)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.table.customContextMenuRequested.connect(self._context_menu)
+        self.table.selectionModel().selectionChanged.connect(lambda *_: self._sync_controls())
+        layout.addWidget(self.table, 1)
+        self._sync_controls()
+
+    def show_rows(self, rows: Sequence[SegmentStats]) -> None:
+        """New rows from ``session.scoreboard()`` (call at ~2 Hz)."""
+        selected = self.selected_config_id()
+        count_before = self.model.rowCount()
+        self.model.set_rows(rows, self.session.baseline_id)
+        if self.model.rowCount() != count_before:
+            self.table.resizeColumnsToContents()
+            if selected is not None:
+                self.select_config(selected)
+        self._sync_controls()
+
+    def _sync_hint(self) -> None:
+        rows = self.model.rows
+        base = next((r for r in rows if r.config_id == self.model.baseline_id), None)
+        if not rows:
+            hint = HINT_NO_RUN
+        elif base is not None:
+            hint = f"speedup vs “{base.label}”; transition steps excluded; n/a = not measured"
+        else:
+            hint = ""
+        if self.hint.text() != hint:
+            self.hint.setText(hint)
+
+    def selected_config_id(self) -> int | None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows or rows[0].row() >= len(self.model.rows):
+            return None
+        return self.model.rows[rows[0].row()].config_id
+
+    def select_config(self, config_id: int) -> None:
+        for i, row in enumerate(self.model.rows):
+            if row.config_id == config_id:
+                self.table.selectRow(i)
+                return
+
+    def pin_baseline(self, config_id: int | None) -> None:
+        """Make ``config_id`` the baseline of the speedups (None: back to the first row)."""
+        self.session.baseline_id = config_id
+        self.model.set_rows(self.session.scoreboard(), config_id)
+        self._sync_controls()
+
+    def pin_selected(self) -> None:
+        config_id = self.selected_config_id()
+        if config_id is not None:
+            self.pin_baseline(config_id)
+
+    def _sync_controls(self) -> None:
+        self._sync_hint()
+        selected = self.selected_config_id()
+        self.pin_button.setEnabled(selected is not None and selected != self.model.baseline_id)
+
+    def _context_menu(self, pos: QPoint) -> None:
+        index = self.table.indexAt(pos)
+        if not index.isValid():
+            return
+        self.table.selectRow(index.row())
+        config_id = self.model.rows[index.row()].config_id
+        menu = QMenu(self)
+        pin = QAction("Pin as baseline", menu)
+        pin.setEnabled(config_id != self.model.baseline_id)
+        pin.triggered.connect(lambda: self.pin_baseline(config_id))
+        menu.addAction(pin)
+        first = self.model.rows[0].config_id if self.model.rows else None
+        if self.session.baseline_id is not None and self.session.baseline_id != first:
+            reset = QAction("Baseline: back to the first row", menu)
+            reset.triggered.connect(lambda: self.pin_baseline(None))
+            menu.addAction(reset)
+        menu.exec(self.table.viewport().mapToGlobal(pos))

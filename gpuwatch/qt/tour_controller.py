@@ -1,0 +1,160 @@
+"""The "Tour" toolbar action: walk the running workload through the well-known fixes.
+
+Plans the stages with ``gpuwatch.core.tour.plan_tour`` and drives a ``Conductor`` from its
+own 200 ms QTimer (the conductor is a non-blocking state machine meant to be ticked every
+100–250 ms; the redraw timer stretches under load, so it is not tied to it). The stage
+caption is shown large above the plots, because the audience of a talk reads it from afar.
+Stopping the tour leaves the run going in its current configuration.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QLabel, QWidget
+
+from gpuwatch.core.session import SessionState
+from gpuwatch.core.tour import Conductor, TourProgress, plan_tour
+from gpuwatch.qt import palette
+
+#: Steady seconds each stage is held for at least (docs/knobs.md §4).
+TOUR_STEADY_S = 10.0
+TICK_MS = 200
+
+LogFn = Callable[[str, str], None]  # (level, text)
+
+
+class TourController(QObject):
+    """Owns the Tour action, the caption label and, while touring, one ``Conductor``."""
+
+    #: True while a tour drives the knobs (the knob panel stops sending meanwhile).
+    active_changed = Signal(bool)
+
+    def __init__(self, session: Any, parent: QWidget, log: LogFn, *,
+                 plan: Callable[..., Any] = plan_tour,
+                 conductor: Callable[..., Any] = Conductor,
+                 min_steady_s: float = TOUR_STEADY_S, tick_ms: int = TICK_MS) -> None:
+        super().__init__(parent)
+        self.session = session
+        self._log = log
+        self._plan = plan
+        self._make_conductor = conductor
+        self._min_steady_s = min_steady_s
+        self.conductor: Any = None
+        self._hello: Any = None
+        self._stage_index: int | None = None
+        self.action = QAction("Tour", parent)
+        self.action.setToolTip(
+            f"Walk the run through the well-known fixes one by one (workers, pinned memory, "
+            f"batched logging, AMP, channels_last, compile), holding each stage until it has "
+            f"{self._min_steady_s:g} s of steady rates; the scoreboard shows what each bought.")
+        self.action.triggered.connect(self.toggle)
+        self.caption = QLabel()
+        self.caption.setStyleSheet(palette.TOUR_STYLE)
+        self.caption.setWordWrap(True)
+        self.caption.hide()
+        self.timer = QTimer(self)
+        self.timer.setInterval(tick_ms)
+        self.timer.timeout.connect(self.tick)
+        self.sync()
+
+    @property
+    def active(self) -> bool:
+        return self.conductor is not None
+
+    def toggle(self) -> None:
+        if self.active:
+            self.stop()
+        else:
+            self.start()
+
+    def start(self) -> None:
+        """Plan the tour for the running workload and begin its first stage."""
+        session = self.session
+        hello = session.hello
+        if self.active or session.state is not SessionState.RUNNING or not session.knobs:
+            self._log("warning", "tour: start a run first; the tour changes a running run's "
+                                 "knobs")
+            return
+        device = hello.get("device") or {}
+        stages, skipped = self._plan(session.knobs, hello.get("workload", ""),
+                                     device.get("cores"))
+        for skip in skipped:
+            self._log("info", f"tour: skipping “{skip.label}”: {skip.reason}")
+        try:
+            self.conductor = self._make_conductor(session, stages,
+                                                  min_steady_s=self._min_steady_s)
+        except ValueError as exc:
+            self._log("error", f"tour: cannot start: {exc}")
+            return
+        self._hello = hello
+        self._stage_index = None
+        self._log("info", f"tour: {len(stages)} stage(s): "
+                          + ", ".join(stage.label for stage in stages))
+        self.timer.start()
+        self.active_changed.emit(True)
+        self.sync()
+        self.tick()
+
+    def stop(self) -> None:
+        """End the tour where it is; the run keeps its current configuration."""
+        if self.conductor is None:
+            return
+        self.conductor.stop()
+        self._end("tour stopped; the run goes on with its current knobs", "info",
+                  "Tour stopped — the run goes on with its current knobs.")
+
+    def tick(self) -> None:
+        conductor = self.conductor
+        if conductor is None:
+            return
+        progress: TourProgress = conductor.tick()
+        stage = progress.stage
+        if progress.index != self._stage_index and stage is not None:
+            self._stage_index = progress.index
+            self._log("info", f"tour: stage {progress.index + 1}/{progress.n_stages} "
+                              f"“{stage.label}”: {stage.caption}")
+        if conductor.failed:
+            self._end(f"tour failed: {conductor.failed}", "error",
+                      f"Tour failed: {conductor.failed}")
+            return
+        if conductor.done:
+            self._end(f"tour done: {progress.n_stages} stage(s) measured", "info",
+                      f"Tour done: {progress.n_stages} stage(s) measured — see the "
+                      "scoreboard for what each one bought.")
+            return
+        self._show_progress(progress)
+
+    def sync(self) -> None:
+        """Follow the session (call a few times a second): action state, stale caption."""
+        running = self.session.state is SessionState.RUNNING and bool(self.session.knobs)
+        self.action.setText("Stop tour" if self.active else "Tour")
+        self.action.setEnabled(self.active or running)
+        if not self.active and self.caption.isVisible() and self.session.hello is not self._hello:
+            self.caption.hide()  # a new run: the last tour's closing words are stale
+
+    def _show_progress(self, progress: TourProgress) -> None:
+        stage = progress.stage
+        title = f"Tour {progress.index + 1}/{progress.n_stages}"
+        if stage is not None:
+            title += f" · {html.escape(stage.label)}"
+            text = f"<b>{title}</b> — {html.escape(stage.caption)}"
+        else:
+            text = f"<b>{title}</b>"
+        text += f'<br><span style="font-size: 12px;">{html.escape(progress.message)}</span>'
+        if self.caption.text() != text:
+            self.caption.setText(text)
+        self.caption.show()
+
+    def _end(self, log_text: str, level: str, caption: str) -> None:
+        self.timer.stop()
+        self.conductor = None
+        self._log(level, log_text)
+        self.caption.setText(html.escape(caption))
+        self.caption.show()
+        self.active_changed.emit(False)
+        self.sync()
