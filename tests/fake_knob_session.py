@@ -58,6 +58,9 @@ class FakeSession:
                  state: SessionState = SessionState.RUNNING) -> None:
         self.state = state
         self.hello: dict[str, Any] | None = None
+        self.error: str | None = None
+        self.bye_reason: str | None = None
+        self.stopped = False
         self.sent: list[tuple[int, dict[str, Any], str | None]] = []
         self.rows: list[SegmentStats] = []
         self.baseline_id: int | None = None
@@ -111,6 +114,9 @@ class FakeSession:
 
     def scoreboard(self) -> list[SegmentStats]:
         return list(self.rows)
+
+    def stop(self) -> None:
+        self.stopped = True
 
     # ---- The runner's side, played by the test ---------------------------------------
 

@@ -134,13 +134,14 @@ def test_refusal_shows_the_message_and_snaps_back(panel_for, qtbot):
     box = panel.rows["channels_last"].editor
     click_box(qtbot, box)
     assert box.isChecked()
-    session.refuse(1, "channels_last needs a workload with 4-D image inputs")
+    session.refuse(1, "channels_last needs a workload with 4-D image inputs, not 'mlp' <x>")
     with qtbot.waitSignal(panel.status_message) as signal:
         panel.refresh()
     assert not box.isChecked()  # snapped back to the value in force
     assert panel.message.isVisible()
+    assert panel.message.textFormat() == Qt.TextFormat.PlainText  # shown verbatim
     assert panel.message.text() == ("Refused: channels_last needs a workload with 4-D image "
-                                    "inputs")
+                                    "inputs, not 'mlp' <x>")
     assert palette.ERROR_TEXT in panel.message.styleSheet()
     assert "4-D image inputs" in signal.args[0]
     panel.refresh()  # shown once, stays visible

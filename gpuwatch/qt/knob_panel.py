@@ -73,7 +73,8 @@ class KnobRow:
         self.kind: str = knob.get("type", "")
         self.enabled_here = bool(knob.get("enabled", True))
         label_text = knob.get("label") or self.name
-        self.label = QLabel(html.escape(label_text))
+        self.label = QLabel(label_text)
+        self.label.setTextFormat(Qt.TextFormat.PlainText)
         tip = knob.get("help") or ""
         rebuilds = knob.get("rebuilds")
         tip += f"\n\n{self.name}" + (f" — changing it rebuilds the {rebuilds}" if rebuilds else "")
@@ -82,6 +83,7 @@ class KnobRow:
         self.editor = self._build_editor(panel)
         self.editor.setToolTip(tip.strip())
         self.note = QLabel()
+        self.note.setTextFormat(Qt.TextFormat.PlainText)
         self.note.setWordWrap(True)
         self.note.setStyleSheet(f"color: {palette.NOTE_TEXT}; {_SMALL}")
         notes = []
@@ -89,9 +91,10 @@ class KnobRow:
             notes.append(knob.get("reason") or "not available here")
         for choice, reason in (knob.get("disabled_choices") or {}).items():
             notes.append(f"{choice}: {reason}")
-        self.note.setText(html.escape("; ".join(notes)))
+        self.note.setText("; ".join(notes))
         self.note.setVisible(bool(notes))
         self.cost = QLabel()
+        self.cost.setTextFormat(Qt.TextFormat.PlainText)
         self.cost.setStyleSheet(f"color: {palette.COST_TEXT}; {_SMALL}")
         self.cost.hide()
         if not self.enabled_here:
@@ -206,10 +209,12 @@ class KnobPanel(QWidget):
         layout.setContentsMargins(6, 4, 6, 4)
         layout.setSpacing(4)
         self.hint = QLabel(HINT_NO_RUN)
+        self.hint.setTextFormat(Qt.TextFormat.PlainText)
         self.hint.setWordWrap(True)
         self.hint.setStyleSheet(f"color: {palette.NOTE_TEXT};")
         layout.addWidget(self.hint)
         self.message = QLabel()
+        self.message.setTextFormat(Qt.TextFormat.PlainText)
         self.message.setWordWrap(True)
         self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.message.hide()
@@ -390,7 +395,7 @@ class KnobPanel(QWidget):
         self.refresh()
 
     def _set_message(self, text: str, color: str | None) -> None:
-        self.message.setText(html.escape(text))
+        self.message.setText(text)
         if color is not None:
             bold = "font-weight: 600;" if color == palette.ERROR_TEXT else ""
             self.message.setStyleSheet(f"color: {color}; {bold}")

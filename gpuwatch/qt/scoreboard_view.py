@@ -164,6 +164,7 @@ class ScoreboardView(QWidget):
         layout.setSpacing(2)
         top = QHBoxLayout()
         self.hint = QLabel(HINT_NO_RUN)
+        self.hint.setTextFormat(Qt.TextFormat.PlainText)
         self.hint.setStyleSheet(f"color: {palette.NOTE_TEXT};")
         top.addWidget(self.hint, 1)
         self.pin_button = QPushButton("Pin as baseline")

@@ -13,7 +13,7 @@ import html
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QWidget
 
@@ -26,6 +26,10 @@ TOUR_STEADY_S = 10.0
 TICK_MS = 200
 
 LogFn = Callable[[str, str], None]  # (level, text)
+
+
+def _escape(text: str) -> str:
+    return html.escape(text, quote=False)
 
 
 class TourController(QObject):
@@ -54,6 +58,7 @@ class TourController(QObject):
             f"{self._min_steady_s:g} s of steady rates; the scoreboard shows what each bought.")
         self.action.triggered.connect(self.toggle)
         self.caption = QLabel()
+        self.caption.setTextFormat(Qt.TextFormat.RichText)
         self.caption.setStyleSheet(palette.TOUR_STYLE)
         self.caption.setWordWrap(True)
         self.caption.hide()
@@ -141,11 +146,11 @@ class TourController(QObject):
         stage = progress.stage
         title = f"Tour {progress.index + 1}/{progress.n_stages}"
         if stage is not None:
-            title += f" · {html.escape(stage.label)}"
-            text = f"<b>{title}</b> — {html.escape(stage.caption)}"
+            title += f" · {_escape(stage.label)}"
+            text = f"<b>{title}</b> — {_escape(stage.caption)}"
         else:
             text = f"<b>{title}</b>"
-        text += f'<br><span style="font-size: 12px;">{html.escape(progress.message)}</span>'
+        text += f'<br><span style="font-size: 12px;">{_escape(progress.message)}</span>'
         if self.caption.text() != text:
             self.caption.setText(text)
         self.caption.show()
@@ -154,7 +159,7 @@ class TourController(QObject):
         self.timer.stop()
         self.conductor = None
         self._log(level, log_text)
-        self.caption.setText(html.escape(caption))
+        self.caption.setText(_escape(caption))
         self.caption.show()
         self.active_changed.emit(False)
         self.sync()

@@ -1,0 +1,154 @@
+"""The Tour action: plans, drives a conductor on a timer, shows captions, stops cleanly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fake_knob_session import FakeSession, row
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+from gpuwatch.core.session import SessionState
+from gpuwatch.core.tour import Conductor, Skipped, Stage, TourProgress, plan_tour
+from gpuwatch.qt.tour_controller import TourController
+
+STAGES = [Stage("baseline", {}, "the naive defaults"),
+          Stage("workers", {"num_workers": 2}, "2 worker processes decode while training"),
+          Stage("compile", {"compile": "default"}, "torch.compile fuses kernels")]
+SKIPPED = [Skipped("pinned memory", "needs CUDA")]
+
+
+class ScriptedConductor:
+    """Walks the stages one ``advance()`` at a time (the test decides when a stage is held)."""
+
+    def __init__(self, session: Any, stages: list[Stage], *, min_steady_s: float) -> None:
+        self.session, self.stages, self.min_steady_s = session, stages, min_steady_s
+        self.index = 0
+        self.done = False
+        self.failed: str | None = None
+        self.stopped = False
+        self.ticks = 0
+
+    def advance(self) -> None:
+        if self.index + 1 < len(self.stages):
+            self.index += 1
+        else:
+            self.done = True
+
+    def tick(self) -> TourProgress:
+        self.ticks += 1
+        state = "done" if self.done else "steady"
+        return TourProgress(self.index, len(self.stages), self.stages[self.index], state,
+                            3.0, 512.0, f"stage {self.index + 1}: steady 3.0/10 s")
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.done = True
+
+
+@pytest.fixture
+def tour(qtbot):
+    hosts: list[QWidget] = []  # keeps each host (and so its controller) alive for the test
+
+    def make(session: Any, **kwargs: Any) -> tuple[TourController, list[tuple[str, str]]]:
+        host = QWidget()
+        qtbot.addWidget(host)
+        hosts.append(host)
+        lines: list[tuple[str, str]] = []
+        kwargs.setdefault("plan", lambda knobs, workload, cores: (list(STAGES), list(SKIPPED)))
+        kwargs.setdefault("conductor", ScriptedConductor)
+        controller = TourController(session, host, lambda level, text:
+                                    lines.append((level, text)), **kwargs)
+        QVBoxLayout(host).addWidget(controller.caption)
+        host.show()
+        return controller, lines
+
+    return make
+
+
+def test_tour_walks_the_stages_and_shows_captions(tour, qtbot):
+    session = FakeSession()
+    controller, lines = tour(session, tick_ms=20)
+    assert controller.action.text() == "Tour" and controller.action.isEnabled()
+    with qtbot.waitSignal(controller.active_changed) as active:
+        controller.action.trigger()
+    assert active.args == [True]
+    assert controller.action.text() == "Stop tour"
+    conductor = controller.conductor
+    assert conductor.min_steady_s == 10.0
+    assert ("info", "tour: skipping “pinned memory”: needs CUDA") in lines
+    assert controller.caption.isVisible()
+    assert "Tour 1/3 · baseline" in controller.caption.text()
+    assert "the naive defaults" in controller.caption.text()
+    assert "steady 3.0/10 s" in controller.caption.text()  # the conductor's progress line
+
+    conductor.advance()
+    qtbot.waitUntil(lambda: "Tour 2/3 · workers" in controller.caption.text(), timeout=2000)
+    assert "2 worker processes decode" in controller.caption.text()
+    assert any("stage 2/3 “workers”" in text for _, text in lines)
+    conductor.advance()
+    qtbot.waitUntil(lambda: "Tour 3/3 · compile" in controller.caption.text(), timeout=2000)
+    conductor.advance()
+    with qtbot.waitSignal(controller.active_changed, timeout=2000) as ended:
+        pass
+    assert ended.args == [False]
+    assert controller.conductor is None
+    assert controller.action.text() == "Tour"
+    assert "Tour done: 3 stage(s)" in controller.caption.text()
+    assert not controller.timer.isActive()
+    assert not session.stopped
+
+
+def test_stop_tour_keeps_the_run_going(tour, qtbot):
+    session = FakeSession()
+    controller, lines = tour(session)
+    controller.action.trigger()
+    conductor = controller.conductor
+    controller.action.trigger()  # "Stop tour"
+    assert conductor.stopped
+    assert controller.conductor is None and not controller.timer.isActive()
+    assert not session.stopped and session.state is SessionState.RUNNING
+    assert "Tour stopped" in controller.caption.text()
+    assert lines[-1] == ("info", "tour stopped; the run goes on with its current knobs")
+    assert controller.action.text() == "Tour"
+
+
+def test_tour_needs_a_running_run(tour):
+    session = FakeSession(knobs=None, state=SessionState.IDLE)
+    controller, lines = tour(session)
+    assert not controller.action.isEnabled()
+    controller.start()
+    assert controller.conductor is None
+    assert lines and lines[-1][0] == "warning"
+
+
+def test_failed_tour_says_why(tour):
+    session = FakeSession()
+    controller, lines = tour(session)
+    controller.start()
+    controller.conductor.failed = "stage 'workers' was refused: no"
+    controller.tick()
+    assert controller.conductor is None
+    assert "Tour failed: stage 'workers' was refused: no" in controller.caption.text()
+    assert lines[-1] == ("error", "tour failed: stage 'workers' was refused: no")
+
+
+def test_real_plan_and_conductor_send_the_workers_stage(tour):
+    """The real planner and Conductor against the fake session: the baseline is held until
+    steady, then the workers stage is asked for with its label, and its caption shown."""
+    session = FakeSession()
+    controller, lines = tour(session, plan=plan_tour, conductor=Conductor, min_steady_s=5.0)
+    controller.start()
+    assert any("skipping “pinned memory”: needs CUDA" in text for _, text in lines)
+    assert "Tour 1/6 · baseline" in controller.caption.text()
+    session.rows = [row(0, "baseline", live=True)]  # 14 s steady, stable rates
+    controller.tick()
+    assert session.baseline_id == 0
+    assert session.sent == [(1, {"num_workers": 2, "persistent_workers": True}, "workers")]
+    assert "Tour 2/6 · workers" in controller.caption.text()
+    session.apply(1)
+    session.rows = [row(0, "baseline"), row(1, "workers", live=True, steady=False,
+                                            transition_s=None)]
+    controller.tick()
+    assert "workers" in controller.caption.text() and controller.active
+    controller.stop()
