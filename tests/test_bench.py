@@ -16,8 +16,8 @@ from test_tour import FakeSession, schema
 
 from gpuwatch.core.bench import BenchOptions, ProgressLine, run_bench
 from gpuwatch.core.bench_report import BenchReport, render
-from gpuwatch.core.segments import SegmentStats
-from gpuwatch.core.session import SessionState
+from gpuwatch.core.segments import ConfigChange, SegmentStats
+from gpuwatch.core.session import LogLine, SessionState
 
 MACHINE = {"device": "AMD EPYC 7B13", "device_kind": "cpu", "os": "Linux-6.1-x86_64",
            "python": "3.11.9", "torch": "2.14.1", "cuda": None, "driver_model": None,
@@ -136,13 +136,20 @@ class ScriptedSession(FakeSession):
     """Says hello on start, applies every change at once, and reports a steady row per
     config whose rate grows with the workers; ``refuse_all`` plays a runner that refuses."""
 
-    def __init__(self, *, fail_start: str | None = None, refuse_all: str | None = None) -> None:
+    def __init__(self, *, fail_start: str | None = None, refuse_all: str | None = None,
+                 revert_with: str | None = None) -> None:
         super().__init__(schema(cuda=False))
         self.state = SessionState.IDLE
         self.hello = None
         self._fail_start = fail_start
         self._refuse_all = refuse_all
+        self._revert_with = revert_with
+        self.log: list[LogLine] = []
         self.stopped = False
+
+    def drain_log(self) -> list[LogLine]:
+        lines, self.log = self.log, []
+        return lines
 
     @property
     def knobs(self) -> list[dict[str, Any]]:
@@ -162,8 +169,13 @@ class ScriptedSession(FakeSession):
         assert request is not None
         if self._refuse_all:
             self.refuse(request, self._refuse_all)
-        else:
-            self.apply(request)
+            return request
+        config_id = self.apply(request)
+        if self._revert_with:  # the change's first step fails: the runner goes back
+            previous = self.changes[-2]
+            self.changes.append(ConfigChange(config_id + 1, previous.values, {}, 0, 50, 1,
+                                             label=previous.label))
+            self.log.append(LogLine(0, "error", "runner", self._revert_with + "\ntraceback"))
         return request
 
     def scoreboard(self) -> list[SegmentStats]:
@@ -208,7 +220,7 @@ def test_set_then_stages_are_measured_and_the_run_stopped() -> None:
     assert [s["samples_per_s"] for s in report.segments] == [100.0, 300.0]
     assert report.baseline == "num_workers=0"
     assert report.machine["device"] == "Test CPU" and report.machine["cores"] == 2
-    assert "stage 2/2 num_workers=2: num_workers=2: what num_workers does" in progress
+    assert "stage 2/2 num_workers=2: num_workers: what num_workers does" in progress
 
 
 def test_the_tour_reports_skipped_stages() -> None:
@@ -233,6 +245,17 @@ def test_a_refused_stage_is_a_usage_error_with_the_runners_message() -> None:
                        groups=[["batch_size=128"]])
     assert outcome.exit_code == 2
     assert outcome.error == "stage 'batch_size=128' was refused: batch_size must be ≤ 64 here"
+
+
+def test_a_reverted_stage_fails_the_run_with_the_runners_reason() -> None:
+    outcome, _ = bench(ScriptedSession(revert_with="step failed: InductorError: no compiler"),
+                       groups=[[], ["compile=default"]])
+    assert outcome.exit_code == 1
+    assert outcome.error == ("stage 'compile=default' failed in its first steps and the runner "
+                             "went back to the previous settings (the runner said: step failed: "
+                             "InductorError: no compiler)")
+    assert outcome.report is not None
+    assert [s["label"] for s in outcome.report.segments] == ["baseline", "compile=default"]
 
 
 def test_a_runner_that_fails_at_start_is_exit_1_with_its_error() -> None:

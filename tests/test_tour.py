@@ -109,7 +109,7 @@ def test_plan_stages_from_set_and_then_groups() -> None:
                                          "log_every=50, amp=bf16"]
     assert stages[1].changes == {"num_workers": 2}
     assert stages[2].values["num_workers"] == 2 and stages[2].values["amp"] == "bf16"
-    assert "what log_every does" in stages[2].caption
+    assert stages[2].caption == "log_every: what log_every does; amp: what amp does"
 
 
 def test_plan_stages_without_set_starts_from_the_baseline() -> None:
@@ -302,6 +302,26 @@ def test_no_answer_times_out_and_compile_gets_a_generous_allowance() -> None:
     clock.advance(331)
     assert conductor.tick().state == "failed"
     assert "within 630 s" in (conductor.failed or "")
+
+
+@pytest.mark.parametrize(("request_id", "needle"), [
+    (None, "failed in its first steps and the runner went back to the previous settings"),
+    (99, "the knobs were changed from elsewhere (batch_size=32) while it was measured"),
+])
+def test_a_newer_config_during_a_stage_fails_it(request_id: int | None, needle: str) -> None:
+    session, clock = FakeSession(schema(cuda=False)), FakeClock()
+    conductor = conductor_for(session, [[], ["compile=default"]], clock)
+    conductor.tick()
+    session.measure(0, steps=30, steady_s=4.0, rates=(10.0, 10.0, 10.0))
+    conductor.tick()
+    config_id = session.apply(1)
+    assert conductor.tick().state == "transition"
+    session.changes.append(ConfigChange(config_id + 1, session.changes[0].values,
+                                        {"batch_size": 32}, 0, 130, 1, request=request_id,
+                                        label="batch_size=32"))
+    assert conductor.tick().state == "failed"
+    assert needle in (conductor.failed or "")
+    assert conductor.refusal is None
 
 
 def test_a_stage_without_new_steps_stalls() -> None:

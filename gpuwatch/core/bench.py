@@ -124,10 +124,13 @@ def run_bench(options: BenchOptions, *, progress: TextIO | None = None,
         stages, skipped = _plan(session, options, hello)
         conductor = Conductor(session, stages, min_steady_s=options.seconds)
         _announce(out, hello, stages, skipped, options.seconds)
-        _conduct(conductor, out, tick_s)
+        runner_errors = _conduct(session, conductor, out, tick_s)
         if conductor.failed is not None:
             code = EXIT_USAGE if conductor.refusal is not None else EXIT_FAILED
-            outcome = BenchOutcome(code, error=conductor.failed)
+            message = conductor.failed
+            if code == EXIT_FAILED and runner_errors and runner_errors[-1] not in message:
+                message += f" (the runner said: {runner_errors[-1]})"
+            outcome = BenchOutcome(code, error=message)
     except _Failure as failure:
         outcome = BenchOutcome(failure.exit_code, error=str(failure))
     except KeyboardInterrupt:
@@ -181,17 +184,22 @@ def _announce(out: ProgressLine, hello: dict[str, Any], stages: Sequence[Stage],
         out.line(f"  skipped {item.label}: {item.reason}")
 
 
-def _conduct(conductor: Conductor, out: ProgressLine, tick_s: float) -> None:
+def _conduct(session: Session, conductor: Conductor, out: ProgressLine, tick_s: float
+             ) -> list[str]:
+    """Tick until the tour ends; returns the runner's error lines (first line of each)."""
     announced = -1
+    errors: list[str] = []
     while True:
         progress = conductor.tick()
+        errors += [line.text.splitlines()[0] for line in session.drain_log()
+                   if line.level == "error" and line.source == "runner" and line.text]
         if progress.index != announced and progress.state not in ("done", "failed") \
                 and progress.stage is not None:
             announced = progress.index
             out.line(f"stage {progress.index + 1}/{progress.n_stages} {progress.stage.label}: "
                      f"{progress.stage.caption}")
         if conductor.done or conductor.failed is not None:
-            return
+            return errors[-5:]
         out.show((progress.index, progress.state), progress.message)
         time.sleep(tick_s)
 

@@ -186,10 +186,15 @@ def plan_stages(knobs: Sequence[Mapping[str, Any]], groups: Sequence[Sequence[st
                                  f"stage {number - 1}")
         current = {**current, **new}
         label = describe_change(asked) if asked else BASELINE_LABEL
-        caption = "; ".join(f"{describe_change({k: v})}: {schema[k].get('help') or 'as set'}"
-                            for k, v in asked.items()) or BASELINE_CAPTION
+        caption = "; ".join(_knob_caption(schema[k]) for k in asked) or BASELINE_CAPTION
         stages.append(Stage(label, dict(current), caption, new if number > 1 else asked))
     return stages
+
+
+def _knob_caption(knob: Mapping[str, Any]) -> str:
+    """``DataLoader workers: decode and augment in worker processes, ...`` from the schema."""
+    title = knob.get("label") or knob["name"]
+    return f"{title}: {knob['help']}" if knob.get("help") else str(title)
 
 
 # ---- Conducting -------------------------------------------------------------------------------
@@ -342,6 +347,8 @@ class Conductor:
             self._session.baseline_id = config_id
 
     def _watch_segment(self, now: int) -> None:
+        if self._replaced():
+            return
         row = next((r for r in self._session.scoreboard() if r.config_id == self._config_id),
                    None)
         self._row = row
@@ -360,6 +367,22 @@ class Conductor:
         self._state = STEADY
         if self._stable(row):
             self._next_stage(now)
+
+    def _replaced(self) -> bool:
+        """A newer config than the held one fails the stage: the runner reverted a change
+        whose first steps failed (``request`` null), or someone else changed the knobs."""
+        changes = self._session.config_changes()
+        latest = changes[-1] if changes else None
+        if latest is None or self._config_id is None or latest.id <= self._config_id:
+            return False
+        label = self._stages[self._index].label
+        if latest.request is None:
+            self._fail(f"stage {label!r} failed in its first steps and the runner went back "
+                       f"to the previous settings")
+        else:
+            self._fail(f"stage {label!r}: the knobs were changed from elsewhere "
+                       f"({latest.label}) while it was measured")
+        return True
 
     def _stable(self, row: SegmentStats) -> bool:
         """docs/knobs.md §4: enough steady time and the last rates agree, or long enough."""
