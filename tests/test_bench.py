@@ -264,6 +264,86 @@ def test_a_runner_that_fails_at_start_is_exit_1_with_its_error() -> None:
     assert outcome.error == "the run failed: DeviceError: CUDA is not available"
 
 
+# ---- The command ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--set", "num_workers"], "'num_workers' is not a knob setting: write name=value"),
+    (["--tour", "--set", "num_workers=2"], "not allowed with argument --tour"),
+    (["--tour", "--then", "num_workers=2"], "--then adds stages to --set"),
+    (["--format", "xml"], "invalid choice: 'xml'"),
+    (["--seconds", "0"], "seconds must be between 0 and 86400"),
+    (["--output", "/no/such/folder/report.md"], "folder '/no/such/folder' does not exist"),
+])
+def test_bad_bench_arguments_are_usage_errors(args: list[str], needle: str, capsys) -> None:
+    from gpuwatch.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["bench", *args])
+    assert info.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+@pytest.fixture
+def scripted(monkeypatch) -> list[ScriptedSession]:
+    """``gpuwatch bench`` runs against ScriptedSessions (collected here) instead of a runner."""
+    import gpuwatch.core.bench as bench_module
+
+    made: list[ScriptedSession] = []
+
+    def make(**kwargs: Any) -> ScriptedSession:
+        made.append(ScriptedSession(**kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(bench_module, "Session", make)
+    return made
+
+
+def test_bench_command_writes_the_report_to_a_file(scripted, tmp_path, capsys) -> None:
+    from gpuwatch.cli import main
+
+    target = tmp_path / "report.csv"
+    code = main(["bench", "--seconds", "1", "--format", "csv", "--output", str(target),
+                 "--set", "num_workers=0", "--then", "num_workers=2"])
+    captured = capsys.readouterr()
+    assert code == 0 and captured.out == ""
+    assert f"gpuwatch: wrote {target}" in captured.err
+    rows = [line for line in target.read_text().splitlines() if not line.startswith("#")]
+    assert rows[1].startswith("num_workers=0,,100.00,") and rows[2].startswith("num_workers=2,")
+    assert scripted[0].stopped
+
+
+def test_ctrl_c_prints_what_was_measured_and_exits_130(scripted, monkeypatch, capsys) -> None:
+    from gpuwatch.cli import main
+
+    calls = {"n": 0}
+    original = ScriptedSession.scoreboard
+
+    def interrupted_in_stage_two(self: ScriptedSession) -> list[SegmentStats]:
+        calls["n"] += 1
+        if len(self.changes) > 1 and calls["n"] < 100:
+            calls["n"] = 100
+            raise KeyboardInterrupt
+        return original(self)
+
+    monkeypatch.setattr(ScriptedSession, "scoreboard", interrupted_in_stage_two)
+    code = main(["bench", "--seconds", "1", "--then", "num_workers=2", "--then",
+                 "num_workers=4"])
+    captured = capsys.readouterr()
+    assert code == 130 and scripted[0].stopped
+    assert captured.err.rstrip().endswith("gpuwatch: interrupted: stopped the run")
+    table = [line for line in captured.out.splitlines() if line.startswith("| ")]
+    assert [row.split(" | ")[0] for row in table[1:]] == ["| baseline", "| num_workers=2"]
+
+
+def test_the_bench_path_never_imports_qt() -> None:
+    code = ("import sys, gpuwatch.cli, gpuwatch.core.bench, gpuwatch.core.bench_report\n"
+            "print(sorted(m for m in ('PySide6', 'pyqtgraph', 'torch') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
+
+
 # ---- End to end: a real CPU runner ------------------------------------------------------------
 
 

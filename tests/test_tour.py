@@ -89,7 +89,7 @@ def test_tour_skips_with_the_schemas_reasons() -> None:
     assert stages[-1].changes == {"amp": "fp16"}
     assert {s.label: s.reason for s in skipped} == {
         "batched logging": "already log_every=50",
-        "channels_last": "only for vision (4-D image inputs with convolutions)",
+        "channels_last": "vision only: it needs 4-D image inputs and convolutions",
         "compile": "Triton is not installed",
     }
 

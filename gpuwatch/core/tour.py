@@ -120,7 +120,7 @@ def _tour_proposals(schema: Mapping[str, Mapping[str, Any]], workload: str, core
     proposals.append(("AMP", {"amp": amp_choice} if amp_choice else amp_reason, amp_caption))
     proposals.append(("channels_last",
                       {"channels_last": True} if workload == "vision"
-                      else "only for vision (4-D image inputs with convolutions)",
+                      else "vision only: it needs 4-D image inputs and convolutions",
                       "NHWC memory layout lets convolutions pick faster kernels"))
     proposals.append(("compile", {"compile": "default"},
                       "torch.compile fuses operations into fewer, larger kernels "
