@@ -107,6 +107,7 @@ def prepared() -> Callable[[str], DatasetWorkload]:
     def get(name: str) -> DatasetWorkload:
         if name not in cache:
             work: DatasetWorkload = load_workload(name)(seed=0, torch_threads=1, **SMALL[name])
+            work.config["epoch_samples"] = next(iter(SMALL[name].values()))  # one pass
             work.prepare(lambda _text: None)
             cache[name] = work
         return cache[name]
@@ -402,7 +403,7 @@ def test_amp_fp16_steps_through_a_grad_scaler() -> None:
     model = work.build_model(CPU)
     state = TrainingState(work, model=model, optimizer=work.build_optimizer(model), device=CPU,
                           values=work.knob_values())
-    state.apply(dict(state.values, amp="fp16"), ["amp"])
+    state.apply(dict(state.values, amp="fp16"), ["amp"])  # fp16 autocast does run on a CPU
     assert state.scaler is not None
     before = [p.detach().clone() for p in model.parameters()]
     batch = state.to_device(next(iter(work.build_loader(state.values))))
@@ -423,6 +424,17 @@ def test_storage_latency_lengthens_the_data_phase_per_sample(
     data_ms = [(host[1] - host[0]) / 1e6 for _, _, _, host in link.steps()]
     assert all(ms >= 16 * 5 for ms in data_ms[2:])  # 16 samples × 5 ms of sleep each
     assert data_ms[1] < 16 * 5
+
+
+def test_an_epoch_is_epoch_samples_long_whatever_the_dataset_size() -> None:
+    work = load_workload("mlp")(seed=0, torch_threads=1, dataset_images=40)
+    work.prepare(lambda _text: None)
+    work.config["epoch_samples"] = 100
+    labels = torch.cat([labels for _, labels in work.build_loader(
+        dict(work.knob_values(), batch_size=10))])
+    assert labels.numel() == 100  # two full reshuffled passes and part of a third
+    counts = torch.bincount(labels, minlength=10)
+    assert counts.sum() == 100 and counts.min() >= 8  # 4 per class per pass
 
 
 def test_demo_dials_wrap_the_dataset_picklably(prepared: Callable[[str], DatasetWorkload]

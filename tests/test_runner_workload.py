@@ -56,6 +56,7 @@ class RecordingLink:
 def workload() -> VisionWorkload:
     """64 images, batch 32: an epoch is 2 steps, so short runs cross epoch boundaries."""
     work = VisionWorkload(seed=0, torch_threads=1, dataset_images=64)
+    work.config["epoch_samples"] = 64  # one pass per epoch
     work.prepare(lambda _text: None)
     return work
 

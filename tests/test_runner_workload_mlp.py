@@ -38,6 +38,7 @@ def test_digits_are_learnable() -> None:
     """The synthetic classes carry signal: 40 SGD steps cut the loss well below chance."""
     work = _prepared()
     work.config["batch_size"] = 32  # 10 steps per epoch of 320 images
+    work.config["epoch_samples"] = 320
     model = work.build_model(CPU)
     opt = work.build_optimizer(model)
     losses = []

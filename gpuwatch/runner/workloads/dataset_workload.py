@@ -3,6 +3,11 @@
 Every built-in demo is one: keeping the DataLoader construction and the batch copies here
 means a loader knob (workers, pinned memory, prefetch, the demo dials) behaves the same in all
 of them.
+
+An epoch is ``epoch_samples`` samples, reshuffled passes over the in-memory dataset, rather than
+one pass: the datasets are kept small so they build in a second, but a real epoch lasts minutes.
+With one pass per epoch, non-persistent workers would be respawned (spawn: a fresh interpreter
+importing torch, seconds each) every second or so, and ``num_workers`` alone would look harmful.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from gpuwatch.runner.knobs import NAIVE_DEFAULTS, SPECS
 from gpuwatch.runner.workloads import Workload
@@ -22,8 +27,8 @@ from gpuwatch.runner.workloads.demo_dials import DemoDials
 class DatasetWorkload(Workload):
     """Loader, copies and sample count for batches of ``(inputs, targets)``."""
 
-    #: This workload's fixed parameters and its naive ``batch_size`` (copied into ``config``
-    #: over ``knobs.NAIVE_DEFAULTS``).
+    #: This workload's fixed parameters (including ``epoch_samples``) and its naive
+    #: ``batch_size``, copied into ``config`` over ``knobs.NAIVE_DEFAULTS``.
     defaults: ClassVar[dict[str, Any]]
     #: The ``config`` key holding the dataset's length (the largest usable batch).
     size_parameter: ClassVar[str]
@@ -57,15 +62,17 @@ class DatasetWorkload(Workload):
             worker_options = {"prefetch_factor": knobs["prefetch_factor"],
                               "persistent_workers": knobs["persistent_workers"],
                               "multiprocessing_context": "spawn"}
+        sampler = RandomSampler(dataset, num_samples=self.config["epoch_samples"],
+                                generator=torch.Generator().manual_seed(self.seed))
         return DataLoader(
             dataset,
             batch_size=knobs["batch_size"],
-            shuffle=True,
+            sampler=sampler,
             drop_last=True,  # constant batch shapes; BatchNorm cannot train on a batch of 1
             num_workers=workers,
             collate_fn=type(self).collate_fn,
             pin_memory=knobs["pin_memory"],
-            generator=torch.Generator().manual_seed(self.seed),
+            generator=torch.Generator().manual_seed(self.seed),  # the workers' base seed
             **worker_options,
         )
 

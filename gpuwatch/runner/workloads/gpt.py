@@ -32,6 +32,7 @@ DEFAULTS: dict[str, Any] = {
     "n_heads": 4,
     "n_layers": 2,
     "dataset_sequences": 1024,
+    "epoch_samples": 8192,  # 1024 steps of 8: see dataset_workload
     "lr": 3e-4,
 }
 

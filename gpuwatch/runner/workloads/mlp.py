@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "hidden": 512,
     "layers": 3,
     "dataset_images": 4096,
+    "epoch_samples": 65536,  # 512 steps of 128: see dataset_workload
     "optimizer": "sgd",
     "lr": 0.05,
 }

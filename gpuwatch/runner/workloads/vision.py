@@ -48,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "image_size": 64,
     "model_width": 8,
     "dataset_images": 512,
+    "epoch_samples": 16384,  # 512 steps of 32: see dataset_workload
     "optimizer": "sgd",
     "lr": 0.05,
 }
