@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import psutil
 import pytest
+from PySide6.QtCore import Qt
 
 from gpuwatch.core import launcher
 from gpuwatch.core.session import Session, SessionState
@@ -47,3 +48,42 @@ def test_start_both_panels_fill_grab_is_not_blank_stop_ends_tree(window, qtbot):
     _, alive = psutil.wait_procs(tree, timeout=5)
     assert not alive
     qtbot.waitUntil(lambda: window.start_action.text() == "Start", timeout=5_000)
+
+
+def test_more_workers_from_the_knob_panel_cut_input_wait(window, qtbot):
+    """Set num_workers 0 → 2 in the panel: a second scoreboard row, with less input wait."""
+    session = window.session
+    window.start_action.trigger()
+    panel, board = window.knob_panel, window.scoreboard
+
+    def baseline_steady() -> None:
+        assert session.state is SessionState.RUNNING, session.error
+        assert "num_workers" in panel.rows
+        rows = board.model.rows
+        assert rows and rows[0].input_wait_share is not None
+
+    qtbot.waitUntil(baseline_steady, timeout=RUN_TIMEOUT_MS)
+    spin = panel.rows["num_workers"].editor
+    assert spin.isEnabled() and spin.value() == 0
+    window.activateWindow()
+    qtbot.waitActive(window)
+    spin.setFocus()
+    qtbot.waitUntil(spin.hasFocus)
+    qtbot.keyClick(spin, Qt.Key.Key_Up)
+    qtbot.keyClick(spin, Qt.Key.Key_Up)
+    qtbot.keyClick(spin, Qt.Key.Key_Return)
+    assert panel.pending, "Enter sent no request"
+
+    def second_row_steady() -> None:
+        assert session.state is SessionState.RUNNING, session.error
+        rows = board.model.rows
+        assert len(rows) == 2
+        assert rows[1].changed == {"num_workers": 2}
+        assert rows[1].input_wait_share is not None
+
+    qtbot.waitUntil(second_row_steady, timeout=RUN_TIMEOUT_MS)
+    first, second = board.model.rows
+    assert second.input_wait_share < first.input_wait_share, (first, second)
+    assert session.config_values()["num_workers"] == 2
+    assert panel.rows["num_workers"].cost.text().startswith("loader rebuilt")
+    assert len(window.timeline_markers.lines) == 2

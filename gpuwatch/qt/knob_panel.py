@@ -24,9 +24,9 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QGridLayout,
     QLabel,
-    QPushButton,
     QScrollArea,
     QSpinBox,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -48,6 +48,8 @@ HINT_NO_RUN = "Start a run to see its knobs."
 HINT_STARTING = "Waiting for the runner's knobs…"
 HINT_ENDED = "The run has ended: knobs apply to a running run. Start a new one to change them."
 INT_LIMIT = 2**31 - 1
+#: Width of the panel before any knob is known (then: its widest row).
+MIN_WIDTH = 260
 _SMALL = "font-size: 11px;"
 
 
@@ -75,11 +77,12 @@ class KnobRow:
         label_text = knob.get("label") or self.name
         self.label = QLabel(label_text)
         self.label.setTextFormat(Qt.TextFormat.PlainText)
+        self.label.setWordWrap(True)  # long labels take two lines, not a wider dock
         tip = knob.get("help") or ""
         rebuilds = knob.get("rebuilds")
         tip += f"\n\n{self.name}" + (f" — changing it rebuilds the {rebuilds}" if rebuilds else "")
         self.label.setToolTip(tip.strip())
-        self.apply_button: QPushButton | None = None
+        self.apply_button: QToolButton | None = None
         self.editor = self._build_editor(panel)
         self.editor.setToolTip(tip.strip())
         self.note = QLabel()
@@ -108,6 +111,10 @@ class KnobRow:
             return box
         if self.kind == "choice":
             combo = QComboBox()
+            # Narrow when closed (the popup still shows each choice in full).
+            combo.setSizeAdjustPolicy(
+                QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(8)
             disabled = knob.get("disabled_choices") or {}
             for choice in knob.get("choices") or []:
                 combo.addItem(str(choice), choice)
@@ -138,7 +145,8 @@ class KnobRow:
             spin.setKeyboardTracking(False)
             spin.setAccelerated(True)
             spin.editingFinished.connect(lambda: panel.request(name, self.value()))
-            button = QPushButton("Apply")
+            button = QToolButton()
+            button.setText("Apply")
             button.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # the draft stays in the field
             button.setToolTip("Apply the value in the field (Enter or leaving the field "
                               "applies it too)")
@@ -205,6 +213,7 @@ class KnobPanel(QWidget):
         self._locked: str | None = None
         self._current: dict[str, Any] = {}
 
+        self.setMinimumWidth(MIN_WIDTH)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 4, 6, 4)
         layout.setSpacing(4)
@@ -222,8 +231,8 @@ class KnobPanel(QWidget):
         self.scroll = QScrollArea()
         self.scroll.setWidgetResizable(True)
         self.scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         layout.addWidget(self.scroll, 1)
-        self._body: QWidget | None = None
 
     # ---- Building -------------------------------------------------------------------
 
@@ -237,7 +246,8 @@ class KnobPanel(QWidget):
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setHorizontalSpacing(6)
         grid.setVerticalSpacing(2)
-        grid.setColumnStretch(1, 1)
+        grid.setColumnStretch(0, 3)
+        grid.setColumnStretch(1, 2)
         line = 0
         groups: dict[str, list[dict[str, Any]]] = {}
         for knob in knobs:
@@ -261,7 +271,11 @@ class KnobPanel(QWidget):
                 line += 1
         grid.setRowStretch(line, 1)
         self.scroll.setWidget(body)  # deletes the previous body
-        self._body = body
+        # Wide enough for the widest row beside a vertical scroll bar: nothing is clipped.
+        margins = self.layout().contentsMargins()
+        extra = (self.scroll.verticalScrollBar().sizeHint().width() + margins.left()
+                 + margins.right() + 2)
+        self.setMinimumWidth(max(MIN_WIDTH, body.minimumSizeHint().width() + extra))
 
     # ---- Refresh (redraw timer) -----------------------------------------------------
 
