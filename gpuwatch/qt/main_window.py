@@ -131,7 +131,7 @@ class MainWindow(QMainWindow):
         self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, score_dock)
         self.splitDockWidget(score_dock, dock, Qt.Orientation.Horizontal)
         self.resizeDocks([score_dock, dock], [3, 1], Qt.Orientation.Horizontal)
-        self.resizeDocks([score_dock], [170], Qt.Orientation.Vertical)
+        self.resizeDocks([score_dock], [190], Qt.Orientation.Vertical)
         self.knob_panel = KnobPanel(session)
         knob_dock = self._dock("Knobs", "knobs", self.knob_panel)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, knob_dock)

@@ -58,10 +58,10 @@ def _stage(row: SegmentStats) -> str:
 
 COLUMNS: tuple[Column, ...] = (
     Column("stage", "The segment's name (▶ = still running)", _stage, numeric=False),
-    Column("changed", "The knobs this configuration changed",
-           lambda r: describe_change(r.changed) if r.changed else "—", numeric=False),
     Column("samples/s", "Median of the 1 s window rates over the steady steps",
            lambda r: _fmt("{:,.0f}")(r.samples_per_s)),
+    Column("speedup", "samples/s divided by the baseline row's samples/s",
+           lambda r: _fmt("{:.2f}×")(r.speedup)),
     Column("step p50 ms", "Median step time (start to next start)",
            lambda r: _fmt("{:.1f}")(r.step_ms_p50)),
     Column("step p95 ms", "95th percentile step time", lambda r: _fmt("{:.1f}")(r.step_ms_p95)),
@@ -73,11 +73,11 @@ COLUMNS: tuple[Column, ...] = (
            lambda r: _pct(r.coarse_util)),
     Column("energy J/step", "NVML energy per steady step (n/a without a power reading)",
            lambda r: _fmt("{:.2f}")(r.energy_j_per_step)),
-    Column("speedup", "samples/s divided by the baseline row's samples/s",
-           lambda r: _fmt("{:.2f}×")(r.speedup)),
     Column("transition s", "From the change to the end of its transition steps (rebuild, "
                            "compile, warm-up): left out of every figure",
            lambda r: _fmt("{:.1f}")(r.transition_s)),
+    Column("changed", "The knobs this configuration changed",
+           lambda r: describe_change(r.changed) if r.changed else "—", numeric=False),
 )
 
 
@@ -137,6 +137,8 @@ class ScoreboardModel(QAbstractTableModel):
                          f"need {MIN_STEADY_STEPS}, transition steps are left out)")
         if column.title == "coarse %" and row.coarse_source:
             lines.append(f"source: {_COARSE_SOURCES.get(row.coarse_source, row.coarse_source)}")
+        if column.title == "changed" and row.changed:
+            lines.append(describe_change(row.changed))  # in full, as the cell may be elided
         if column.title == "stage":
             lines.append(f"config {row.config_id}: {row.steps} steps, "
                          f"{row.steady_steps} steady")
@@ -179,6 +181,8 @@ class ScoreboardView(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().hide()
+        # Compact rows: a whole tour (up to 7 segments) fits without scrolling.
+        self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 6)
         self.table.setAlternatingRowColors(True)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.table.horizontalHeader().setStretchLastSection(True)
@@ -197,6 +201,7 @@ class ScoreboardView(QWidget):
             self.table.resizeColumnsToContents()
             if selected is not None:
                 self.select_config(selected)
+            self.table.scrollToBottom()  # the live segment is the last row
         self._sync_controls()
 
     def _sync_hint(self) -> None:
