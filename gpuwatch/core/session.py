@@ -156,7 +156,7 @@ class Session:
         """
         current = self.config_values()
         wanted = {k: v for k, v in values.items()
-                  if k not in current or current[k] != v or type(current[k]) is not type(v)}
+                  if k not in current or not _same_value(current[k], v)}
         if not wanted:
             return None
         lnk = self._link
@@ -500,3 +500,8 @@ def _initial_warmup(values: dict[str, Any]) -> int:
     if not isinstance(workers, int) or not isinstance(prefetch, int):
         return 5
     return 2 + workers * prefetch + 3
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal as knob values: 2 == 2.0 (the runner accepts both), but True is not 1."""
+    return a == b and isinstance(a, bool) == isinstance(b, bool)

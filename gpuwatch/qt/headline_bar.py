@@ -34,7 +34,7 @@ class HeadlineFigures:
 class _Figure(QWidget):
     """A small caption above a large value."""
 
-    def __init__(self, caption: str, size_px: int = 18) -> None:
+    def __init__(self, caption: str, size_px: int = 18, *, wrap: bool = False) -> None:
         super().__init__()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 2, 10, 2)
@@ -44,6 +44,8 @@ class _Figure(QWidget):
         self.value = QLabel(DASH)
         self.value.setStyleSheet(f"font-size: {size_px}px; font-weight: 600;")
         self.value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # A sentence-long figure wraps rather than widen the window past a 1280 px screen.
+        self.value.setWordWrap(wrap)
         layout.addWidget(self.caption)
         layout.addWidget(self.value)
 
@@ -65,8 +67,8 @@ class HeadlineBar(QFrame):
         self.step = _Figure("step time p50 (p95)")
         self.busy = _Figure("busy %")
         self.coarse = _Figure("NVML util %")
-        self.difference = _Figure("coarse vs fine, same periods", 14)
-        self.phases = _Figure("where step time goes", 14)
+        self.difference = _Figure("coarse vs fine, same periods", 14, wrap=True)
+        self.phases = _Figure("where step time goes", 14, wrap=True)
         for fig in (self.samples, self.step, self.busy, self.coarse, self.difference,
                     self.phases):
             layout.addWidget(fig)

@@ -102,10 +102,6 @@ class MainWindow(QMainWindow):
         self.run_bar.addAction(self.tour.action)
         layout.addWidget(self.tour.caption)
         self.headline = HeadlineBar()
-        # The two sentence figures wrap instead of widening the window past a 1280 px screen
-        # once the knob dock takes its share of the width.
-        for figure in (self.headline.difference, self.headline.phases):
-            figure.value.setWordWrap(True)
         layout.addWidget(self.headline)
         self.timeline_caption = QLabel()
         layout.addWidget(self.timeline_caption)
