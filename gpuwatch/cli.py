@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default: the one running gpuwatch)")
     parser.add_argument("--no-start", dest="autostart", action="store_false",
                         help="open the window without starting the workload")
+    parser.add_argument("--tour", action="store_true",
+                        help="start the tour (baseline, workers, ..., compile) as soon as the "
+                             "run is up; the scoreboard shows what each stage bought")
     parser.add_argument("--demo-seconds", type=_positive_seconds, metavar="N",
                         help="run for N seconds, then (with --screenshot) save a PNG of the "
                              "window and exit; works with QT_QPA_PLATFORM=offscreen")

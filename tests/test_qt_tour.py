@@ -152,3 +152,33 @@ def test_real_plan_and_conductor_send_the_workers_stage(tour):
     controller.tick()
     assert "workers" in controller.caption.text() and controller.active
     controller.stop()
+
+
+def test_window_option_starts_the_tour_once_the_run_is_up(qtbot):
+    """``gpuwatch --tour``: the window begins the tour by itself as soon as a run has knobs."""
+    from types import SimpleNamespace
+
+    from gpuwatch.core.session import Session
+    from gpuwatch.qt.main_window import MainWindow
+
+    session = Session(sample_coarse=False)
+    fake = FakeSession()
+    win = MainWindow(session, SimpleNamespace(workload="vision", device="cpu", python=None,
+                                              tour=True))
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitExposed(win)
+    win._start_pending_tour()  # what each scoreboard refresh does: no run, nothing to tour
+    assert not win.tour.active and win._tour_pending
+    # The run comes up: a session with knobs in the RUNNING state.
+    session.config_values = fake.config_values
+    session.config_changes = fake.config_changes
+    session.scoreboard = fake.scoreboard
+    session.label_segment = fake.label_segment
+    session.hello = fake.hello
+    session._state = SessionState.RUNNING
+    qtbot.waitUntil(lambda: win.tour.active, timeout=5000)
+    assert win.tour.caption.isVisible() and not win._tour_pending
+    win.tour.stop()
+    session._state = SessionState.IDLE
+    win.close()

@@ -98,6 +98,8 @@ class MainWindow(QMainWindow):
         self.banner.hide()
         layout.addWidget(self.banner)
         self.tour = TourController(session, self, self._log_gui)
+        #: ``gpuwatch --tour``: begin the tour as soon as a run is up (for talks and demos).
+        self._tour_pending = bool(getattr(options, "tour", False))
         self.run_bar.addSeparator()
         self.run_bar.addAction(self.tour.action)
         layout.addWidget(self.tour.caption)
@@ -289,11 +291,18 @@ class MainWindow(QMainWindow):
             changes = session.config_changes()
             for markers in (self.timeline_markers, self.utilization_markers):
                 markers.update(session.hello, changes, rows, session.t0_ns, now_ns)
+            self._start_pending_tour()
             self.tour.sync()
         elif now >= self._knobs_due:
             self._knobs_due = now + KNOBS_PERIOD_S
             self.knob_panel.refresh()
             self.tour.sync()
+
+    def _start_pending_tour(self) -> None:
+        if (self._tour_pending and self.session.state is SessionState.RUNNING
+                and self.session.knobs):
+            self._tour_pending = False
+            self.tour.start()
 
     def _log_gui(self, level: str, text: str) -> None:
         """A line of the window's own (e.g. the tour's) in the log pane."""
