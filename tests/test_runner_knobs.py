@@ -426,6 +426,17 @@ def test_storage_latency_lengthens_the_data_phase_per_sample(
     assert data_ms[1] < 16 * 5
 
 
+def test_augment_cost_adds_cpu_work_to_the_data_phase(
+        prepared: Callable[[str], DatasetWorkload]) -> None:
+    loop, link = make_loop(prepared("mlp"), {0: [setting(batch_size=16)],
+                                             2: [setting(augment_cost=20)]}, max_steps=4)
+    assert loop.run() == "max_steps"
+    data_ms = [(host[1] - host[0]) / 1e6 for _, _, _, host in link.steps()]
+    # An in-memory index is a fraction of a millisecond; 16 samples × 20 units of fixed CPU
+    # work is two orders of magnitude more on any machine (~160 ms here).
+    assert min(data_ms[2:]) > 20 * data_ms[1]
+
+
 def test_an_epoch_is_epoch_samples_long_whatever_the_dataset_size() -> None:
     work = load_workload("mlp")(seed=0, torch_threads=1, dataset_images=40)
     work.prepare(lambda _text: None)
