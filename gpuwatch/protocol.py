@@ -49,7 +49,8 @@ ACTIVE_LAST = MARKS.index("optimizer_end")
 WORKLOADS: tuple[str, ...] = ("vision", "mlp", "gpt")
 
 RUNNER_KINDS = frozenset(
-    {"hello", "steps", "device_marks", "kernels", "config", "refused", "log", "error", "bye"})
+    {"hello", "knobs", "steps", "device_marks", "kernels", "config", "refused", "log", "error",
+     "bye"})
 GUI_KINDS = frozenset({"set", "capture", "pause", "resume", "stop"})
 
 #: Knob schema types and groups (docs/knobs.md §2).
@@ -67,6 +68,8 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "config": {"id": int, "values": dict, "changed": dict, "t_ns": int, "first_step": int,
                "warmup_steps": int},
     "refused": {"values": dict, "message": str},
+    # The full knob schema again, when it grows mid-run (a script's gpuwatch.probe.knob()).
+    "knobs": {"knobs": list, "values": dict},
     "log": {"level": str, "text": str},
     "error": {"type": str, "message": str},
     "bye": {"reason": str},

@@ -203,3 +203,29 @@ def test_set_knobs_drops_unchanged_values_and_needs_a_runner() -> None:
     assert session.set_knobs({"num_workers": 0}) is None  # nothing differs: nothing sent
     with pytest.raises(SessionError, match="start one"):
         session.set_knobs({"num_workers": 2})
+
+
+def test_listeners_see_every_message_and_a_failing_one_is_detached() -> None:
+    session = Session(sample_coarse=False)
+    seen: list[tuple[str, int]] = []
+    session.add_listener(lambda message, t_ns: seen.append((message["kind"], t_ns)))
+
+    def broken(message: dict, t_ns: int) -> None:
+        raise RuntimeError("boom")
+
+    session.add_listener(broken)
+    session._dispatch(hello())
+    session._dispatch({"kind": "log", "level": "info", "text": "hi"})
+    kinds = [kind for kind, _ in seen]
+    assert kinds[0] == "hello" and kinds.count("log") >= 2  # runner line + our error line
+    assert broken not in session._listeners
+    assert all(t > 0 for _, t in seen)
+
+
+def test_a_knobs_message_grows_the_schema_and_the_current_values() -> None:
+    session = Session(sample_coarse=False)
+    session._dispatch(hello())
+    lr = {"name": "lr", "type": "float", "default": 0.1, "enabled": True}
+    session._dispatch({"kind": "knobs", "knobs": [lr], "values": {"lr": 0.1}})
+    assert [k["name"] for k in session.knobs] == ["lr"]
+    assert session.config_values()["lr"] == 0.1 and session.config_values()["num_workers"] == 0

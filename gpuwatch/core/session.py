@@ -16,6 +16,7 @@ import os
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,11 @@ TERMINATE_S = 3.0
 #: After the runner exits, how long to wait for its last buffered messages.
 LINK_DRAIN_S = 5.0
 LOG_LINES_KEPT = 5000
+
+
+#: ``listener(message, t_ns)``: every valid runner message (and the GUI side's own log lines as
+#: ``{"kind": "log", "source": "gpuwatch", ...}``) with its arrival time on the perf_counter axis.
+Listener = Callable[[dict[str, Any], int], None]
 
 
 class SessionError(RuntimeError):
@@ -101,6 +107,7 @@ class Session:
         self._labels: dict[int, str] = {}  # request id -> label for its segment
         self._next_request = 1
         self._scoreboard = Scoreboard()
+        self._listeners: list[Listener] = []
         self._state = SessionState.IDLE
         self._lock = threading.Lock()
         self._log: collections.deque[LogLine] = collections.deque(maxlen=LOG_LINES_KEPT)
@@ -134,6 +141,19 @@ class Session:
     def knobs(self) -> list[dict[str, Any]]:
         """The runner's knob schema (docs/knobs.md §2); empty before ``hello``."""
         return list(self.hello.get("knobs", [])) if self.hello else []
+
+    def add_listener(self, listener: Listener) -> None:
+        """Also hand every message to ``listener`` (e.g. a recorder), on the link thread.
+
+        A listener must return at once (queue the message; never block, never mutate it).
+        One that raises is removed, with a log line, so it cannot break the link.
+        """
+        with self._lock:
+            self._listeners = [*self._listeners, listener]
+
+    def remove_listener(self, listener: Listener) -> None:
+        with self._lock:
+            self._listeners = [f for f in self._listeners if f is not listener]
 
     def config_values(self) -> dict[str, Any]:
         """The knob values in force now (the latest applied configuration)."""
@@ -321,6 +341,24 @@ class Session:
         lnk.close()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
+        self._dispatch_kind(message)
+        self._notify(message)
+
+    def _notify(self, message: dict[str, Any]) -> None:
+        listeners = self._listeners
+        if not listeners:
+            return
+        t_ns = time.perf_counter_ns()
+        for listener in listeners:
+            try:
+                listener(message, t_ns)
+            except Exception as exc:
+                self.remove_listener(listener)
+                log.exception("listener %r failed", listener)
+                self._log_line("error", "gpuwatch", f"internal error: a listener failed and was "
+                                                    f"detached: {exc}")
+
+    def _dispatch_kind(self, message: dict[str, Any]) -> None:
         kind = message["kind"]
         if kind == "steps":
             self.steps.append(message["step"], message["config"], message["samples"],
@@ -345,6 +383,8 @@ class Session:
             self._on_config(message)
         elif kind == "refused":
             self._on_refused(message)
+        elif kind == "knobs":
+            self._on_knobs(message)
         else:  # kernels: produced by later runner versions
             self._info(f"runner sent {kind!r}")
 
@@ -358,6 +398,17 @@ class Session:
                 self._answers[change.request] = change
         cost = f" in {change.apply_s:.2f} s" if change.apply_s >= 0.01 else ""
         self._info(f"config {change.id} applied{cost}: {change.label}")
+
+    def _on_knobs(self, message: dict[str, Any]) -> None:
+        """The schema grew (a script declared a knob): show it, with its current value."""
+        if self.hello is None:
+            return
+        self.hello = {**self.hello, "knobs": list(message["knobs"])}
+        with self._lock:
+            if self._changes:
+                last = self._changes[max(self._changes)]
+                values = {**last.values, **message["values"]}
+                self._changes[last.id] = dataclasses.replace(last, values=values)
 
     def _on_refused(self, message: dict[str, Any]) -> None:
         request = message.get("request")
@@ -490,6 +541,7 @@ class Session:
     def _log_line(self, level: str, source: str, text: str) -> None:
         self._log.append(LogLine(time.perf_counter_ns(), level, source, text))
         if source == "gpuwatch":
+            self._notify({"kind": "log", "level": level, "text": text, "source": source})
             log.log(logging.ERROR if level == "error" else logging.INFO, "%s", text)
 
 
