@@ -217,7 +217,7 @@ def test_listeners_see_every_message_and_a_failing_one_is_detached() -> None:
     session._dispatch(hello())
     session._dispatch({"kind": "log", "level": "info", "text": "hi"})
     kinds = [kind for kind, _ in seen]
-    assert kinds[0] == "hello" and kinds.count("log") >= 2  # runner line + our error line
+    assert "hello" in kinds and kinds.count("log") >= 2  # runner line + our own lines
     assert broken not in session._listeners
     assert all(t > 0 for _, t in seen)
 
