@@ -31,14 +31,15 @@ def runner_pythonpath(python: str, private_dir: Path) -> str:
 
     For our own interpreter that is the directory holding the package. Another interpreter
     (a user's torch environment) must not see our site-packages, so it gets a plain copy
-    of the runner's source (stdlib + torch only, DESIGN §1) in the session's private dir.
+    of the runner's source (stdlib + torch only, DESIGN §1) in the session's private dir,
+    with ``gpuwatch.probe`` so a user's script run there can ``import gpuwatch.probe``.
     """
     if _same_interpreter(python):
         return str(PACKAGE_DIR.parent)
     target = private_dir / "src" / "gpuwatch"
     if not target.exists():
         target.mkdir(parents=True)
-        for name in ("__init__.py", "protocol.py"):
+        for name in ("__init__.py", "protocol.py", "probe.py"):
             shutil.copy2(PACKAGE_DIR / name, target / name)
         shutil.copytree(PACKAGE_DIR / "runner", target / "runner",
                         ignore=shutil.ignore_patterns("__pycache__"))
@@ -60,6 +61,13 @@ def runner_command(python: str, address: str, workload: str, device: str,
                    extra: Sequence[str] = ()) -> list[str]:
     return [python, "-m", "gpuwatch.runner", "--connect", address,
             "--workload", workload, "--device", device, *extra]
+
+
+def script_command(python: str, address: str, script: str, script_args: Sequence[str], *,
+                   device: str, extra: Sequence[str] = ()) -> list[str]:
+    """The runner running a user's script as ``__main__``; its argv goes after ``--``."""
+    return [python, "-m", "gpuwatch.runner", "--connect", address, "--script", script,
+            "--device", device, *extra, "--", *script_args]
 
 
 def child_env(pythonpath: str) -> dict[str, str]:

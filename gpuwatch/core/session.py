@@ -45,6 +45,10 @@ TERMINATE_S = 3.0
 #: After the runner exits, how long to wait for its last buffered messages.
 LINK_DRAIN_S = 5.0
 LOG_LINES_KEPT = 5000
+#: A script that has not reached a training step this long after it started gets a notice.
+NO_STEP_NOTICE_S = 30.0
+#: How often the run clock (``--seconds``, the no-step notice) looks at the time.
+CLOCK_TICK_S = 0.1
 
 
 #: ``listener(message, t_ns)``: every valid runner message (and the GUI side's own log lines as
@@ -78,30 +82,52 @@ class LogLine:
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """What to run: a built-in workload on a device, with which Python."""
+    """What to run: a built-in workload or the user's script, on a device, with which Python.
+
+    ``script`` (a path) replaces the workload; the runner executes it as ``__main__`` with
+    ``script_args`` as its argv, in ``cwd`` (like ``python SCRIPT ARGS`` started there).
+    ``seconds`` stops the run cleanly that long after the runner's ``hello`` (the script's
+    start, not the torch import before it).
+    """
 
     workload: str = "vision"
     device: str = "auto"
     python: str | None = None
     max_steps: int | None = None
+    script: str | None = None
+    script_args: tuple[str, ...] = ()
+    cwd: str | None = None
+    seconds: float | None = None
+
+    @property
+    def name(self) -> str:
+        """What the run is called on screen: the script's file name, or the workload."""
+        return Path(self.script).name if self.script else self.workload
 
 
 class Session:
     """Launches and watches one runner at a time; restartable after it ends."""
 
     def __init__(self, *, step_capacity: int = DEFAULT_STEP_CAPACITY,
-                 sample_coarse: bool = True) -> None:
+                 sample_coarse: bool = True, no_step_notice_s: float = NO_STEP_NOTICE_S) -> None:
         self.steps = StepStore(step_capacity)
         self.coarse = SeriesStore()
         self.t0_ns = time.perf_counter_ns()
         self.hello: dict[str, Any] | None = None
         self.error: str | None = None
+        self.error_type: str | None = None  # the runner's ``error`` type (e.g. SyntaxError)
         self.exit_code: int | None = None
         self.bye_reason: str | None = None
+        self.bye: dict[str, Any] | None = None  # the runner's bye (script: code, steps, cuda_used)
+        self.notice: str | None = None  # e.g. a script that has not reached a step yet
+        self.stopped_after_s: float | None = None  # set when ``LaunchSpec.seconds`` ran out
+        self.spec: LaunchSpec | None = None
         self.dropped_messages = 0
         self.baseline_id: int | None = None
         self.last_refusal: Refusal | None = None
         self._sample_coarse = sample_coarse
+        self._no_step_notice_s = no_step_notice_s
+        self._hello_at: float | None = None  # time.monotonic() of the hello
         self._changes: dict[int, ConfigChange] = {}
         self._answers: dict[int, ConfigChange | Refusal] = {}
         self._labels: dict[int, str] = {}  # request id -> label for its segment
@@ -136,6 +162,11 @@ class Session:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once ``stop`` was called for this run (by the user or ``--seconds``)."""
+        return self._stop_requested.is_set()
 
     @property
     def knobs(self) -> list[dict[str, Any]]:
@@ -219,8 +250,10 @@ class Session:
             if self._state in ACTIVE_STATES:
                 raise RuntimeError("a run is already in progress; stop it first")
             self._reset()
+            self.spec = spec
             self._state = SessionState.STARTING
-        self._info(f"starting workload {spec.workload!r} on {spec.device}: the runner imports "
+        what = f"script {spec.name!r}" if spec.script else f"workload {spec.workload!r}"
+        self._info(f"starting {what} on {spec.device}: the runner imports "
                    f"torch first, which can take several seconds")
         try:
             self._launch(spec)
@@ -273,8 +306,13 @@ class Session:
         self.t0_ns = time.perf_counter_ns()
         self.hello = None
         self.error = None
+        self.error_type = None
         self.exit_code = None
         self.bye_reason = None
+        self.bye = None
+        self.notice = None
+        self.stopped_after_s = None
+        self._hello_at = None
         self.dropped_messages = 0
         self.baseline_id = None
         self.last_refusal = None
@@ -293,16 +331,23 @@ class Session:
         authkey = link.new_authkey()
         self._listener = link.LinkListener(self._private_dir, authkey)
         extra = ["--max-steps", str(spec.max_steps)] if spec.max_steps else []
-        cmd = launcher.runner_command(python, self._listener.address, spec.workload,
-                                      spec.device, extra)
+        if spec.script:
+            cmd = launcher.script_command(python, self._listener.address, spec.script,
+                                          spec.script_args, device=spec.device,
+                                          extra=extra)
+        else:
+            cmd = launcher.runner_command(python, self._listener.address, spec.workload,
+                                          spec.device, extra)
         env = launcher.runner_env(authkey, launcher.runner_pythonpath(python,
                                                                        self._private_dir))
-        self._proc = launcher.spawn(cmd, env)
+        self._proc = launcher.spawn(cmd, env, cwd=spec.cwd)
         if self._sample_coarse:
             self._add_sampler(ProcessTreeSampler(self.coarse, self._proc.pid))
         self._link_thread = self._spawn_thread("gpuwatch-link", self._read_link)
         self._output_thread = self._spawn_thread("gpuwatch-output", self._read_output)
         self._spawn_thread("gpuwatch-watch", self._watch_process)
+        if spec.seconds is not None or spec.script:
+            self._spawn_thread("gpuwatch-clock", lambda: self._run_clock(spec))
 
     def _spawn_thread(self, name: str, target) -> threading.Thread:
         t = threading.Thread(target=self._guarded(target), name=name, daemon=True)
@@ -372,11 +417,13 @@ class Session:
                 else "info"
             self._log_line(level, "runner", message["text"])
         elif kind == "error":
+            self.error_type = message["type"]
             self.error = f"{message['type']}: {message['message']}"
             self._log_line("error", "runner", self.error)
             if message.get("traceback"):
                 self._log_line("error", "runner", str(message["traceback"]).rstrip())
         elif kind == "bye":
+            self.bye = dict(message)
             self.bye_reason = message["reason"]
             self._info(f"runner said goodbye ({message['reason']})")
         elif kind == "config":
@@ -430,6 +477,7 @@ class Session:
             self.stop()
             return
         self.hello = hello
+        self._hello_at = time.monotonic()
         initial = hello["config"]
         values = initial.get("values")
         with self._lock:
@@ -483,6 +531,24 @@ class Session:
             # It ended by itself: make sure no worker outlives it.
             launcher.end_tree(proc, terminate_after=1.0, kill_after=TERMINATE_S)
         self._finish(code)
+
+    def _run_clock(self, spec: LaunchSpec) -> None:
+        """``spec.seconds`` and the no-step notice, both counted from the runner's hello."""
+        notice_s = self._no_step_notice_s if spec.script else None
+        while not self._ended.wait(CLOCK_TICK_S):
+            hello_at = self._hello_at
+            if hello_at is None:
+                continue
+            elapsed = time.monotonic() - hello_at
+            if spec.seconds is not None and elapsed >= spec.seconds and \
+                    not self._stop_requested.is_set():
+                self.stopped_after_s = spec.seconds
+                self._info(f"stopping after {spec.seconds:g} s (as asked)")
+                self.stop()
+            if (notice_s is not None and self.notice is None and elapsed >= notice_s
+                    and self.steps.count == 0 and self._state is SessionState.RUNNING):
+                self.notice = no_step_notice(notice_s)
+                self._log_line("warning", "gpuwatch", self.notice)
 
     def _escalate_stop(self) -> None:
         proc = self._proc
@@ -543,6 +609,13 @@ class Session:
         if source == "gpuwatch":
             self._notify({"kind": "log", "level": level, "text": text, "source": source})
             log.log(logging.ERROR if level == "error" else logging.INFO, "%s", text)
+
+
+def no_step_notice(seconds: float) -> str:
+    """What a script that has run ``seconds`` without a training step is told."""
+    return (f"no training step yet after {seconds:g} s: gpuwatch detects steps from DataLoader "
+            f"iteration and optimizer.step(); see 'Watch your own script' in the README, or "
+            f"mark steps with gpuwatch.probe (with gw.step(): ...)")
 
 
 def _initial_warmup(values: dict[str, Any]) -> int:
