@@ -1,0 +1,105 @@
+"""The outcome sentence and exit code of every way a run can end (window and headless)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from gpuwatch.core.outcome import STEP_HELP, RunFacts, describe, facts_from
+from gpuwatch.core.session import LaunchSpec, Session, SessionState
+
+
+def _ended(**fields) -> RunFacts:
+    base = {"name": "train.py", "script": True, "ended": True, "failed": False,
+            "device_kind": "cpu"}
+    return RunFacts(**{**base, **fields})
+
+
+def _bye(code: int = 0, steps: int = 10, cuda_used: bool = False) -> dict:
+    return {"kind": "bye", "reason": "script_exit", "code": code, "steps": steps,
+            "cuda_used": cuda_used}
+
+
+def test_a_script_that_finished_on_the_cpu() -> None:
+    out = describe(_ended(bye=_bye(), steps=10, exit_code=0))
+    assert out.sentence == "train.py finished after 10 steps (trained on the CPU)"
+    assert (out.level, out.exit_code) == ("info", 0)
+
+
+def test_a_script_that_never_used_the_gpu_it_had() -> None:
+    out = describe(_ended(bye=_bye(), steps=3, exit_code=0, device_kind="cuda"))
+    assert "never used CUDA" in out.sentence
+    used = describe(_ended(bye=_bye(cuda_used=True), steps=3, exit_code=0, device_kind="cuda"))
+    assert used.sentence == "train.py finished after 3 steps"
+
+
+def test_sys_exit_code_is_the_exit_code() -> None:
+    out = describe(_ended(bye=_bye(code=3), steps=4, exit_code=3))
+    assert out.exit_code == 3
+    assert out.sentence.startswith("train.py exited with code 3 after 4 steps")
+
+
+def test_no_step_seen_says_how_steps_are_found() -> None:
+    out = describe(_ended(bye=_bye(steps=0), steps=0, exit_code=0))
+    assert out.sentence == f"train.py ended after 0 steps: no training step was seen — {STEP_HELP}"
+    assert (out.level, out.exit_code) == ("warning", 0)
+
+
+def test_a_raising_script_names_its_exception() -> None:
+    out = describe(_ended(failed=True, error="ValueError: bad lr", error_type="ValueError",
+                          exit_code=1, steps=2))
+    assert out.sentence == ("train.py raised ValueError: bad lr (after 2 steps; the traceback "
+                            "is in the log)")
+    assert (out.level, out.exit_code) == ("error", 1)
+
+
+def test_syntax_error_and_missing_script() -> None:
+    syntax = describe(_ended(failed=True, error_type="SyntaxError", exit_code=1,
+                             error="SyntaxError: invalid syntax (train.py, line 3)"))
+    assert syntax.sentence == "train.py has a syntax error: invalid syntax (train.py, line 3)"
+    assert syntax.exit_code == 1
+    missing = describe(_ended(failed=True, error_type="ScriptNotFound", exit_code=2,
+                              error="ScriptNotFound: no such file: train.py"))
+    assert missing.sentence == "train.py could not be run: no such file: train.py"
+    assert missing.exit_code == 2
+
+
+def test_stopped_after_seconds_is_a_clean_end() -> None:
+    out = describe(_ended(bye={"kind": "bye", "reason": "stopped"}, steps=120, exit_code=0,
+                          stop_requested=True, stopped_after_s=5.0))
+    assert out.sentence == "train.py was stopped after 5 s, after 120 steps (trained on the CPU)"
+    assert out.exit_code == 0
+    by_hand = describe(_ended(steps=1, exit_code=-15, stop_requested=True))
+    assert by_hand.sentence.startswith("train.py was stopped on request, after 1 step")
+
+
+def test_killed_from_outside_or_never_started() -> None:
+    killed = describe(_ended(failed=True, error="the runner was killed by SIGKILL",
+                             exit_code=-9, steps=7))
+    assert killed.sentence == "train.py failed: the runner was killed by SIGKILL"
+    assert killed.exit_code == 1
+
+
+def test_workloads_get_no_script_notes() -> None:
+    out = describe(_ended(name="vision", script=False, bye={"reason": "max_steps"}, steps=3,
+                          exit_code=0))
+    assert out.sentence == "vision finished after 3 steps"
+
+
+def test_while_running_the_notice_is_the_sentence() -> None:
+    out = describe(_ended(ended=False, notice="no training step yet after 30 s: ..."))
+    assert out.sentence.startswith("no training step yet")
+    assert out.level == "warning"
+
+
+def test_facts_from_a_session() -> None:
+    session = Session(sample_coarse=False)
+    session.spec = LaunchSpec(script="/tmp/x/train.py", script_args=("--lr", "1"))
+    session._state = SessionState.FINISHED
+    session.exit_code = 0
+    session.bye = _bye(steps=0)
+    facts = facts_from(session)
+    assert (facts.name, facts.script, facts.ended, facts.steps) == ("train.py", True, True, 0)
+    assert "no training step was seen" in describe(facts).sentence
+    assert facts_from(SimpleNamespace(**{**vars(session), "spec": None, "state": session.state,
+                                          "stop_requested": False, "device_kind": None,
+                                          "steps": session.steps})).name == "the run"
