@@ -53,7 +53,40 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--python", dest="doctor_python", metavar="PATH", type=_python_path,
                         help="training interpreter to check (default: this one)")
     _add_bench_parser(sub)
+    _add_run_parser(sub)
     return parser
+
+
+def _add_run_parser(sub: argparse._SubParsersAction) -> None:
+    run = sub.add_parser(
+        "run", help="watch your own training script (no code change needed)",
+        description="Run SCRIPT as `python SCRIPT ARGS` would (as __main__, with its argv, "
+                    "from this directory) and watch its training steps: in the window, or "
+                    "with --headless print a summary at the end. Everything after SCRIPT "
+                    "(or after --) is the script's own arguments.")
+    run.add_argument("--python", dest="run_python", metavar="PATH", type=_python_path,
+                     help="Python interpreter with torch that runs the script "
+                          "(default: the one running gpuwatch)")
+    run.add_argument("--device", dest="run_device", type=_device, metavar="DEVICE",
+                     help="auto (default: CUDA if torch sees a GPU), cpu (hides CUDA from the "
+                          "script), cuda or cuda:N (the script's default CUDA device)")
+    run.add_argument("--seconds", dest="run_seconds", type=_positive_seconds, metavar="N",
+                     help="stop the script cleanly N seconds after it started (a clean end: "
+                          "exit code 0); what was measured stays shown / recorded")
+    run.add_argument("--headless", action="store_true",
+                     help="no window: progress and the script's output on stderr, a summary "
+                          "on stdout; exit code = the script's")
+    run.add_argument("--record", type=Path, metavar="FILE",
+                     help="record the run to FILE (.gpuwatch), from the start")
+    run.add_argument("--demo-seconds", dest="run_demo_seconds", type=_positive_seconds,
+                     metavar="N", help="close the window after N seconds (with --screenshot: "
+                                       "save a PNG of it first)")
+    run.add_argument("--screenshot", dest="run_screenshot", type=Path, metavar="PNG",
+                     help="where --demo-seconds saves the window picture")
+    run.add_argument("script", metavar="SCRIPT", help="the training script to run")
+    run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
+                     help="the script's arguments")
+    run.set_defaults(run_parser=run)
 
 
 def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
@@ -139,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.output is not None and not args.output.parent.is_dir():
                 bench.error(f"--output: folder {str(args.output.parent)!r} does not exist")
             return _bench(args)
+        if args.command == "run":
+            return _run(args)
         if args.screenshot is not None and args.demo_seconds is None:
             parser.error("--screenshot needs --demo-seconds (when to take it)")
         return _open_window(args)
@@ -186,6 +221,49 @@ def _bench(args: argparse.Namespace) -> int:
     if outcome.error:
         print(f"gpuwatch: {outcome.error}", file=sys.stderr)
     return outcome.exit_code
+
+
+def script_problem(script: str) -> str | None:
+    """Why ``script`` cannot be run (one sentence), or None: checked before anything starts."""
+    path = Path(script).expanduser()
+    if not path.exists():
+        return f"no such script: {script}"
+    if path.is_dir():
+        return f"{script} is a directory, not a Python script"
+    if not path.is_file():
+        return f"{script} is not a regular file"
+    if not os.access(path, os.R_OK):
+        return f"cannot read {script}: permission denied"
+    return None
+
+
+def _run(args: argparse.Namespace) -> int:
+    """``gpuwatch run SCRIPT``: bad input is refused (exit 2) before anything starts."""
+    problem = script_problem(args.script)
+    if problem is None and args.record is not None and not args.record.parent.is_dir():
+        problem = f"--record: folder {str(args.record.parent)!r} does not exist"
+    if problem is None and args.headless and (args.run_screenshot or args.run_demo_seconds):
+        problem = "--screenshot and --demo-seconds need the window: drop --headless"
+    if problem is None and args.run_screenshot is not None and args.run_demo_seconds is None:
+        problem = "--screenshot needs --demo-seconds (when to take it)"
+    if problem is not None:
+        print(f"gpuwatch run: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    script = str(Path(args.script).expanduser())
+    device = args.run_device or args.device
+    python = args.run_python or args.python
+    if args.headless:
+        from gpuwatch.core.headless import HeadlessOptions, run_headless
+
+        return run_headless(HeadlessOptions(
+            script=script, script_args=tuple(args.script_args), device=device, python=python,
+            seconds=args.run_seconds, record=str(args.record) if args.record else None))
+    window = argparse.Namespace(
+        workload=args.workload, device=device, python=python, autostart=True, tour=False,
+        demo_seconds=args.run_demo_seconds, screenshot=args.run_screenshot, script=script,
+        script_args=tuple(args.script_args), cwd=os.getcwd(), seconds=args.run_seconds,
+        record=args.record)
+    return _open_window(window)
 
 
 def _open_window(args: argparse.Namespace) -> int:
