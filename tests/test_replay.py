@@ -76,8 +76,8 @@ def _marks(start_ns: int, n: int) -> list[list[int]]:
 
 def script(t0: int, n_batches: int = 40, error: bool = False) -> list[tuple[int, dict]]:
     """A CPU run: hello, step batches, a config change, a refusal, log lines, bye."""
-    hello = {**hello_for(KNOBS), "kind": "hello", "protocol": protocol.PROTOCOL_VERSION, "pid": 4242,
-             "versions": {"python": "3.11", "torch": "2.14"}}
+    hello = {**hello_for(KNOBS), "kind": "hello", "protocol": protocol.PROTOCOL_VERSION,
+             "pid": 4242, "versions": {"python": "3.11", "torch": "2.14"}}
     hello["config"] = {**hello["config"], "warmup_steps": 2}
     out: list[tuple[int, dict]] = [(t0 + 100 * MS, hello)]
     start = t0 + 200 * MS  # of the next step
@@ -267,14 +267,14 @@ def test_play_follows_the_clock_times_the_speed_and_stops_at_the_end(monkeypatch
 @pytest.mark.parametrize("factor", [0.1, 17.0, 0.0])
 def test_speed_outside_the_range_is_refused_with_a_message(monkeypatch, factor):
     replay = ReplaySession(live_run(monkeypatch, n_batches=4).recording)
-    with pytest.raises(ValueError, match="between 0.25x and 16x"):
+    with pytest.raises(ValueError, match=r"between 0\.25x and 16x"):
         replay.speed = factor
     assert replay.speed == 1.0
 
 
 def test_a_replay_launches_nothing_and_says_why(monkeypatch):
     replay = ReplaySession(live_run(monkeypatch, n_batches=4).recording)
-    with pytest.raises(SessionError, match="run.gpuwatch is a recording"):
+    with pytest.raises(SessionError, match=r"run\.gpuwatch is a recording"):
         replay.start(LaunchSpec())
     with pytest.raises(SessionError, match="no run to stop"):
         replay.stop()
