@@ -69,11 +69,37 @@ def save_screenshot(widget: QWidget, path: Path) -> str | None:
     return None
 
 
+def _start_recording(options: Any, session: Session, window: MainWindow) -> Any:
+    """``--record FILE``: a Recorder on the session before the run starts; None if not asked,
+    False (after one line on stderr) if the file cannot be created."""
+    path = getattr(options, "record", None)
+    if not path:
+        return None
+    from gpuwatch.core.recording import Recorder, RecordingError
+
+    spec = window.script_spec
+    recorder = Recorder(path, session, spec={
+        "script": spec.script if spec else None,
+        "args": list(spec.script_args) if spec else [],
+        "cwd": spec.cwd if spec else None,
+        "workload": None if spec else getattr(options, "workload", None),
+        "device": getattr(options, "device", "auto"), "python": getattr(options, "python", None)})
+    try:
+        recorder.start()
+    except RecordingError as exc:
+        print(f"gpuwatch: {exc}", file=sys.stderr)  # noqa: T201 - one line, then exit 1
+        return False
+    window.statusBar().showMessage(f"recording to {recorder.path}", 15_000)
+    return recorder
+
+
 def run_window(options: Any) -> int:
     """Run the window until it closes; 0, or 1 if the run FAILED or the PNG was not saved.
 
     ``options`` has ``workload``, ``device``, ``python``, ``autostart``, ``demo_seconds``
-    and ``screenshot`` (the CLI's parsed arguments).
+    and ``screenshot`` (the CLI's parsed arguments); ``gpuwatch run`` adds ``script``,
+    ``script_args``, ``cwd``, ``seconds`` and ``record`` (a file the run is recorded to from
+    its start).
     """
     app = create_app()
     previous_handler = _install_quiet_handler()
@@ -82,6 +108,10 @@ def run_window(options: Any) -> int:
     window.resize(*DEFAULT_SIZE)
     window.show()
     problems: list[str] = []
+    recorder = _start_recording(options, session, window)
+    if recorder is False:
+        window.close()
+        return 1
 
     demo_seconds = getattr(options, "demo_seconds", None)
     if demo_seconds:
@@ -104,6 +134,8 @@ def run_window(options: Any) -> int:
         app.exec()
     finally:
         window.close()  # idempotent: the session is closed exactly once
+        if recorder is not None:
+            recorder.close()
         with contextlib.suppress(ValueError, TypeError):
             signal.signal(signal.SIGINT, previous)
         qInstallMessageHandler(previous_handler)

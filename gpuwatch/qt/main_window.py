@@ -9,6 +9,8 @@ redraws, so a runner sending 10,000 steps/s costs the GUI the same as one sendin
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import html
 import time
 from typing import Any
 
@@ -28,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from gpuwatch.core.analysis import active_spans, headline
+from gpuwatch.core.outcome import describe, facts_from
 from gpuwatch.core.session import ACTIVE_STATES, LaunchSpec, LogLine, Session, SessionState
 from gpuwatch.protocol import WORKLOADS
 from gpuwatch.qt import palette
@@ -58,6 +61,12 @@ KNOBS_PERIOD_S = 0.25
 #: ...and the scoreboard, the knobs' costs and the change markers this often: ~2 Hz, since
 #: ``session.scoreboard()`` recomputes the live row and table figures must stay readable.
 SCOREBOARD_PERIOD_S = 0.5
+#: The banner's look per outcome level: red only for a failure.
+_BANNER_STYLES = {
+    "error": palette.BANNER_STYLE,
+    "warning": palette.BANNER_STYLE.replace("#C62828", "#8D6E00"),
+    "info": palette.BANNER_STYLE.replace("#C62828", "#1E3A5F"),
+}
 TOUR_LOCK_HINT = "The tour is driving the knobs: Stop tour to change them yourself."
 
 _STATE_TEXT = {
@@ -77,7 +86,14 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.session = session
         self._python: str | None = getattr(options, "python", None)
-        self.setWindowTitle("gpuwatch")
+        #: Script mode (``gpuwatch run SCRIPT``): Start runs this script instead of a workload.
+        self.script_spec: LaunchSpec | None = None
+        if getattr(options, "script", None):
+            self.script_spec = LaunchSpec(
+                script=options.script, script_args=tuple(getattr(options, "script_args", ())),
+                cwd=getattr(options, "cwd", None), seconds=getattr(options, "seconds", None))
+        self.setWindowTitle(f"gpuwatch — {self.script_spec.name}" if self.script_spec
+                            else "gpuwatch")
         self._ticks = 0
         self._tick_cost_ms = 0.0
         self._last_key: tuple | None = None
@@ -93,6 +109,7 @@ class MainWindow(QMainWindow):
         layout.setSpacing(4)
         self.banner = QLabel()
         self.banner.setStyleSheet(palette.BANNER_STYLE)
+        self.banner.setTextFormat(Qt.TextFormat.PlainText)  # exception texts may hold "<"
         self.banner.setWordWrap(True)
         self.banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.banner.hide()
@@ -167,7 +184,6 @@ class MainWindow(QMainWindow):
         bar.setMovable(False)
         bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.addToolBar(bar)
-        bar.addWidget(QLabel(" Workload "))
         self.workload_combo = QComboBox()
         self.workload_combo.addItems(WORKLOADS)
         if workload in WORKLOADS:
@@ -177,7 +193,19 @@ class MainWindow(QMainWindow):
             "small ResNet; input-bound when naive), mlp (small feed-forward net on 28×28 "
             "digits; launch- and sync-bound on a GPU), gpt (small decoder-only transformer on "
             "random tokens). Applies at the next Start.")
-        bar.addWidget(self.workload_combo)
+        self.script_label: QLabel | None = None
+        if self.script_spec is not None:
+            # Script mode: the script takes the workload's place (the combo stays unshown).
+            spec = self.script_spec
+            bar.addWidget(QLabel(" Script "))
+            self.script_label = QLabel(f"<b>{html.escape(spec.name)}</b>")
+            args = " ".join(spec.script_args)
+            self.script_label.setToolTip(f"{spec.script} {args}".rstrip()
+                                         + f"\nrun from {spec.cwd}" * bool(spec.cwd))
+            bar.addWidget(self.script_label)
+        else:
+            bar.addWidget(QLabel(" Workload "))
+            bar.addWidget(self.workload_combo)
         bar.addWidget(QLabel("  Device "))
         self.device_combo = QComboBox()
         for label, value in device_entries():
@@ -222,9 +250,12 @@ class MainWindow(QMainWindow):
         """Start the selected workload (no-op while a run is in progress)."""
         if self.session.state in ACTIVE_STATES:
             return
-        spec = LaunchSpec(workload=self.workload_combo.currentText(),
-                          device=self.device_combo.currentData() or "auto",
-                          python=self._python)
+        device = self.device_combo.currentData() or "auto"
+        if self.script_spec is not None:
+            spec = dataclasses.replace(self.script_spec, device=device, python=self._python)
+        else:
+            spec = LaunchSpec(workload=self.workload_combo.currentText(), device=device,
+                              python=self._python)
         self.session.start(spec)
         self.follow_action.setChecked(True)
         self._sync_state()
@@ -406,8 +437,10 @@ class MainWindow(QMainWindow):
             pixmaps = QStyle.StandardPixmap
             icon = pixmaps.SP_MediaStop if live else pixmaps.SP_MediaPlay
             self.start_action.setIcon(self.style().standardIcon(icon))
-        self.start_action.setToolTip("Stop the run (polite stop, then terminate, then kill)"
-                                     if live else "Start the selected workload")
+        self.start_action.setToolTip(
+            "Stop the run (polite stop, then terminate, then kill)" if live else
+            "Run the script again" if self.script_spec is not None else
+            "Start the selected workload")
         self.start_action.setEnabled(state is not SessionState.STOPPING)
         self.workload_combo.setEnabled(not live)
         self.device_combo.setEnabled(not live)
@@ -419,13 +452,26 @@ class MainWindow(QMainWindow):
         kind = session.device_kind
         timing = {"cuda": "CUDA events", "cpu": "host timestamps (CPU)"}.get(kind or "", "—")
         self.timing_label.setText(f"  timing: {timing}  ")
-        if state is SessionState.FAILED:
-            text = f"Run failed: {session.error or 'the runner ended with an error'}"
+        text, level = self._banner_text(state)
+        if text:
             if self.banner.text() != text:
                 self.banner.setText(text)
+                self.banner.setStyleSheet(_BANNER_STYLES[level])
             self.banner.show()
         else:
             self.banner.hide()
+
+    def _banner_text(self, state: SessionState) -> tuple[str | None, str]:
+        """A failure; in script mode also how the script ended, or a notice while it runs."""
+        if self.script_spec is None or getattr(self.session, "spec", None) is None:
+            if state is SessionState.FAILED:
+                return (f"Run failed: {self.session.error or 'the runner ended with an error'}",
+                        "error")
+            return None, "error"
+        if state in ACTIVE_STATES and not getattr(self.session, "notice", None):
+            return None, "info"
+        outcome = describe(facts_from(self.session))
+        return outcome.sentence[:1].upper() + outcome.sentence[1:], outcome.level
 
     def _set_caption(self, kind: str | None, dense: bool) -> None:
         device = ("CUDA stream active (upper bound)" if kind == "cuda" else
