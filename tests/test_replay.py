@@ -16,7 +16,7 @@ from fake_knob_session import KNOBS, hello_for
 from gpuwatch import protocol
 from gpuwatch.core import session as session_module
 from gpuwatch.core.replay import ReplaySession
-from gpuwatch.core.session import LaunchSpec, Session, SessionError, SessionState
+from gpuwatch.core.session import LaunchSpec, LogLine, Session, SessionError, SessionState
 from gpuwatch.core.store import MetricStatus, SeriesStore
 
 MS = 1_000_000
@@ -57,7 +57,13 @@ class FakeRecording:
     exit_code: int | None = 0
 
     def messages(self) -> list[tuple[int, dict[str, Any]]]:
-        return list(self.recorded)
+        """Runner messages only: the GUI's own log lines are in ``log`` (as in the reader)."""
+        return [(t, m) for t, m in self.recorded
+                if not (m["kind"] == "log" and m.get("source") == "gpuwatch")]
+
+    def __post_init__(self) -> None:
+        self.log = [LogLine(t, m["level"], "gpuwatch", m["text"]) for t, m in self.recorded
+                    if m["kind"] == "log" and m.get("source") == "gpuwatch"]
 
 
 @dataclass
@@ -317,3 +323,28 @@ def test_rebuild_from_the_start_is_fast_for_an_hour_long_file():
     rebuild_s = time.perf_counter() - started
     print(f"rebuild of {n} messages / {n * per_batch} steps: {rebuild_s:.2f} s")
     assert rebuild_s < 10.0
+
+
+def test_a_real_recording_replays_to_what_the_live_session_showed(tmp_path):
+    """Round trip through the real Recorder and open_recording (a session fed messages)."""
+    from gpuwatch.core.recording import Recorder
+    from gpuwatch.core.recording_reader import open_recording
+
+    live = Session(sample_coarse=False)
+    live._state = SessionState.RUNNING  # as if launched: the recorder follows a run
+    recorder = Recorder(tmp_path / "run.gpuwatch", live, flush_s=0.01)
+    recorder.start()
+    for _, message in script(live.t0_ns + S):
+        live._dispatch(message)
+    live.label_segment(1, "workers")
+    live._state = SessionState.FINISHED
+    recorder.close()
+    assert recorder.error is None
+    replay = ReplaySession(open_recording(tmp_path / "run.gpuwatch"))
+    assert replay.at_end and replay.state is SessionState.FINISHED
+    assert snapshot_of(replay)["steps"] == snapshot_of(live)["steps"]
+    assert replay.config_changes() == live.config_changes()
+    assert replay.scoreboard() == live.scoreboard()
+    texts = [line.text for line in replay.drain_log()]
+    assert "epoch 10" in texts and any(t.startswith("config 1 applied") for t in texts)
+    assert len([t for t in texts if t.startswith("config 1 applied")]) == 1

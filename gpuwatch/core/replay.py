@@ -5,8 +5,8 @@ feeding the recorded runner messages, in arrival order and up to the play positi
 ``Session``'s own dispatch code. Subclassing (rather than composing a fresh ``Session`` and
 copying its dispatch) keeps one implementation of how messages become steps, segments,
 refusals and log lines, so a replay shows exactly what the live window showed. The overrides
-only replace the wall clock by the recorded arrival time and drop the GUI log lines that the
-dispatch would write a second time (the recording already holds them).
+only replace the wall clock by the recorded times and drop the GUI log lines that the
+dispatch would write a second time (the recording's ``log`` already holds them).
 
 Playing moves forward incrementally; a seek backwards rebuilds from the start: about 1 s for
 an hour of 50 ms step batches (72,000 messages) on a 2-core CPU, the test
@@ -47,7 +47,13 @@ class ReplaySession(Session):
                          sample_coarse=False)
         self.recording = recording
         self._clock = clock
-        self._messages = recording.messages()
+        # The GUI's own log lines are kept apart from the runner's messages; put them back in
+        # time order, ahead of a message of the same time (the live session logged first).
+        gui_lines = [(line.t_ns, {"kind": "log", "source": "gpuwatch", "level": line.level,
+                                  "text": line.text})
+                     for line in recording.log if line.source == "gpuwatch"]
+        self._messages = sorted([*gui_lines, *recording.messages()], key=lambda item: item[0])
+        self._config0_t_ns = next((c.t_ns for c in recording.configs if c.id == 0), None)
         self._times = [t for t, _ in self._messages]
         self._recorded_labels = {c.id: c.label for c in recording.configs}
         self._coarse_all = {name: recording.coarse.snapshot(name)
@@ -234,7 +240,8 @@ class ReplaySession(Session):
         with self._lock:
             first = self._changes.get(0)
             if first is not None:
-                self._changes[0] = dataclasses.replace(first, t_ns=self._now)
+                t_ns = self._config0_t_ns if self._config0_t_ns is not None else self._now
+                self._changes[0] = dataclasses.replace(first, t_ns=t_ns)
 
     def _on_config(self, message: dict[str, Any]) -> None:
         super()._on_config(message)

@@ -1,0 +1,117 @@
+"""Play/pause, position slider and speed for a ``ReplaySession``.
+
+The bar owns the clock of the replay: while playing, its timer calls ``session.tick()`` and
+moves the slider; the window redraws from the session's stores on its own timer as usual.
+The slider seeks when released (not on every pixel of a drag): a seek backwards rebuilds the
+stores from the start, which takes up to a second for an hour-long recording.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSlider, QStyle, QToolButton, QWidget
+
+from gpuwatch.core.replay import SPEEDS, ReplaySession
+
+#: Timer period while playing: as smooth as the window's redraw.
+TICK_MS = 33
+
+
+def format_time(seconds: float) -> str:
+    """``12.3 s`` under a minute, else ``m:ss`` or ``h:mm:ss``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def speed_text(factor: float) -> str:
+    return f"{factor:g}×"
+
+
+class ReplayBar(QWidget):
+    """The controls under the toolbar in replay mode."""
+
+    #: The play position moved (by playing or seeking); the window may redraw at once.
+    position_changed = Signal()
+
+    def __init__(self, session: ReplaySession) -> None:
+        super().__init__()
+        self.session = session
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(4, 0, 4, 0)
+        self.play_button = QToolButton()
+        self.play_button.setToolTip("Play or pause the recording")
+        self.play_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.play_button.clicked.connect(self.toggle)
+        layout.addWidget(self.play_button)
+        self.position_label = QLabel()
+        layout.addWidget(self.position_label)
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setRange(0, max(1, round(session.duration_s * 1000)))
+        self.slider.setTracking(False)  # seek on release: a drag would rebuild on every pixel
+        self.slider.setToolTip("Drag to any moment of the run; the views show it as it was then")
+        self.slider.sliderMoved.connect(self._show_drag)
+        self.slider.valueChanged.connect(self._seek_to_slider)
+        layout.addWidget(self.slider, 1)
+        self.duration_label = QLabel(format_time(session.duration_s))
+        layout.addWidget(self.duration_label)
+        layout.addWidget(QLabel(" Speed "))
+        self.speed_combo = QComboBox()
+        for factor in SPEEDS:
+            self.speed_combo.addItem(speed_text(factor), factor)
+        self.speed_combo.setCurrentIndex(SPEEDS.index(1.0))
+        self.speed_combo.setToolTip("Replay speed: recorded seconds per second")
+        self.speed_combo.currentIndexChanged.connect(self._on_speed)
+        layout.addWidget(self.speed_combo)
+        self.timer = QTimer(self)
+        self.timer.setInterval(TICK_MS)
+        self.timer.timeout.connect(self._tick)
+        self.sync()
+
+    def toggle(self) -> None:
+        if self.session.playing:
+            self.session.pause()
+        else:
+            self.session.play()
+        self.sync()
+        self.position_changed.emit()
+
+    def seek(self, seconds: float) -> None:
+        self.session.seek(seconds)
+        self.sync()
+        self.position_changed.emit()
+
+    def sync(self) -> None:
+        """Show the session's position, play state and speed."""
+        session = self.session
+        playing = session.playing
+        pixmaps = QStyle.StandardPixmap
+        icon = pixmaps.SP_MediaPause if playing else pixmaps.SP_MediaPlay
+        self.play_button.setIcon(self.style().standardIcon(icon))
+        self.play_button.setText("Pause" if playing else "Play")
+        if not self.slider.isSliderDown():
+            self.slider.blockSignals(True)
+            self.slider.setValue(round(session.position_s * 1000))
+            self.slider.blockSignals(False)
+            self.position_label.setText(format_time(session.position_s))
+        if playing and not self.timer.isActive():
+            self.timer.start()
+        elif not playing:
+            self.timer.stop()
+
+    def _tick(self) -> None:
+        if self.session.tick():
+            self.position_changed.emit()
+        self.sync()
+
+    def _show_drag(self, value: int) -> None:
+        self.position_label.setText(format_time(value / 1000))
+
+    def _seek_to_slider(self, value: int) -> None:
+        self.seek(value / 1000)
+
+    def _on_speed(self, index: int) -> None:
+        self.session.speed = float(self.speed_combo.itemData(index))
