@@ -471,7 +471,7 @@ class MainWindow(QMainWindow):
         if state in ACTIVE_STATES and not getattr(self.session, "notice", None):
             return None, "info"
         outcome = describe(facts_from(self.session))
-        return outcome.sentence[:1].upper() + outcome.sentence[1:], outcome.level
+        return outcome.sentence, outcome.level
 
     def _set_caption(self, kind: str | None, dense: bool) -> None:
         device = ("CUDA stream active (upper bound)" if kind == "cuda" else
