@@ -12,16 +12,21 @@ import contextlib
 import dataclasses
 import html
 import time
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import platformdirs
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
     QDockWidget,
+    QFileDialog,
     QLabel,
     QMainWindow,
+    QMessageBox,
     QSplitter,
     QStyle,
     QToolBar,
@@ -31,6 +36,9 @@ from PySide6.QtWidgets import (
 
 from gpuwatch.core.analysis import active_spans, headline
 from gpuwatch.core.outcome import describe, facts_from
+from gpuwatch.core.recording import SUFFIX, Recorder, RecordingError
+from gpuwatch.core.recording_reader import open_recording
+from gpuwatch.core.replay import READ_ONLY, ReplaySession
 from gpuwatch.core.session import ACTIVE_STATES, LaunchSpec, LogLine, Session, SessionState
 from gpuwatch.protocol import WORKLOADS
 from gpuwatch.qt import palette
@@ -38,6 +46,7 @@ from gpuwatch.qt.change_markers import ChangeMarkers
 from gpuwatch.qt.headline_bar import HeadlineBar, HeadlineFigures
 from gpuwatch.qt.knob_panel import KnobPanel
 from gpuwatch.qt.log_pane import LogPane
+from gpuwatch.qt.replay_bar import ReplayBar
 from gpuwatch.qt.scoreboard_view import ScoreboardView
 from gpuwatch.qt.spans import busy_percent_over, weighted_mean
 from gpuwatch.qt.timeline_view import TimelineView
@@ -68,6 +77,12 @@ _BANNER_STYLES = {
     "info": palette.BANNER_STYLE.replace("#C62828", "#1E3A5F"),
 }
 TOUR_LOCK_HINT = "The tour is driving the knobs: Stop tour to change them yourself."
+RECORDING_FILTER = f"gpuwatch recordings (*{SUFFIX});;All files (*)"
+
+
+def recordings_dir() -> Path:
+    """Where Record saves by default (tests point it at a temporary folder)."""
+    return Path(platformdirs.user_documents_dir()) / "gpuwatch"
 
 _STATE_TEXT = {
     SessionState.IDLE: "idle",
@@ -157,6 +172,13 @@ class MainWindow(QMainWindow):
             lambda on: self.knob_panel.set_locked(TOUR_LOCK_HINT if on else None))
 
         self._build_status_bar()
+        self._build_file_menu()
+        #: Replay mode: the session is a recording; the replay bar moves its play position.
+        self.replay = session if isinstance(session, ReplaySession) else None
+        self.replay_bar: ReplayBar | None = None
+        self._log_generation = 0
+        if self.replay is not None:
+            self._enter_replay_mode(self.replay, knob_dock)
         for plot in (self.timeline, self.utilization.plot):
             plot.getPlotItem().getViewBox().sigRangeChangedManually.connect(self._on_manual_pan)
         self._set_caption(None, dense=False)
@@ -281,6 +303,7 @@ class MainWindow(QMainWindow):
         if not self._closed:
             self._closed = True
             self.session.close()
+            self._stop_recording()
         event.accept()
 
     # ---- Redraw -----------------------------------------------------------------------
@@ -296,6 +319,9 @@ class MainWindow(QMainWindow):
 
     def _redraw(self) -> None:
         self._ticks += 1
+        if self.replay is not None and self.replay.generation != self._log_generation:
+            self._log_generation = self.replay.generation  # a seek back rebuilt the run
+            self.log_pane.clear()
         lines = self.session.drain_log()
         if lines:
             self.log_pane.append_lines(lines, self.session.t0_ns)
@@ -348,6 +374,8 @@ class MainWindow(QMainWindow):
         """
         if live:
             return time.perf_counter_ns()
+        if self.replay is not None:
+            return self.replay.position_ns
         last = self.session.steps.snapshot(last=1)
         ends = [int(last.host[-1, -1])] if len(last) else []
         coarse = self.session.coarse
@@ -441,9 +469,10 @@ class MainWindow(QMainWindow):
             "Stop the run (polite stop, then terminate, then kill)" if live else
             "Run the script again" if self.script_spec is not None else
             "Start the selected workload")
-        self.start_action.setEnabled(state is not SessionState.STOPPING)
-        self.workload_combo.setEnabled(not live)
-        self.device_combo.setEnabled(not live)
+        replay = getattr(self, "replay", None) is not None  # a recording starts nothing
+        self.start_action.setEnabled(state is not SessionState.STOPPING and not replay)
+        self.workload_combo.setEnabled(not live and not replay)
+        self.device_combo.setEnabled(not live and not replay)
         self.state_label.setText(f"  {_STATE_TEXT.get(state, state.name.lower())}  ")
         hello = session.hello or {}
         device = hello.get("device") or {}
@@ -483,6 +512,154 @@ class MainWindow(QMainWindow):
             text += "&nbsp;&nbsp;<i>(dense: bar height = share of each pixel column)</i>"
         if self.timeline_caption.text() != text:
             self.timeline_caption.setText(text)
+
+    # ---- File menu: recordings, replay, compare, export --------------------------------
+
+    def _build_file_menu(self) -> None:
+        menu = self.menuBar().addMenu("&File")
+        self.open_action = menu.addAction("Open recording…")
+        self.open_action.setShortcut(QKeySequence.StandardKey.Open)
+        self.open_action.triggered.connect(self._ask_open)
+        self.compare_action = menu.addAction("Compare with…")
+        self.compare_action.setToolTip("Show this recording and another side by side")
+        self.compare_action.triggered.connect(self._ask_compare)
+        menu.addSeparator()
+        self.record_action = menu.addAction("Record")
+        self.record_action.setCheckable(True)
+        self.record_action.setToolTip(f"Record the run to a {SUFFIX} file in "
+                                      f"{recordings_dir()}")
+        self.record_action.toggled.connect(self._on_record_toggled)
+        self.run_bar.addAction(self.record_action)
+        export = menu.addMenu("Export")
+        self.export_png_action = export.addAction("PNG of the window…")
+        self.export_png_action.triggered.connect(self._ask_export_png)
+        self.recorder: Recorder | None = None
+        self._windows: list[QWidget] = []  # replay and compare windows opened from here
+        self.error_box: QMessageBox | None = None
+
+    def _enter_replay_mode(self, replay: ReplaySession, knob_dock: QDockWidget) -> None:
+        """Show the recording: a replay bar; nothing that would start or change a run."""
+        self.setWindowTitle(f"gpuwatch — {replay.recording.path.name} (replay)")
+        self.replay_bar = ReplayBar(replay)
+        bar = QToolBar("Replay")
+        bar.setObjectName("replay")
+        bar.setMovable(False)
+        bar.addWidget(self.replay_bar)
+        self.addToolBarBreak()
+        self.addToolBar(bar)
+        for action in (self.start_action, self.tour.action, self.record_action):
+            action.setEnabled(False)
+        self.record_action.setToolTip("A replay is already a recording")
+        self.knob_panel.set_locked(READ_ONLY)
+        knob_dock.setWindowTitle(f"Knobs ({READ_ONLY})")
+        self.knob_panel.setEnabled(False)
+        self.statusBar().showMessage(f"{READ_ONLY}; shown at the end of the run: press Play "
+                                     f"or drag the slider to watch it unfold", 30_000)
+
+    def _ask_open(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open recording", str(recordings_dir()),
+                                              RECORDING_FILTER)
+        if path:
+            self.open_recording_file(path)
+
+    def open_recording_file(self, path: str | Path) -> MainWindow | None:
+        """Show a recording in a new window; a bad file gets a message, this window stays."""
+        try:
+            replay = ReplaySession(open_recording(path))
+        except RecordingError as exc:
+            self._show_error("Cannot open the recording", str(exc))
+            return None
+        window = MainWindow(replay)
+        window.resize(self.size())
+        window.show()
+        self._windows.append(window)
+        return window
+
+    def _ask_compare(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Compare with recording",
+                                              str(recordings_dir()), RECORDING_FILTER)
+        if path:
+            self.compare_with(path)
+
+    def compare_with(self, path: str | Path) -> QWidget | None:
+        """This recording and ``path`` side by side (in a live window: ask for both files)."""
+        from gpuwatch.qt.compare_view import CompareView
+
+        try:
+            other = ReplaySession(open_recording(path))
+        except RecordingError as exc:
+            self._show_error("Cannot open the recording", str(exc))
+            return None
+        if self.replay is None:
+            self._show_error("Nothing to compare with yet",
+                             "Open a recording first (File → Open recording…), then compare "
+                             "it with another.")
+            return None
+        view = CompareView(self.replay, other)
+        view.resize(self.size())
+        view.show()
+        self._windows.append(view)
+        return view
+
+    def _on_record_toggled(self, on: bool) -> None:
+        if not on:
+            self._stop_recording()
+            return
+        if self.recorder is not None:
+            return
+        stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        name = self.script_spec.name if self.script_spec else self.workload_combo.currentText()
+        path = recordings_dir() / f"{Path(name).stem}-{stamp}{SUFFIX}"
+        spec = self.script_spec
+        recorder = Recorder(path, self.session, spec={
+            "script": spec.script if spec else None,
+            "args": list(spec.script_args) if spec else [],
+            "workload": None if spec else self.workload_combo.currentText(),
+            "device": self.device_combo.currentData() or "auto", "python": self._python})
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            recorder.start()
+        except (RecordingError, OSError) as exc:
+            self.record_action.setChecked(False)
+            self._show_error("Cannot record", str(exc))
+            return
+        self.recorder = recorder
+        self.statusBar().showMessage(f"recording to {path}")
+
+    def _stop_recording(self) -> None:
+        recorder, self.recorder = self.recorder, None
+        if recorder is None:
+            return
+        recorder.close()
+        text = (f"recording stopped: {recorder.error}" if recorder.error else
+                f"recorded {recorder.steps_written:,} steps to {recorder.path}")
+        self.statusBar().showMessage(text, 30_000)
+        if self.record_action.isChecked():
+            self.record_action.setChecked(False)
+
+    def _ask_export_png(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export PNG of the window",
+                                              str(recordings_dir() / "gpuwatch.png"),
+                                              "PNG images (*.png)")
+        if path:
+            self.export_png(path)
+
+    def export_png(self, path: str | Path) -> bool:
+        from gpuwatch.qt.app import save_screenshot
+
+        error = save_screenshot(self, Path(path))
+        if error:
+            self._show_error("Cannot export", error)
+            return False
+        self.statusBar().showMessage(f"saved {path}", 15_000)
+        return True
+
+    def _show_error(self, title: str, text: str) -> None:
+        """A message box that does not block (the run and the redraw go on)."""
+        self.statusBar().showMessage(text, 30_000)
+        self.error_box = QMessageBox(QMessageBox.Icon.Warning, title, text,
+                                     QMessageBox.StandardButton.Ok, self)
+        self.error_box.open()
 
 
 def device_entries() -> list[tuple[str, str]]:
