@@ -118,6 +118,7 @@ class Recorder:
         self._closed = False
         self._seq = 0
         self._hellos = 0
+        self._hello_pid: Any = None
         self._t0_written: int | None = None
         self._t1_ns = 0
         self._sample_t1: dict[str, int] = {}
@@ -229,8 +230,7 @@ class Recorder:
                 items.append(({"kind": "device_marks",
                                "step": view.step[part][has].tolist(),
                                "device": view.device[part][has].tolist()}, t_ns))
-        items.sort(key=lambda item: item[1])
-        self._hellos = 0
+        items[1:] = sorted(items[1:], key=lambda item: item[1])  # the hello stays first
         return items
 
     # ---- Writer thread ---------------------------------------------------------------
@@ -295,11 +295,15 @@ class Recorder:
         """Write one message; returns how many new steps it added."""
         kind = message["kind"]
         if kind == "hello":
+            if message.get("pid") == self._hello_pid:
+                return 0  # the prelude already wrote this run's hello
+            self._hello_pid = message.get("pid")
             self._hellos += 1
             if self._hellos > 1:
                 self._fail(f"recording to {self.path} ended: the session started another "
                            f"run (record each run to its own file)")
                 return 0
+            t_ns = self._config0_t_ns(t_ns)
         self._seq += 1
         seq = self._seq
         added = 0
@@ -326,6 +330,11 @@ class Recorder:
         conn.execute("INSERT INTO events VALUES (?, ?, ?, ?)",
                      (seq, t_ns, kind, to_json(body)))
         return added
+
+    def _config0_t_ns(self, arrival_ns: int) -> int:
+        """The hello's time as the session stamped config 0, so a replay times it the same."""
+        changes = self.session.config_changes()
+        return changes[0].t_ns if changes and changes[0].id == 0 else arrival_ns
 
     def _write_configs(self, conn: sqlite3.Connection) -> None:
         """The session's configurations as they are now (labels as last seen)."""

@@ -160,7 +160,8 @@ def _load(conn: sqlite3.Connection, path: Path) -> Recording:
     events = [(int(seq), int(t_ns), str(kind), _object(json.loads(body)))
               for seq, t_ns, kind, body in
               conn.execute("SELECT seq, t_ns, kind, body FROM events ORDER BY seq")]
-    hello = next((body for _, _, kind, body in events if kind == "hello"), None)
+    hello = next(({**body, "kind": kind} for _, _, kind, body in events if kind == "hello"),
+                 None)
     on_cpu = hello is None or _object(hello.get("device", {})).get("kind") != "cuda"
     steps, step_seq, device_seq, device_marks = _load_steps(conn, on_cpu=on_cpu)
     configs = _load_configs(conn)
@@ -169,7 +170,8 @@ def _load(conn: sqlite3.Connection, path: Path) -> Recording:
                         _object(body.get("values", {})), str(body.get("message", "")), t_ns)
                 for _, t_ns, kind, body in events if kind == "refused"]
     log = [_log_line(t_ns, body) for _, t_ns, kind, body in events if kind == "log"]
-    bye = next((body for _, _, kind, body in reversed(events) if kind == "bye"), None)
+    bye = next(({**body, "kind": kind} for _, _, kind, body in reversed(events)
+                if kind == "bye"), None)
     error = meta.get("error")
     if not isinstance(error, str):
         runner_error = next((body for _, _, kind, body in reversed(events) if kind == "error"),
