@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--python", dest="doctor_python", metavar="PATH", type=_python_path,
                         help="training interpreter to check (default: this one)")
     _add_bench_parser(sub)
+    _add_export_parser(sub)
     _add_run_parser(sub)
     return parser
 
@@ -110,6 +111,8 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
                        help="md (default), csv or json (docs/knobs.md §5)")
     bench.add_argument("--output", type=Path, metavar="FILE",
                        help="write the report to FILE instead of stdout")
+    bench.add_argument("--record", dest="bench_record", type=Path, metavar="FILE",
+                       help="also record the whole run to FILE (.gpuwatch; must not exist)")
     stages = bench.add_mutually_exclusive_group()
     stages.add_argument("--tour", action="store_true",
                         help="the built-in tour: baseline, workers, pinned memory, batched "
@@ -174,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             return _bench(args)
         if args.command == "run":
             return _run(args)
+        if args.command == "export":
+            return _export(args)
         if args.screenshot is not None and args.demo_seconds is None:
             parser.error("--screenshot needs --demo-seconds (when to take it)")
         return _open_window(args)
@@ -191,6 +196,34 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def _add_export_parser(sub: argparse._SubParsersAction) -> None:
+    export = sub.add_parser(
+        "export", help="write a recording as a Perfetto trace (JSON) and/or CSV",
+        description="Export a recording (.gpuwatch): --perfetto writes Chrome trace-event "
+                    "JSON for ui.perfetto.dev or chrome://tracing, --csv one row per step "
+                    "(columns in docs/recording-format.md). Both may be given.")
+    export.add_argument("export_file", type=Path, metavar="FILE", help="the recording")
+    export.add_argument("--perfetto", type=Path, metavar="OUT.json", help="trace JSON to write")
+    export.add_argument("--csv", dest="export_csv", type=Path, metavar="OUT.csv",
+                        help="per-step CSV to write")
+    export.set_defaults(export_parser=export)
+
+
+def _export(args: argparse.Namespace) -> int:
+    """No Qt, no torch: a bad recording or output is one line and exit 1."""
+    from gpuwatch.core.export_command import ExportError, RecordingError, export_recording
+
+    if args.perfetto is None and args.export_csv is None:
+        args.export_parser.error("give --perfetto OUT.json and/or --csv OUT.csv")
+    try:
+        for line in export_recording(args.export_file, perfetto=args.perfetto,
+                                     csv=args.export_csv):
+            print(f"gpuwatch: {line}", file=sys.stderr)
+    except (ExportError, RecordingError) as exc:
+        raise CliError(str(exc)) from None
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     """Headless: never imports Qt, so it runs without a display."""
     from gpuwatch.core.bench import EXIT_USAGE as BENCH_USAGE
@@ -202,7 +235,8 @@ def _bench(args: argparse.Namespace) -> int:
     options = BenchOptions(workload=args.bench_workload or args.workload,
                            device=args.bench_device or args.device,
                            python=args.bench_python or args.python,
-                           seconds=args.seconds, tour=args.tour, groups=groups)
+                           seconds=args.seconds, tour=args.tour, groups=groups,
+                           record=args.bench_record)
     outcome = run_bench(options)
     report = outcome.report
     # A usage error prints one line; a failed or interrupted run still shows what it measured.

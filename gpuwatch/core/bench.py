@@ -12,10 +12,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
 from gpuwatch.core.bench_report import BenchReport, clean_segment, machine_from_hello
 from gpuwatch.core.knob_values import KnobValueError
+from gpuwatch.core.recording import Recorder, RecordingError
 from gpuwatch.core.session import LaunchSpec, Session, SessionState
 from gpuwatch.core.tour import Conductor, Skipped, Stage, plan_stages, plan_tour
 
@@ -37,6 +39,8 @@ class BenchOptions:
     tour: bool = False
     #: ``[--set texts, --then texts, ...]`` as ``k=v`` strings; empty: the baseline only.
     groups: Sequence[Sequence[str]] = field(default_factory=list)
+    #: ``--record FILE``: the whole run to a recording (refused if FILE exists).
+    record: Path | None = None
 
 
 @dataclass
@@ -118,6 +122,14 @@ def run_bench(options: BenchOptions, *, progress: TextIO | None = None,
     conductor: Conductor | None = None
     skipped: list[Skipped] = []
     outcome = BenchOutcome(EXIT_OK)
+    recorder = None
+    if options.record is not None:
+        recorder = Recorder(options.record, session, spec={
+            "command": "bench", "workload": options.workload, "device": options.device})
+        try:
+            recorder.start()
+        except RecordingError as exc:
+            return BenchOutcome(EXIT_USAGE, error=str(exc))
     try:
         session.start(LaunchSpec(options.workload, options.device, options.python))
         hello = _wait_for_hello(session, hello_timeout_s, out)
@@ -144,7 +156,20 @@ def run_bench(options: BenchOptions, *, progress: TextIO | None = None,
             outcome.report = build_report(session, conductor, skipped, options)
     finally:
         _stop(session, out)
+        if recorder is not None:
+            _close_recorder(recorder, outcome, out)
     return outcome
+
+
+def _close_recorder(recorder: Recorder, outcome: BenchOutcome, out: ProgressLine) -> None:
+    """After the run ended, so the file keeps its outcome; a failed recording is reported."""
+    recorder.close()
+    if recorder.error is not None:
+        outcome.error = f"{outcome.error}; {recorder.error}" if outcome.error else recorder.error
+        if outcome.exit_code == EXIT_OK:
+            outcome.exit_code = EXIT_FAILED
+    else:
+        out.line(f"gpuwatch: recorded {recorder.steps_written} steps to {recorder.path}")
 
 
 def _wait_for_hello(session: Session, timeout_s: float, out: ProgressLine) -> dict[str, Any]:
