@@ -55,7 +55,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_parser(sub)
     _add_export_parser(sub)
     _add_run_parser(sub)
+    _add_replay_parser(sub)
     return parser
+
+
+def _add_replay_parser(sub: argparse._SubParsersAction) -> None:
+    replay = sub.add_parser(
+        "replay", help="show a recorded run (.gpuwatch) in the window: no torch, no GPU needed",
+        description="Open a recording in the window, shown to its end, with play/pause, a "
+                    "position slider and a speed factor. --compare shows a second recording "
+                    "beside it (scoreboards and step-time breakdowns).")
+    replay.add_argument("file", type=Path, metavar="FILE", help="the recording to show")
+    replay.add_argument("--compare", type=Path, metavar="FILE2",
+                        help="a second recording to compare with FILE")
+    replay.add_argument("--demo-seconds", dest="replay_demo_seconds", type=_positive_seconds,
+                        metavar="N", help="close the window after N seconds (with "
+                                          "--screenshot: save a PNG of it first)")
+    replay.add_argument("--screenshot", dest="replay_screenshot", type=Path, metavar="PNG",
+                        help="where --demo-seconds saves the window picture")
 
 
 def _add_run_parser(sub: argparse._SubParsersAction) -> None:
@@ -179,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             return _run(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "replay":
+            return _replay(args)
         if args.screenshot is not None and args.demo_seconds is None:
             parser.error("--screenshot needs --demo-seconds (when to take it)")
         return _open_window(args)
@@ -297,6 +316,28 @@ def _run(args: argparse.Namespace) -> int:
         demo_seconds=args.run_demo_seconds, screenshot=args.run_screenshot, script=script,
         script_args=tuple(args.script_args), cwd=os.getcwd(), seconds=args.run_seconds,
         record=args.record)
+    return _open_window(window)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    """``gpuwatch replay FILE``: a bad file is one line and exit 1, before any window."""
+    from gpuwatch.core.recording import RecordingError
+    from gpuwatch.core.recording_reader import open_recording
+
+    demo_seconds = args.replay_demo_seconds or args.demo_seconds
+    screenshot = args.replay_screenshot or args.screenshot
+    if screenshot is not None and demo_seconds is None:
+        print("gpuwatch replay: --screenshot needs --demo-seconds (when to take it)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        recordings = [open_recording(path) for path in (args.file, args.compare) if path]
+    except RecordingError as exc:
+        raise CliError(str(exc)) from None
+    window = argparse.Namespace(
+        workload=args.workload, device=args.device, python=args.python, autostart=False,
+        tour=False, demo_seconds=demo_seconds, screenshot=screenshot,
+        recording=recordings[0], compare=recordings[1] if len(recordings) > 1 else None)
     return _open_window(window)
 
 

@@ -22,6 +22,7 @@ from PySide6.QtCore import (
 )
 from PySide6.QtWidgets import QApplication, QWidget
 
+from gpuwatch.core.replay import ReplaySession
 from gpuwatch.core.session import Session, SessionState
 from gpuwatch.qt.main_window import MainWindow
 
@@ -99,14 +100,18 @@ def run_window(options: Any) -> int:
     ``options`` has ``workload``, ``device``, ``python``, ``autostart``, ``demo_seconds``
     and ``screenshot`` (the CLI's parsed arguments); ``gpuwatch run`` adds ``script``,
     ``script_args``, ``cwd``, ``seconds`` and ``record`` (a file the run is recorded to from
-    its start).
+    its start); ``gpuwatch replay`` gives ``recording`` (shown instead of a live run) and
+    ``compare`` (a second one, side by side), both already opened.
     """
     app = create_app()
     previous_handler = _install_quiet_handler()
-    session = Session()
+    recording = getattr(options, "recording", None)  # gpuwatch replay: an opened Recording
+    session = Session() if recording is None else ReplaySession(recording)
     window = MainWindow(session, options)
     window.resize(*DEFAULT_SIZE)
     window.show()
+    if getattr(options, "compare", None) is not None:
+        window.show_compare(ReplaySession(options.compare))
     problems: list[str] = []
     recorder = _start_recording(options, session, window)
     if recorder is False:
@@ -121,7 +126,7 @@ def run_window(options: Any) -> int:
                 error = save_screenshot(window, Path(shot))
                 if error:
                     problems.append(error)
-            window.close()
+            app.closeAllWindows()  # with any compare or replay window opened from this one
 
         QTimer.singleShot(int(demo_seconds * 1000), finish_demo)
 
@@ -139,7 +144,7 @@ def run_window(options: Any) -> int:
         with contextlib.suppress(ValueError, TypeError):
             signal.signal(signal.SIGINT, previous)
         qInstallMessageHandler(previous_handler)
-    if session.state is SessionState.FAILED:
+    if session.state is SessionState.FAILED and recording is None:
         problems.insert(0, f"the run failed: {session.error or 'no reason given'}")
     if problems:
         print(f"gpuwatch: {problems[0]}", file=sys.stderr)  # noqa: T201 - one line, then exit 1

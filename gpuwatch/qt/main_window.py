@@ -553,8 +553,6 @@ class MainWindow(QMainWindow):
         self.knob_panel.set_locked(READ_ONLY)
         knob_dock.setWindowTitle(f"Knobs ({READ_ONLY})")
         self.knob_panel.setEnabled(False)
-        self.statusBar().showMessage(f"{READ_ONLY}; shown at the end of the run: press Play "
-                                     f"or drag the slider to watch it unfold", 30_000)
 
     def _ask_open(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open recording", str(recordings_dir()),
@@ -583,8 +581,6 @@ class MainWindow(QMainWindow):
 
     def compare_with(self, path: str | Path) -> QWidget | None:
         """This recording and ``path`` side by side (in a live window: ask for both files)."""
-        from gpuwatch.qt.compare_view import CompareView
-
         try:
             other = ReplaySession(open_recording(path))
         except RecordingError as exc:
@@ -595,6 +591,13 @@ class MainWindow(QMainWindow):
                              "Open a recording first (File → Open recording…), then compare "
                              "it with another.")
             return None
+        return self.show_compare(other)
+
+    def show_compare(self, other: ReplaySession) -> QWidget:
+        """A window with this window's recording and ``other`` side by side."""
+        from gpuwatch.qt.compare_view import CompareView
+
+        assert self.replay is not None, "compare needs a recording in this window"
         view = CompareView(self.replay, other)
         view.resize(self.size())
         view.show()

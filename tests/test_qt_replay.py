@@ -1,0 +1,187 @@
+"""The window on a recording: replay mode, File menu (open, compare, record, export PNG) and
+``gpuwatch replay``; recordings are made with the real Recorder from a fed session."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from PySide6.QtWidgets import QDockWidget
+from test_replay import S, SteppedClock, script
+
+from gpuwatch.core import session as session_module
+from gpuwatch.core.recording import Recorder
+from gpuwatch.core.recording_reader import open_recording
+from gpuwatch.core.replay import READ_ONLY, ReplaySession
+from gpuwatch.core.session import Session, SessionState
+from gpuwatch.qt import main_window as main_window_module
+from gpuwatch.qt.compare_view import CompareView, breakdown
+from gpuwatch.qt.main_window import MainWindow
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def feed(session: Session, n_batches: int) -> None:
+    """Play the runner: a CPU run with a knob change, as if launched, each message arriving
+    at its scripted time (the clock the session and the recorder's listener read)."""
+    session._state = SessionState.RUNNING
+    with pytest.MonkeyPatch.context() as patch:
+        clock = SteppedClock(session.t0_ns)
+        patch.setattr(session_module.time, "perf_counter_ns", clock)
+        for t_ns, message in script(session.t0_ns + S, n_batches):
+            clock.now_ns = t_ns
+            session._dispatch(message)
+    session._state = SessionState.FINISHED
+
+
+def make_recording(path: Path, n_batches: int = 40) -> Path:
+    live = Session(sample_coarse=False)
+    recorder = Recorder(path, live, flush_s=0.01)
+    recorder.start()
+    feed(live, n_batches)
+    recorder.close()
+    assert recorder.error is None
+    return path
+
+
+@pytest.fixture
+def recording(tmp_path) -> Path:
+    return make_recording(tmp_path / "first.gpuwatch")
+
+
+@pytest.fixture
+def no_documents(tmp_path, monkeypatch) -> Path:
+    """Record and the file dialogs use a temporary folder, never the user's documents."""
+    folder = tmp_path / "documents" / "gpuwatch"
+    monkeypatch.setattr(main_window_module, "recordings_dir", lambda: folder)
+    return folder
+
+
+def test_replay_window_shows_the_run_with_a_moving_bar_and_read_only_knobs(
+        show_window, qtbot, recording, no_documents):
+    now = [0.0]
+    replay = ReplaySession(open_recording(recording), clock=lambda: now[0])
+    win = show_window(replay)
+    assert win.replay_bar is not None and "first.gpuwatch" in win.windowTitle()
+    qtbot.waitUntil(lambda: win.scoreboard.model.rowCount() == 2, timeout=5000)
+    assert win.timeline.getPlotItem().listDataItems()
+    assert not win.start_action.isEnabled() and not win.record_action.isEnabled()
+    assert not win.knob_panel.isEnabled() and win.knob_panel.rows
+    assert READ_ONLY in win.findChild(QDockWidget, "knobs").windowTitle()
+    bar = win.replay_bar
+    assert bar.slider.value() == bar.slider.maximum()  # opened at the end: the whole run
+    bar.seek(0.0)
+    assert bar.slider.value() == 0 and replay.steps.count == 0
+    bar.toggle()  # play
+    assert replay.playing and bar.play_button.text() == "Pause"
+    bar.speed_combo.setCurrentText("2×")
+    now[0] += 1.0
+    qtbot.waitUntil(lambda: bar.slider.value() == 2000, timeout=5000)
+    assert bar.position_label.text() == "2.0 s"
+    assert 0 < replay.steps.count < len(replay.recording.steps)
+    qtbot.waitUntil(lambda: win.scoreboard.model.rowCount() == 1, timeout=5000)  # baseline
+    now[0] += 100.0
+    qtbot.waitUntil(lambda: not replay.playing, timeout=5000)
+    assert bar.slider.value() == bar.slider.maximum() and bar.play_button.text() == "Play"
+
+
+def test_file_open_on_a_bad_file_shows_the_error_and_keeps_the_window(
+        show_window, qtbot, tmp_path, recording, no_documents):
+    win = show_window(Session(sample_coarse=False))
+    bad = tmp_path / "notes.gpuwatch"
+    bad.write_text("not a recording")
+    assert win.open_recording_file(bad) is None
+    assert win.error_box is not None and win.error_box.isVisible()
+    assert "not a gpuwatch recording" in win.error_box.text()
+    win.error_box.close()
+    assert win.isVisible()
+    opened = win.open_recording_file(recording)
+    assert opened is not None and opened.replay is not None and opened.isVisible()
+    qtbot.waitUntil(lambda: opened.scoreboard.model.rowCount() == 2, timeout=5000)
+    opened.close()
+
+
+def test_compare_shows_both_scoreboards_and_breakdowns_that_sum_to_the_step(
+        show_window, qtbot, tmp_path, recording, no_documents):
+    other = make_recording(tmp_path / "second.gpuwatch", n_batches=12)
+    win = show_window(ReplaySession(open_recording(recording)))
+    view = win.compare_with(other)
+    assert isinstance(view, CompareView)
+    qtbot.addWidget(view)
+    assert [b.model.rowCount() for b in view.scoreboards] == [2, 2]
+    names = {view.table.item(r, 0).text() for r in range(view.table.rowCount())}
+    assert names == {"first.gpuwatch", "second.gpuwatch"}
+    for session in view.sessions:
+        rows = {r.config_id: r for r in session.scoreboard()}
+        for part in breakdown(session):
+            assert part.step_ms == pytest.approx(rows[part.config_id].step_ms_p50)
+            assert part.phase_ms[0] == pytest.approx(8.0)  # the data phase of the script
+    assert win.compare_with(tmp_path / "missing.gpuwatch") is None
+    assert "no such file" in win.error_box.text()
+
+
+def test_record_action_writes_a_file_that_open_recording_reads(
+        show_window, qtbot, no_documents):
+    session = Session(sample_coarse=False)
+    win = show_window(session)
+    win.record_action.setChecked(True)
+    assert win.recorder is not None
+    path = win.recorder.path
+    assert path.parent == no_documents and path.suffix == ".gpuwatch"
+    assert "recording to" in win.statusBar().currentMessage()
+    feed(session, 8)
+    win.record_action.setChecked(False)
+    assert win.recorder is None and "recorded 40 steps" in win.statusBar().currentMessage()
+    recording = open_recording(path)
+    assert len(recording.steps) == 40
+    assert [c.id for c in recording.configs] == [0, 1]
+
+
+def test_export_png_of_the_window(show_window, tmp_path, recording, no_documents):
+    win = show_window(ReplaySession(open_recording(recording)))
+    out = tmp_path / "shots" / "window.png"
+    assert win.export_png(out)
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    code = ("import sys; from gpuwatch.cli import main; rc = main(sys.argv[1:]); "
+            "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False,
+                          env={"QT_QPA_PLATFORM": "offscreen", "PATH": "/usr/bin:/bin"})
+
+
+def test_cli_replay_opens_compares_and_screenshots_without_torch(tmp_path, recording):
+    other = make_recording(tmp_path / "second.gpuwatch", n_batches=12)
+    shot = tmp_path / "replay.png"
+    done = run_cli("replay", str(recording), "--compare", str(other), "--demo-seconds", "1",
+                   "--screenshot", str(shot))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "no torch"
+    assert shot.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("missing.gpuwatch", None, "no such file"),
+    ("text.gpuwatch", "hello", "not a gpuwatch recording"),
+])
+def test_cli_replay_of_a_bad_file_is_one_line_and_exit_1(tmp_path, name, content, message):
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    done = run_cli("replay", str(path))
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and lines[0].startswith("gpuwatch: ")
+
+
+def test_window_options_are_ignored_in_replay(qtbot, recording):
+    win = MainWindow(ReplaySession(open_recording(recording)),
+                     SimpleNamespace(workload="mlp", device="cpu", python=None))
+    qtbot.addWidget(win)
+    assert not win.workload_combo.isEnabled() and not win.device_combo.isEnabled()
+    win.close()
