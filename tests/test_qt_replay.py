@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -145,6 +146,19 @@ def test_export_png_of_the_window(show_window, tmp_path, recording, no_documents
     out = tmp_path / "shots" / "window.png"
     assert win.export_png(out)
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_export_perfetto_and_csv_from_the_menu(show_window, tmp_path, recording, no_documents):
+    live = show_window(Session(sample_coarse=False))
+    assert not live.export_recording("csv", tmp_path / "none.csv")
+    assert "record the run" in live.error_box.text()
+    win = show_window(ReplaySession(open_recording(recording)))
+    assert win.export_recording("perfetto", tmp_path / "trace.json")
+    assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert win.export_recording("csv", tmp_path / "steps.csv")
+    assert len((tmp_path / "steps.csv").read_text().splitlines()) == 1 + 200
+    assert not win.export_recording("csv", tmp_path / "no" / "such" / "dir" / "steps.csv")
+    assert "cannot write" in win.error_box.text()
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

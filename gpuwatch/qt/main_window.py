@@ -531,9 +531,14 @@ class MainWindow(QMainWindow):
         self.record_action.toggled.connect(self._on_record_toggled)
         self.run_bar.addAction(self.record_action)
         export = menu.addMenu("Export")
+        self.export_perfetto_action = export.addAction("Perfetto JSON…")
+        self.export_perfetto_action.triggered.connect(lambda: self._ask_export("perfetto"))
+        self.export_csv_action = export.addAction("CSV…")
+        self.export_csv_action.triggered.connect(lambda: self._ask_export("csv"))
         self.export_png_action = export.addAction("PNG of the window…")
         self.export_png_action.triggered.connect(self._ask_export_png)
         self.recorder: Recorder | None = None
+        self.last_recording: Path | None = None  # what Export writes from in a live window
         self._windows: list[QWidget] = []  # replay and compare windows opened from here
         self.error_box: QMessageBox | None = None
 
@@ -634,11 +639,46 @@ class MainWindow(QMainWindow):
         if recorder is None:
             return
         recorder.close()
+        self.last_recording = recorder.path
         text = (f"recording stopped: {recorder.error}" if recorder.error else
                 f"recorded {recorder.steps_written:,} steps to {recorder.path}")
         self.statusBar().showMessage(text, 30_000)
         if self.record_action.isChecked():
             self.record_action.setChecked(False)
+
+    def _ask_export(self, kind: str) -> None:
+        suffix, title = (".json", "Perfetto JSON") if kind == "perfetto" else (".csv", "CSV")
+        source = self.replay.recording.path if self.replay is not None else self.last_recording
+        default = recordings_dir() / f"{source.stem if source else 'gpuwatch'}{suffix}"
+        path, _ = QFileDialog.getSaveFileName(self, f"Export {title}", str(default),
+                                              f"{title} (*{suffix})")
+        if path:
+            self.export_recording(kind, path)
+
+    def export_recording(self, kind: str, path: str | Path) -> bool:
+        """Write the shown recording (or the last one recorded here) as ``perfetto`` or
+        ``csv``; a message says why when there is none or the file cannot be written."""
+        from gpuwatch.core.export_csv import write_csv
+        from gpuwatch.core.export_perfetto import write_perfetto
+
+        try:
+            if self.replay is not None:
+                recording = self.replay.recording
+            elif self.last_recording is not None:
+                recording = open_recording(self.last_recording)
+            else:
+                self._show_error("Nothing to export", "Exports are made from a recording: "
+                                 "record the run (File → Record) or open a recording first.")
+                return False
+            (write_perfetto if kind == "perfetto" else write_csv)(recording, Path(path))
+        except RecordingError as exc:
+            self._show_error("Cannot export", str(exc))
+            return False
+        except OSError as exc:
+            self._show_error("Cannot export", f"cannot write {path}: {exc.strerror or exc}")
+            return False
+        self.statusBar().showMessage(f"saved {path}", 15_000)
+        return True
 
     def _ask_export_png(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export PNG of the window",
