@@ -334,3 +334,35 @@ def test_each_bad_file_gets_its_own_message(tmp_path: Path, case: str) -> None:
     assert expected in message
     assert str(path) in message
     assert "\n" not in message and "Traceback" not in message
+
+
+# ---- bench --record --------------------------------------------------------------------
+
+
+def test_bench_record_writes_the_whole_run(tmp_path: Path, capsys) -> None:
+    from gpuwatch.cli import main
+
+    path = tmp_path / "bench.gpuwatch"
+    code = main(["bench", "--workload", "mlp", "--device", "cpu", "--seconds", "1",
+                 "--record", str(path)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    recording = open_recording(path)
+    assert f"gpuwatch: recorded {len(recording.steps)} steps to {path}" in captured.err
+    assert len(recording.steps) > 0
+    assert recording.meta["spec"] == {"command": "bench", "workload": "mlp", "device": "cpu"}
+    assert recording.meta["closed"] is True and recording.bye is not None
+    assert rebuild(recording).scoreboard()[0].steady
+
+
+def test_bench_record_refuses_an_existing_file_before_starting(tmp_path: Path,
+                                                               capsys) -> None:
+    from gpuwatch.cli import main
+
+    existing = tmp_path / "old.gpuwatch"
+    existing.write_bytes(b"precious")
+    code = main(["bench", "--device", "cpu", "--record", str(existing)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err == [f"gpuwatch: cannot record to {existing}: the file already exists"]
+    assert existing.read_bytes() == b"precious"
