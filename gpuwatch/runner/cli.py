@@ -1,7 +1,11 @@
 """``python -m gpuwatch.runner``: the training process the GUI starts (DESIGN.md §2).
 
+``--workload NAME`` trains a built-in workload; ``--script PATH -- ARGS`` runs the user's own
+script instead (``script_session``), with everything after ``--`` as its arguments.
+
 Exit codes: 0 normal end (stop, max-steps, link closed), 1 training error, 2 bad arguments,
-3 could not connect/authenticate. Failures print one line on stderr, never a traceback (a
+3 could not connect/authenticate; a script's own exit code when it ends by itself
+(``script_session`` lists its outcomes). Failures print one line on stderr, never a traceback (a
 training exception's traceback travels to the GUI in the ``error`` message instead).
 
 Nothing heavy is imported before the arguments and the link are checked, so those errors are
@@ -48,8 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="link address: socket path, Windows pipe name, or HOST:PORT")
     mode.add_argument("--probe", action="store_true",
                       help="print what this interpreter has (torch, CUDA, devices) as JSON")
-    parser.add_argument("--workload", choices=WORKLOAD_NAMES, default="vision",
-                        help="built-in workload (default: %(default)s)")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--workload", choices=WORKLOAD_NAMES, default=None,
+                      help="built-in workload (default: vision)")
+    what.add_argument("--script", metavar="PATH",
+                      help="run this Python script as __main__ instead of a workload; "
+                           "its arguments follow a --")
     parser.add_argument("--device", type=_device, default="auto",
                         help="auto, cpu, cuda or cuda:N (default: %(default)s)")
     parser.add_argument("--max-steps", type=_positive, default=None, metavar="N",
@@ -58,8 +66,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def split_script_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The runner's own arguments, and the script's: everything after the first ``--``."""
+    argv = list(argv)
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)  # exits 2 on bad arguments
+    import sys
+
+    own, script_args = split_script_args(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(own)  # exits 2 on bad arguments
+    if script_args and args.script is None:
+        parser.error("arguments after -- are the script's: they need --script PATH")
     if args.probe:
         from gpuwatch.runner import probe
 
@@ -74,7 +97,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gpuwatch.runner.session import EXIT_INTERRUPTED, run
 
     try:
-        return run(link, workload_name=args.workload, device_spec=args.device,
+        if args.script is not None:
+            from gpuwatch.protocol import AUTHKEY_ENV
+            from gpuwatch.runner.script_session import run_script
+
+            os.environ.pop(AUTHKEY_ENV, None)  # the user's code never sees the key
+            return run_script(link, path=args.script, args=script_args,
+                              device_spec=args.device, max_steps=args.max_steps)
+        return run(link, workload_name=args.workload or "vision", device_spec=args.device,
                    max_steps=args.max_steps, seed=args.seed)
     except KeyboardInterrupt:  # Ctrl-C while torch imports (started by hand)
         say("interrupted")

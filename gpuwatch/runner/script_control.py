@@ -1,0 +1,121 @@
+"""The GUI's control messages for a watched script: acted on at the script's step boundaries.
+
+The built-in loop drains ``link.controls`` between its own steps. A script's loop is not ours,
+so the step recorder calls ``at_boundary`` between two steps instead: a ``set`` is applied to the
+probe knobs there, ``pause`` blocks there, and ``stop`` (or the GUI going away, or
+``--max-steps``) raises ``KeyboardInterrupt`` there, which is what Ctrl-C does: the script's
+``finally`` blocks run and its DataLoader workers are shut down.
+
+A script may not reach a boundary again (stuck in a long evaluation, or no boundary at all): a
+watcher thread then interrupts the main thread itself ``stop_grace_s`` after the stop
+(``_thread.interrupt_main``, Ctrl-C again, wherever Python code runs). If even that does not end
+the script, the GUI terminates the process tree.
+"""
+
+from __future__ import annotations
+
+import _thread
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from gpuwatch.runner.link import Link
+from gpuwatch.runner.probe_knobs import ProbeKnobs
+
+#: While paused, how often the boundary re-checks for resume/stop.
+PAUSE_POLL_S = 0.2
+
+
+class ScriptControl:
+    """See the module docstring; ``stop_reason`` says why the script was stopped, if it was."""
+
+    def __init__(self, link: Link, knobs: ProbeKnobs, *, max_steps: int | None = None,
+                 stop_grace_s: float = 2.0) -> None:
+        self.link = link
+        self.knobs = knobs
+        self.max_steps = max_steps
+        self.stop_grace_s = stop_grace_s
+        #: "stopped", "max_steps" or "link_closed" once the script is to stop.
+        self.stop_reason: str | None = None
+        self.paused = False
+        self.flush: Callable[[], None] = lambda: None
+        self._inbox: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._lock = threading.Lock()
+        self._running = False
+        self._stop_raised = False
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="gpuwatch-script-control",
+                                        daemon=True)
+
+    def start(self) -> None:
+        """The script is about to run: interrupting it is allowed from now on."""
+        with self._lock:
+            self._running = True
+        self._thread.start()
+
+    def script_done(self) -> None:
+        """The script returned (or raised): never interrupt the runner's own teardown."""
+        with self._lock:
+            self._running = False
+        self._closed.set()
+
+    def at_boundary(self, next_step: int) -> None:
+        """Between two steps: apply queued controls; may block (pause) or raise (stop)."""
+        if (self.stop_reason is None and self.max_steps is not None
+                and next_step >= self.max_steps):
+            self.stop_reason = "max_steps"
+        while True:
+            if self.stop_reason is not None:
+                with self._lock:
+                    self._stop_raised = True
+                raise KeyboardInterrupt(f"gpuwatch: {self.stop_reason}")
+            try:
+                message = (self._inbox.get(timeout=PAUSE_POLL_S) if self.paused
+                           else self._inbox.get_nowait())
+            except queue.Empty:
+                if self.paused:
+                    continue
+                return
+            kind = message["kind"]
+            if kind == "pause" and not self.paused:
+                self.paused = True
+                self.flush()  # show every finished step before the timeline goes quiet
+                self.link.log("info", f"paused after {next_step} step(s)")
+            elif kind == "resume" and self.paused:
+                self.paused = False
+                self.link.log("info", "resumed")
+            elif kind == "set":
+                self.knobs.handle_set(message, first_step=next_step, flush=self.flush)
+            elif kind == "capture":
+                self.link.log("warning", "'capture' is not supported for scripts yet")
+
+    def _watch(self) -> None:
+        """Move controls to the inbox; a stop or a lost link arms the interrupt fallback."""
+        while not self._closed.is_set():
+            try:
+                message = self.link.controls.get(timeout=0.2)
+            except queue.Empty:
+                if self.link.lost.is_set():
+                    self._request_stop("link_closed")
+                    return
+                continue
+            if message["kind"] == "stop":
+                self._request_stop("stopped")
+            else:
+                self._inbox.put(message)
+
+    def _request_stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        timer = threading.Timer(self.stop_grace_s, self._interrupt)
+        timer.daemon = True
+        timer.start()
+
+    def _interrupt(self) -> None:
+        with self._lock:
+            if self._running and not self._stop_raised:
+                self._stop_raised = True
+                self.link.log("warning", f"the script reached no step boundary within "
+                              f"{self.stop_grace_s:g} s of the stop: interrupting it")
+                _thread.interrupt_main()

@@ -1,0 +1,229 @@
+"""``python -m gpuwatch.runner --script PATH -- ARGS``: run the user's own script, watched.
+
+The script runs as ``__main__`` through ``runpy.run_path`` exactly as ``python PATH ARGS`` would
+run it: ``sys.argv = [PATH, *ARGS]``, ``sys.path[0]`` = its directory, the working directory the
+launcher gave this process, its ``if __name__ == "__main__":`` guard and spawn-started DataLoader
+workers (they re-import it as ``__mp_main__``) behaving as usual. Steps come from
+``autohooks`` (zero code) or ``gpuwatch.probe`` (see ``step_recorder`` for the rules).
+
+Outcomes (each ends with ``bye``; the exit code is what ``python PATH`` would give):
+a missing/unreadable script → ``error`` ScriptNotFound, exit 2; a syntax error → ``error`` with
+the compiler's message and line, exit 1 (both before torch is imported and before ``hello``);
+the script raises → ``error`` with its traceback (gpuwatch and runpy frames removed), exit 1;
+``sys.exit(n)`` or the end of the script → ``bye`` ``script_exit`` with ``code`` n, exit n;
+``stop``/``--max-steps``/the GUI gone → ``KeyboardInterrupt`` in the script at its next step
+boundary, ``bye`` ``stopped``/``max_steps`` (none when the GUI is gone), exit 0.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import runpy
+import sys
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuwatch.protocol import PROTOCOL_VERSION
+from gpuwatch.runner.link import Link
+
+EXIT_OK = 0
+EXIT_SCRIPT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+#: ``hello.config.warmup_steps`` of a script: its first steps start workers and warm caches.
+INITIAL_WARMUP_STEPS = 3
+#: Frames of these files are left out of a script's traceback (they are not the user's).
+_GPUWATCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+@dataclass
+class Outcome:
+    """How the script ended, as ``bye`` reports it."""
+
+    reason: str  # script_exit | stopped | max_steps | link_closed | error
+    code: int | None
+    exit_code: int
+    error: BaseException | None = None
+
+
+def run_script(link: Link, *, path: str, args: Sequence[str], device_spec: str,
+               max_steps: int | None) -> int:
+    """Check, announce, run and report the script; returns the runner's exit code."""
+    full_path = os.path.abspath(path)
+    try:
+        with open(full_path, "rb") as script:
+            source = script.read()
+    except OSError as exc:
+        text = f"cannot read script {path!r}: {exc.strerror or exc}"
+        return _failed_early(link, "ScriptNotFound", text, "", EXIT_USAGE)
+    try:
+        compile(source, full_path, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return _failed_early(link, "SyntaxError", str(exc),
+                             "".join(traceback.format_exception_only(exc)), EXIT_SCRIPT_ERROR,
+                             file=exc.filename, line=exc.lineno)
+    except ValueError as exc:  # e.g. null bytes
+        return _failed_early(link, type(exc).__name__, f"cannot compile {path!r}: {exc}", "",
+                             EXIT_SCRIPT_ERROR)
+    if device_spec == "cpu":  # hide CUDA, so "cuda if available" scripts train on the CPU
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    try:
+        import torch
+    except Exception as exc:
+        return _failed_early(link, type(exc).__name__, f"cannot import torch: {exc}",
+                             traceback.format_exc(), EXIT_SCRIPT_ERROR)
+    from gpuwatch.runner.session import DeviceError, resolve_device
+
+    try:
+        device = resolve_device(torch, device_spec)
+    except DeviceError as exc:
+        return _failed_early(link, "DeviceError", str(exc), "", EXIT_USAGE)
+    try:
+        return _watch(link, torch, device, path=path, full_path=full_path, args=args,
+                      max_steps=max_steps)
+    except Exception as exc:  # the runner's own failure (the script's are caught inside)
+        return _failed_early(link, type(exc).__name__, f"gpuwatch could not watch the script: "
+                             f"{type(exc).__name__}: {exc}", traceback.format_exc(),
+                             EXIT_SCRIPT_ERROR)
+
+
+def _watch(link: Link, torch: Any, device: Any, *, path: str, full_path: str,
+           args: Sequence[str], max_steps: int | None) -> int:
+    from gpuwatch import probe
+    from gpuwatch.runner.autohooks import AutoHooks
+    from gpuwatch.runner.probe_agent import ProbeAgent
+    from gpuwatch.runner.probe_knobs import ProbeKnobs
+    from gpuwatch.runner.script_control import ScriptControl
+    from gpuwatch.runner.session import device_info, make_backend, say, versions
+    from gpuwatch.runner.step_recorder import StepRecorder
+
+    backend = make_backend(torch, device)
+    link.send("hello", protocol=PROTOCOL_VERSION, pid=os.getpid(),
+              workload=os.path.basename(full_path), device=device_info(torch, device),
+              versions=versions(torch), os=platform.platform(), knobs=[],
+              config={"id": 0, "values": {}, "warmup_steps": INITIAL_WARMUP_STEPS},
+              workload_config={}, timing=backend.kind, instrumentation="auto",
+              script={"path": full_path, "args": list(args), "cwd": os.getcwd()})
+    knobs = ProbeKnobs(link)
+    control = ScriptControl(link, knobs, max_steps=max_steps)
+    recorder = StepRecorder(link, backend, boundary=control.at_boundary,
+                            config_id=lambda: knobs.config_id)
+    control.flush = recorder.flush
+    hooks = AutoHooks(torch, recorder)
+    agent = ProbeAgent(recorder, knobs)
+    os.register_at_fork(after_in_child=lambda: probe.attach_runner(None))
+    link.log("info", f"running {path} {' '.join(args)}".rstrip() + f" in {os.getcwd()}")
+
+    sys.argv = [path, *args]
+    sys.path[0] = os.path.dirname(full_path)
+    probe.attach_runner(agent)
+    hooks.install()
+    control.start()
+    try:
+        outcome = _run(path)
+    finally:
+        control.script_done()
+        hooks.remove()
+        probe.attach_runner(None)
+    if control.stop_reason is not None and outcome.reason in ("script_exit", "stopped"):
+        outcome = Outcome(control.stop_reason, outcome.code, EXIT_OK)
+    try:
+        recorder.finish()
+    except Exception as exc:  # never hide the script's own outcome
+        link.log("error", f"could not send the last steps: {type(exc).__name__}: {exc}")
+    backend.close()
+    cuda_used = _cuda_used(torch)
+    if device.type != "cuda" and cuda_used:
+        link.log("warning", "the script used CUDA, but gpuwatch timed it on the host "
+                 "(it watched the CPU device): choose a CUDA device to see device marks")
+    if outcome.error is not None:
+        exc = outcome.error
+        link.send("error", type=type(exc).__name__, message=str(exc),
+                  traceback=script_traceback(exc))
+        say(f"the script failed: {type(exc).__name__}: {exc}")
+        del exc
+    outcome.error = None
+    gc.collect()  # frames of the traceback may hold DataLoader iterators: end their workers
+    if outcome.reason != "link_closed":
+        link.send("bye", reason=outcome.reason, code=outcome.code, steps=recorder.steps,
+                  cuda_used=cuda_used, instrumentation=recorder.instrumentation)
+    link.finished()
+    link.close()
+    return outcome.exit_code
+
+
+def _run(path: str) -> Outcome:
+    """Run the script as ``__main__``; how it ended (an exception is kept for the report)."""
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as exc:
+        code = exit_code(exc)
+        return Outcome("script_exit", code, code)
+    except KeyboardInterrupt:  # a stop (the control decides which) or Ctrl-C by hand
+        return Outcome("stopped", None, EXIT_INTERRUPTED)
+    except BaseException as exc:
+        return Outcome("error", EXIT_SCRIPT_ERROR, EXIT_SCRIPT_ERROR, exc)
+    return Outcome("script_exit", 0, EXIT_OK)
+
+
+def exit_code(exc: SystemExit) -> int:
+    """What ``python SCRIPT`` exits with for ``sys.exit(value)``: an int as is, None → 0,
+    anything else is printed on stderr and gives 1."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int) and not isinstance(exc.code, bool):
+        return exc.code
+    sys.stderr.write(f"{exc.code}\n")
+    sys.stderr.flush()
+    return 1
+
+
+def script_traceback(exc: BaseException) -> str:
+    """The traceback as ``python SCRIPT`` prints it, without gpuwatch's and runpy's frames."""
+    formatted = traceback.TracebackException.from_exception(exc)
+    seen: set[int] = set()
+    pending = [formatted]
+    while pending:
+        part = pending.pop()
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        part.stack = traceback.StackSummary.from_list(
+            [frame for frame in part.stack if not _not_users(frame.filename)])
+        pending.extend(p for p in (part.__cause__, part.__context__) if p is not None)
+    return "".join(formatted.format())
+
+
+def _not_users(filename: str) -> bool:
+    return (filename.startswith(_GPUWATCH_DIR) or filename == "<frozen runpy>"
+            or os.path.basename(filename) == "runpy.py")
+
+
+def _cuda_used(torch: Any) -> bool:
+    """Whether the script put anything on a CUDA device (hello's device probe initializes CUDA
+    but allocates nothing, so the allocator's peak tells)."""
+    try:
+        if not torch.cuda.is_initialized():
+            return False
+        return any(torch.cuda.max_memory_allocated(index) > 0
+                   for index in range(torch.cuda.device_count()))
+    except Exception:  # a broken driver: say "not used" rather than fail the report
+        return False
+
+
+def _failed_early(link: Link, kind: str, message: str, trace: str, code: int,
+                  **extra: Any) -> int:
+    """An outcome before ``hello`` (nothing ran): ``error`` + ``bye``, one line on stderr."""
+    from gpuwatch.runner.session import say
+
+    link.send("error", type=kind, message=message, traceback=trace, **extra)
+    link.send("bye", reason="error", code=code, steps=0, cuda_used=False,
+              instrumentation="auto")
+    link.finished()
+    link.close()
+    say(message)
+    return code

@@ -1,0 +1,282 @@
+"""Steps of a user's script, assembled from the events the hooks and the probe API report.
+
+The built-in loop *knows* where its boundaries are; a script's loop is only observed. This class
+turns observations (a DataLoader asked for a batch, the outermost forward began, ``backward()``
+returned, an optimizer stepped, ``gw.step()`` entered, ...) into the 7 marks of
+``protocol.MARKS`` per step, with these rules (the documented limits of zero-code mode):
+
+* **Loader mode** (a DataLoader was seen): a step starts when the loop asks a DataLoader
+  iterator for a batch and ends when it asks for the next one. ``data_end`` when that ``next()``
+  returns; ``h2d_end`` at the first outermost forward; ``forward_end`` when the outermost forward
+  returns, or later at the start of ``backward()``; ``backward_end`` when ``backward()`` returns;
+  ``optimizer_end`` at ``optimizer.step()``. A boundary reached again later in the same step
+  moves forward (several optimizers: the last wins); a boundary of an *earlier* phase reached
+  after a later one is ignored (its time stays in the later phase).
+* Boundaries not reached collapse onto the previous one: an eval step (no backward, no
+  optimizer) shows the time after its forward as ``sync``.
+* A second iterator advanced while the step is still in its data phase (``zip(a, b)``) belongs
+  to the same step. ``StopIteration`` (end of an epoch) ends the step; the time until the next
+  epoch's first ``next()`` is outside any step.
+* **Optimizer mode** (no DataLoader seen yet): each ``optimizer.step()`` ends a step and starts
+  the next; the first step starts at the first outermost forward.
+* **Probe mode** (``gw.step()`` was used once): only the script's ``gw.step()`` delimits steps;
+  a ``next(loader)`` just before it becomes its ``data`` phase; hooks and ``gw.phase()`` mark the
+  boundaries inside.
+
+``boundary`` is called between two steps (the knob, pause and stop point); it may block (pause)
+or raise ``KeyboardInterrupt`` (stop). Steps go out in batches like the built-in loop's.
+Everything here runs on the script's main thread; the hooks filter other threads out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from gpuwatch.protocol import BATCH_INTERVAL_S, N_MARKS
+from gpuwatch.runner.step_columns import StepColumns
+from gpuwatch.runner.timing import TimingBackend
+
+MAX_BATCH_STEPS = 2048
+DATA_END, H2D_END, FORWARD_END, BACKWARD_END, OPTIMIZER_END, END = range(1, N_MARKS)
+
+
+class RecorderLink(Protocol):
+    def send_batch(self, kind: str, **fields: Any) -> None: ...
+
+    def log(self, level: str, text: str) -> None: ...
+
+
+def batch_samples(batch: Any, depth: int = 2) -> int | None:
+    """First dimension of the batch's first tensor (tensor, tuple/list or dict of them)."""
+    shape = getattr(batch, "shape", None)
+    if shape is not None:
+        try:
+            return int(shape[0]) if len(shape) >= 1 else None
+        except (TypeError, ValueError):
+            return None
+    if depth <= 0:
+        return None
+    if isinstance(batch, Mapping):
+        items: Sequence[Any] = list(batch.values())
+    elif isinstance(batch, list | tuple):
+        items = batch
+    else:
+        return None
+    for item in items:
+        found = batch_samples(item, depth - 1)
+        if found is not None:
+            return found
+    return None
+
+
+class StepRecorder:
+    """See the module docstring. ``config_id`` gives the id the next step is trained under."""
+
+    def __init__(self, link: RecorderLink, backend: TimingBackend, *,
+                 boundary: Callable[[int], None], config_id: Callable[[], int],
+                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
+        self.link = link
+        self.backend = backend
+        self.clock = clock
+        self._boundary = boundary
+        self._config_id = config_id
+        self._columns = StepColumns()
+        self._flushed_ns = clock()
+        #: Steps recorded (and sent, or queued to be sent).
+        self.steps = 0
+        #: "auto" until the script uses ``gw.step()``, then "probe".
+        self.instrumentation = "auto"
+        self.saw_loader = False
+        self._host: list[int] | None = None
+        self._reached = 0
+        self._samples: int | None = None
+        self._config = 0
+        self._iterator: int | None = None
+        self._call: tuple[int, int] | None = None  # (iterator, perf_counter_ns) of next()
+        self._pending_data: tuple[int, int, int | None] | None = None  # probe: start, end, n
+        self._probe_depth = 0
+        self._probe_samples: int | None = None
+
+    # --- DataLoader iteration -------------------------------------------------------------
+
+    def next_called(self, iterator: int) -> None:
+        now = self.clock()
+        if self.instrumentation == "probe":
+            self._call = (iterator, now)
+            return
+        self.saw_loader = True
+        if self._host is not None and self._iterator is None:
+            self._drop()  # a step of optimizer mode, which ends now that a loader shows up
+        elif self._host is not None:
+            if iterator != self._iterator and self._reached <= DATA_END:
+                return  # zip(a, b): still the same step's data phase
+            self._close(now)
+        self._boundary(self.steps)
+        self._call = (iterator, self.clock())
+
+    def next_returned(self, iterator: int, batch: Any) -> None:
+        now = self.clock()
+        call, self._call = self._call, None
+        if self.instrumentation == "probe":
+            if self._host is not None:
+                self._mark(DATA_END, now)
+                if self._probe_samples is None and self._samples is None:
+                    self._samples = batch_samples(batch)
+            elif call is not None and call[0] == iterator:
+                self._pending_data = (call[1], now, batch_samples(batch))
+            return
+        if self._host is not None:  # another iterator of a zip: the data phase goes on
+            if self._reached <= DATA_END:
+                self._mark(DATA_END, now)
+            return
+        if call is None or call[0] != iterator:
+            return
+        self._open(call[1])
+        self._iterator = iterator
+        self._samples = batch_samples(batch)
+        self._mark(DATA_END, now)
+
+    def loader_exhausted(self, iterator: int) -> None:
+        """``StopIteration``: the epoch is over; the next ``next()`` starts the next step."""
+        if self._call is not None and self._call[0] == iterator:
+            self._call = None
+
+    # --- model, autograd, optimizer -------------------------------------------------------
+
+    def forward_started(self) -> None:
+        now = self.clock()
+        if self._host is None and self.instrumentation == "auto" and not self.saw_loader:
+            self._open(now)  # optimizer mode: the first step starts at the first forward
+        if self._reached < H2D_END:
+            self._mark(H2D_END, now)
+
+    def forward_returned(self) -> None:
+        if self._reached >= H2D_END:
+            self._mark(FORWARD_END, self.clock())
+
+    def backward_started(self) -> None:
+        self._mark(FORWARD_END, self.clock())
+
+    def backward_returned(self) -> None:
+        self._mark(BACKWARD_END, self.clock())
+
+    def optimizer_stepped(self) -> None:
+        now = self.clock()
+        self._mark(OPTIMIZER_END, now)
+        if self.instrumentation == "auto" and not self.saw_loader and self._host is not None:
+            self._close(now)
+            self._boundary(self.steps)
+            self._open(self.clock())
+
+    # --- gpuwatch.probe -------------------------------------------------------------------
+
+    def step_enter(self, samples: int | None) -> None:
+        self._probe_depth += 1
+        if self._probe_depth > 1:
+            return
+        if self.instrumentation == "auto":
+            self.instrumentation = "probe"
+            self._drop()
+            self.link.log("info", "the script marks its steps with gpuwatch.probe.step(): "
+                          "automatic step detection is off from here on")
+        self._boundary(self.steps)
+        now = self.clock()
+        pending, self._pending_data = self._pending_data, None
+        self._probe_samples = samples
+        if pending is not None:
+            self._open(pending[0])
+            self._mark(DATA_END, pending[1])
+            self._samples = pending[2]
+        else:
+            self._open(now)
+
+    def step_exit(self, ok: bool) -> None:
+        self._probe_depth = max(0, self._probe_depth - 1)
+        if self._probe_depth:
+            return
+        if ok and self._host is not None:
+            self._close(self.clock())
+        else:
+            self._drop()
+
+    def phase_enter(self, index: int) -> None:
+        if index > 0:
+            self._mark(index, self.clock())
+
+    def phase_exit(self, index: int) -> None:
+        self._mark(index + 1, self.clock())
+
+    # --- the end --------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """The script is over: keep an open loader step that got past its data phase (a loop
+        left with ``break``; it ends at its last boundary), send everything, wait for the
+        device marks. An optimizer-mode step without its ``optimizer.step()`` is dropped."""
+        if self._host is not None and self._iterator is not None and self._reached > DATA_END:
+            self._close(self._host[self._reached])
+        else:
+            self._drop()
+        for step_id, marks in self.backend.poll(wait=True):
+            self._columns.add_device(step_id, marks)
+        self.flush()
+
+    def flush(self) -> None:
+        self._columns.send(self.link)
+        self._flushed_ns = self.clock()
+
+    # --- marks ----------------------------------------------------------------------------
+
+    def _open(self, start_ns: int) -> None:
+        self._host = [start_ns] + [0] * (N_MARKS - 1)
+        self._reached = 0
+        self._samples = None
+        self._config = self._config_id()
+        self.backend.begin(self.steps)
+        self.backend.mark(0)
+
+    def _mark(self, index: int, now: int) -> None:
+        """Boundary ``index`` reached at ``now``: skipped ones collapse onto the previous mark;
+        an earlier boundary than the last one reached is ignored."""
+        host = self._host
+        if host is None or index < self._reached or index >= END:
+            return
+        for skipped in range(self._reached + 1, index):
+            host[skipped] = host[self._reached]
+            self.backend.mark(skipped)
+        host[index] = max(now, host[self._reached])
+        self.backend.mark(index)
+        self._reached = index
+
+    def _close(self, end_ns: int) -> None:
+        host = self._host
+        assert host is not None
+        for skipped in range(self._reached + 1, END):
+            host[skipped] = host[self._reached]
+            self.backend.mark(skipped)
+        host[END] = max(end_ns, host[self._reached])
+        self.backend.mark(END)
+        self.backend.end()
+        samples = self._probe_samples if self._probe_samples is not None else self._samples
+        self._columns.add_step(self.steps, self._config, 1 if samples is None else samples,
+                               host)
+        self.steps += 1
+        self._host = None
+        self._reached = 0
+        self._iterator = None
+        if self.steps == 1:
+            self.link.log("info", f"first step seen: {(host[END] - host[0]) / 1e6:.0f} ms")
+        for step_id, marks in self.backend.poll(wait=False):
+            self._columns.add_device(step_id, marks)
+        if (self.clock() - self._flushed_ns >= BATCH_INTERVAL_S * 1e9
+                or len(self._columns) >= MAX_BATCH_STEPS):
+            self.flush()
+
+    def _drop(self) -> None:
+        """Forget an open step that will never be complete (a mode switch, a ``gw.step()``
+        body that raised). Its CUDA event set is not ended, so no device marks are ever sent
+        for it (the id is reused by the next step); the backend leaves that set unused."""
+        self._host = None
+        self._reached = 0
+        self._iterator = None
