@@ -366,3 +366,25 @@ def test_bench_record_refuses_an_existing_file_before_starting(tmp_path: Path,
     assert code == 2
     assert err == [f"gpuwatch: cannot record to {existing}: the file already exists"]
     assert existing.read_bytes() == b"precious"
+
+
+def test_a_full_disk_stops_the_recording_not_the_run(tmp_path: Path) -> None:
+    session = Session(sample_coarse=False)
+    recorder = Recorder(tmp_path / "full.gpuwatch", session, flush_s=0.05)
+    recorder.start()
+    pages = recorder._conn.execute("PRAGMA page_count").fetchone()[0]
+    recorder._conn.execute(f"PRAGMA max_page_count = {pages + 2}")  # SQLITE_FULL, like a disk
+    session._dispatch({"kind": "hello", "protocol": 1, "pid": 3, "workload": "mlp",
+                       "device": {"kind": "cpu"}, "versions": {}, "knobs": [], "config": {}})
+    n = 5000
+    session._dispatch({"kind": "steps", "step": list(range(n)), "config": [0] * n,
+                       "samples": [1] * n, "host": [[i * 7 + k for k in range(7)]
+                                                    for i in range(n)]})
+    wait_until(lambda: recorder.error is not None, 10, "the recorder to report the error")
+    assert "full" in recorder.error and "the run goes on" in recorder.error
+    assert not recorder.recording
+    session._dispatch({"kind": "log", "level": "info", "text": "training goes on"})
+    assert session.steps.count == n
+    recorder.close()
+    kept = open_recording(tmp_path / "full.gpuwatch")  # what was committed stays readable
+    assert len(kept.steps) == recorder.steps_written == 0
