@@ -215,6 +215,7 @@ def test_window_shows_the_script_and_its_steps(qtbot, tmp_path) -> None:
                         script_args=(), cwd=str(tmp_path), seconds=4.0)
     window = MainWindow(session, options)
     qtbot.addWidget(window)
+    window.show()
     try:
         assert window.script_label is not None and "my_train.py" in window.script_label.text()
         assert window.workload_combo.isHidden() or window.workload_combo.parent() is None

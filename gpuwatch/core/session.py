@@ -567,8 +567,8 @@ class Session:
                 pass
             elif self.error is not None:
                 self._state = SessionState.FAILED
-            elif code == 0 or requested:
-                self._state = SessionState.FINISHED
+            elif code == 0 or requested or self._script_exit_code() == code:
+                self._state = SessionState.FINISHED  # a script's own sys.exit(n) is no failure
             else:
                 self._state = SessionState.FAILED
                 self.error = (f"the runner {how} before sending anything"
@@ -577,6 +577,14 @@ class Session:
         self._log_line(level, "gpuwatch", f"runner {how}")
         self._cleanup_files()
         self._ended.set()
+
+    def _script_exit_code(self) -> int | None:
+        """The code a user's script ended with by itself (its bye), if it did."""
+        bye = self.bye or {}
+        code = bye.get("code")
+        if bye.get("reason") == "script_exit" and isinstance(code, int):
+            return code
+        return None
 
     def _fail(self, message: str) -> None:
         with self._lock:
