@@ -178,6 +178,8 @@ class StepRecorder:
             return
         if self.instrumentation == "auto":
             self.instrumentation = "probe"
+            if self._host is not None and self._reached == DATA_END:  # next(loader) just ran
+                self._pending_data = (self._host[0], self._host[DATA_END], self._samples)
             self._drop()
             self.link.log("info", "the script marks its steps with gpuwatch.probe.step(): "
                           "automatic step detection is off from here on")
