@@ -49,7 +49,7 @@ if __name__ == "__main__":
     model = torch.nn.Linear(16, 1)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     loader = DataLoader(Squares(), batch_size=32, num_workers=2,
-                        worker_init_fn=note_worker, persistent_workers=True)
+                        worker_init_fn=note_worker)
     try:
         while True:
             for x, y in loader:
@@ -208,8 +208,11 @@ def test_no_step_notice_while_a_script_never_reaches_a_step(tmp_path) -> None:
 def test_window_shows_the_script_and_its_steps(qtbot, tmp_path) -> None:
     from gpuwatch.qt.main_window import MainWindow
 
-    script = _script(tmp_path, FINITE_LOOP.replace("range(30)", "range(10**9)"),
-                     name="my_train.py")
+    # An endless loop that declares a probe knob: the knob panel grows with the schema.
+    body = FINITE_LOOP.replace("range(30)", "range(10**9)").replace(
+        "        x = torch.randn(16, 8)",
+        "        x = torch.randn(gw.knob('batch', default=16, choices=[16, 32]), 8)")
+    script = _script(tmp_path, "import gpuwatch.probe as gw\n" + body, name="my_train.py")
     session = Session(sample_coarse=False)
     options = Namespace(workload="vision", device="cpu", python=None, script=str(script),
                         script_args=(), cwd=str(tmp_path), seconds=4.0)
@@ -221,6 +224,7 @@ def test_window_shows_the_script_and_its_steps(qtbot, tmp_path) -> None:
         assert window.workload_combo.isHidden() or window.workload_combo.parent() is None
         window.start_run()
         qtbot.waitUntil(lambda: session.steps.count > 0, timeout=60_000)
+        qtbot.waitUntil(lambda: "batch" in window.knob_panel.rows, timeout=10_000)
         qtbot.waitUntil(lambda: session.state is SessionState.FINISHED, timeout=60_000)
         qtbot.waitUntil(window.banner.isVisible, timeout=5_000)
         assert window.banner.text().startswith("my_train.py was stopped after 4 s, after ")
