@@ -55,7 +55,7 @@ GUI_KINDS = frozenset({"set", "capture", "pause", "resume", "stop"})
 
 #: Knob schema types and groups (docs/knobs.md §2).
 KNOB_TYPES = ("bool", "int", "float", "choice")
-KNOB_GROUPS = ("loader", "copies", "precision", "layout", "kernels", "loop", "demo")
+KNOB_GROUPS = ("loader", "copies", "precision", "layout", "kernels", "loop", "demo", "script")
 
 #: Fields each kind must carry, with their JSON types. Extra fields are allowed (forward
 #: compatibility); missing or mistyped required ones make the message malformed.
