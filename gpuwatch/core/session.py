@@ -40,7 +40,10 @@ from gpuwatch.core.store import DEFAULT_STEP_CAPACITY, SeriesStore, StepStore
 log = logging.getLogger(__name__)
 
 #: Stop escalation: polite ``stop`` message, then terminate, then kill (seconds per stage).
-POLITE_STOP_S = 5.0
+#: A polite stop normally ends in well under a second; the margin is for a loaded machine,
+#: where finishing the current step and shutting DataLoader workers down can take seconds and
+#: a terminate would lose the runner's last steps and its ``bye``.
+POLITE_STOP_S = 10.0
 TERMINATE_S = 3.0
 #: After the runner exits, how long to wait for its last buffered messages.
 LINK_DRAIN_S = 5.0
