@@ -291,7 +291,8 @@ class KnobPanel(QWidget):
         if hello is None:
             hint = HINT_STARTING if state is SessionState.STARTING else HINT_NO_RUN
         elif not running:
-            hint = "" if state is SessionState.STARTING else HINT_ENDED
+            # A lock reason (e.g. a replay's "knobs are read-only") says more than "ended".
+            hint = "" if state is SessionState.STARTING else (self._locked or HINT_ENDED)
         else:
             hint = self._locked or ""
         if self.hint.text() != hint:
@@ -404,7 +405,7 @@ class KnobPanel(QWidget):
         return dict(self._pending)
 
     def set_locked(self, reason: str | None) -> None:
-        """While the tour drives the knobs, the panel shows them but does not send."""
+        """While the tour drives the knobs (or in a replay), show them but do not send."""
         self._locked = reason
         self.refresh()
 

@@ -557,6 +557,12 @@ class MainWindow(QMainWindow):
         self.record_action.setToolTip("A replay is already a recording")
         self.knob_panel.set_locked(READ_ONLY)
         knob_dock.setWindowTitle(f"Knobs ({READ_ONLY})")
+        # The toolbar names what was recorded (a built-in workload or a script's file name).
+        recorded = (replay.recording.hello or {}).get("workload")
+        if isinstance(recorded, str) and recorded:
+            if self.workload_combo.findText(recorded) < 0:
+                self.workload_combo.addItem(recorded)
+            self.workload_combo.setCurrentText(recorded)
         self.knob_panel.setEnabled(False)
 
     def _ask_open(self) -> None:
