@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from test_tour import FakeSession, schema
 
-from gpuwatch.core.bench import BenchOptions, ProgressLine, run_bench
+from gpuwatch.core.bench import BenchOptions, run_bench
 from gpuwatch.core.bench_report import BenchReport, render
+from gpuwatch.core.progress_line import ProgressLine
 from gpuwatch.core.segments import ConfigChange, SegmentStats
 from gpuwatch.core.session import LogLine, SessionState
 

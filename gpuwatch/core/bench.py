@@ -10,21 +10,20 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from gpuwatch.core.bench_report import BenchReport, clean_segment, machine_from_hello
 from gpuwatch.core.knob_values import KnobValueError
+from gpuwatch.core.progress_line import ProgressLine, stop_run
 from gpuwatch.core.recording import Recorder, RecordingError
 from gpuwatch.core.session import LaunchSpec, Session, SessionState
 from gpuwatch.core.tour import Conductor, Skipped, Stage, plan_stages, plan_tour
 
 #: The runner imports torch and builds its workload first; a cold start can be slow.
 HELLO_TIMEOUT_S = 180.0
-#: How long stopping may take (polite stop, terminate, kill: see Session).
-STOP_TIMEOUT_S = 20.0
 TICK_S = 0.25
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -56,60 +55,6 @@ class _Failure(Exception):
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
-
-
-class ProgressLine:
-    """Progress on stderr: one line rewritten in place on a terminal, else plain lines.
-
-    Plain lines come at most every ``min_interval_s`` (when the stage or state changes) and
-    every ``heartbeat_s`` otherwise, so a log file stays readable.
-    """
-
-    def __init__(self, stream: TextIO, *, tty: bool | None = None, min_interval_s: float = 1.0,
-                 heartbeat_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self._stream = stream
-        self._tty = stream.isatty() if tty is None else tty
-        self._min_interval_s = min_interval_s
-        self._heartbeat_s = heartbeat_s
-        self._clock = clock
-        self._last_at = -float("inf")
-        self._last_key: object = None
-        self._shown = False
-
-    def show(self, key: object, text: str, *, tty_only: bool = False) -> None:
-        """Update the in-place line; ``key`` (stage, state) changing makes it print sooner.
-
-        ``tty_only`` messages (starting, stopping) are left out of plain output, so a usage
-        error reads as one line there.
-        """
-        now = self._clock()
-        if self._tty:
-            if now - self._last_at >= 0.2 or key != self._last_key:
-                self._write(f"\r{text}\x1b[K")
-                self._shown = True
-                self._last_at, self._last_key = now, key
-            return
-        if tty_only:
-            return
-        since = now - self._last_at
-        if (key != self._last_key and since >= self._min_interval_s) or \
-                since >= self._heartbeat_s:
-            self._write(text + "\n")
-            self._last_at, self._last_key = now, key
-
-    def line(self, text: str) -> None:
-        """A line that stays (the plan, a stage's caption)."""
-        self.clear()
-        self._write(text + "\n")
-
-    def clear(self) -> None:
-        if self._tty and self._shown:
-            self._write("\r\x1b[K")
-            self._shown = False
-
-    def _write(self, text: str) -> None:
-        self._stream.write(text)
-        self._stream.flush()
 
 
 def run_bench(options: BenchOptions, *, progress: TextIO | None = None,
@@ -155,7 +100,7 @@ def run_bench(options: BenchOptions, *, progress: TextIO | None = None,
         if conductor is not None and session.hello is not None:
             outcome.report = build_report(session, conductor, skipped, options)
     finally:
-        _stop(session, out)
+        stop_run(session, out)
         if recorder is not None:
             _close_recorder(recorder, outcome, out)
     return outcome
@@ -246,13 +191,3 @@ def build_report(session: Session, conductor: Conductor, skipped: Sequence[Skipp
         seconds_per_stage=options.seconds, segments=segments,
         skipped=[{"label": s.label, "reason": s.reason} for s in skipped],
         baseline=segments[0]["label"] if segments else None)
-
-
-def _stop(session: Session, out: ProgressLine) -> None:
-    if session.state in (SessionState.STARTING, SessionState.RUNNING, SessionState.STOPPING):
-        out.show("stop", "stopping the run…", tty_only=True)
-    session.stop()
-    if not session.wait_ended(STOP_TIMEOUT_S):
-        out.line("gpuwatch: the runner did not end in time; it may still be running")
-    session.close()
-    out.clear()

@@ -19,15 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from gpuwatch.core.analysis import headline
-from gpuwatch.core.bench import ProgressLine
 from gpuwatch.core.bench_report import COLUMNS, MISSING
 from gpuwatch.core.outcome import describe, facts_from
+from gpuwatch.core.progress_line import ProgressLine, stop_run
 from gpuwatch.core.segments import SegmentStats, describe_change
-from gpuwatch.core.session import ACTIVE_STATES, LaunchSpec, LogLine, Session
+from gpuwatch.core.session import LaunchSpec, LogLine, Session
 
 EXIT_ERROR, EXIT_INTERRUPTED = 1, 130
 #: How long stopping may take (polite stop, terminate, kill: see Session).
-STOP_TIMEOUT_S = 20.0
 TICK_S = 0.25
 
 
@@ -70,7 +69,7 @@ def run_headless(options: HeadlessOptions, *, out: TextIO | None = None,
         progress.line("gpuwatch: interrupted: stopping the script")
     finally:
         progress.clear()
-        _stop(session, progress)
+        stop_run(session, progress, "the script")
         _echo(session.drain_log(), progress)
         if recorder is not None:
             recorder.close()
@@ -125,16 +124,6 @@ def _echo(lines: list[LogLine], progress: ProgressLine) -> None:
             progress.line(line.text)
         elif line.level != "info":
             progress.line(f"gpuwatch: {line.text}")
-
-
-def _stop(session: Session, progress: ProgressLine) -> None:
-    if session.state in ACTIVE_STATES:
-        progress.show("stop", "stopping the script…", tty_only=True)
-    session.stop()
-    if not session.wait_ended(STOP_TIMEOUT_S):
-        progress.line("gpuwatch: the runner did not end in time; it may still be running")
-    session.close()
-    progress.clear()
 
 
 def summary_lines(session: Session, sentence: str, recording: str | None = None) -> list[str]:
