@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 DASH = "—"
@@ -58,8 +58,12 @@ class _Figure(QWidget):
 class HeadlineBar(QFrame):
     """samples/s · step time · busy % · coarse % · the difference · where time goes."""
 
+    #: New figures are on show (presentation mode repeats two of them in one big sentence).
+    sig_figures_shown = Signal(object)
+
     def __init__(self) -> None:
         super().__init__()
+        self.figures: HeadlineFigures | None = None
         self.setFrameShape(QFrame.Shape.StyledPanel)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(4, 2, 4, 2)
@@ -114,6 +118,8 @@ class HeadlineBar(QFrame):
         self.phases.set(" · ".join(f"{n} {100 * s:.0f}%" for n, s in f.top_phases) or DASH,
                         f"The host phases that took the largest share of step time over the "
                         f"last {w}.")
+        self.figures = f
+        self.sig_figures_shown.emit(f)
 
 
 def _num(value: float | None, fmt: str) -> str:
