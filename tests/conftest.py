@@ -14,6 +14,15 @@ def pytest_configure(config) -> None:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
+@pytest.fixture(autouse=True)
+def isolated_user_dirs(tmp_path_factory, monkeypatch):
+    """Every test gets its own settings and log folders: none reads or writes the user's."""
+    base = tmp_path_factory.mktemp("user-dirs")
+    monkeypatch.setenv("GPUWATCH_SETTINGS_DIR", str(base / "settings"))
+    monkeypatch.setenv("GPUWATCH_LOG_DIR", str(base / "logs"))
+    return base
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     """A run that collected no test is a failure, not a pass (pytest exits 5)."""
     if exitstatus == 5:

@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QMouseEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from gpuwatch.qt.help_view import HELP_SECTION_PROPERTY, TOOLTIP_HINT
 
 DASH = "—"
 
@@ -32,10 +35,15 @@ class HeadlineFigures:
 
 
 class _Figure(QWidget):
-    """A small caption above a large value."""
+    """A small caption above a large value; a click asks for its section of the guide."""
 
-    def __init__(self, caption: str, size_px: int = 18, *, wrap: bool = False) -> None:
+    sig_clicked = Signal(str)
+
+    def __init__(self, caption: str, size_px: int = 18, *, wrap: bool = False,
+                 section: str = "") -> None:
         super().__init__()
+        self.setProperty(HELP_SECTION_PROPERTY, section)  # F1 over the figure opens it too
+        self.setCursor(Qt.CursorShape.WhatsThisCursor)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 2, 10, 2)
         layout.setSpacing(0)
@@ -52,7 +60,12 @@ class _Figure(QWidget):
     def set(self, text: str, tooltip: str | None = None) -> None:
         self.value.setText(text)
         if tooltip is not None:
-            self.setToolTip(tooltip)
+            self.setToolTip(tooltip + TOOLTIP_HINT)
+
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:
+        if event.button() == Qt.MouseButton.LeftButton:
+            self.sig_clicked.emit(self.property(HELP_SECTION_PROPERTY))
+        super().mouseReleaseEvent(event)
 
 
 class HeadlineBar(QFrame):
@@ -60,6 +73,8 @@ class HeadlineBar(QFrame):
 
     #: New figures are on show (presentation mode repeats two of them in one big sentence).
     sig_figures_shown = Signal(object)
+    #: A figure was clicked: open the guide at this section (gpuwatch.qt.help_view).
+    sig_help_requested = Signal(str)
 
     def __init__(self) -> None:
         super().__init__()
@@ -67,15 +82,17 @@ class HeadlineBar(QFrame):
         self.setFrameShape(QFrame.Shape.StyledPanel)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(4, 2, 4, 2)
-        self.samples = _Figure("samples/s")
-        self.step = _Figure("step time p50 (p95)")
-        self.busy = _Figure("busy %")
-        self.coarse = _Figure("NVML util %")
-        self.difference = _Figure("coarse vs fine, same periods", 14, wrap=True)
-        self.phases = _Figure("where step time goes", 14, wrap=True)
+        self.samples = _Figure("samples/s", section="step")
+        self.step = _Figure("step time p50 (p95)", section="step")
+        self.busy = _Figure("busy %", section="busy")
+        self.coarse = _Figure("NVML util %", section="nvml")
+        self.difference = _Figure("coarse vs fine, same periods", 14, wrap=True,
+                                  section="differ")
+        self.phases = _Figure("where step time goes", 14, wrap=True, section="step")
         for fig in (self.samples, self.step, self.busy, self.coarse, self.difference,
                     self.phases):
             layout.addWidget(fig)
+            fig.sig_clicked.connect(self.sig_help_requested)
         layout.addStretch(1)
         self.show_figures(HeadlineFigures(window_s=5.0))
 

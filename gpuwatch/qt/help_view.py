@@ -1,0 +1,193 @@
+"""The built-in guide (F1, Help menu): how to read the views, the knobs and the keys.
+
+The text is here rather than online because the app is used at talks and on machines
+without a network, and it must match the labels of this very version. The scoreboard's
+columns and the shortcut table are generated from the tables the window itself uses, so
+the guide cannot drift from them. Anchors (``#busy``, ``#nvml`` ...) let a headline figure
+open the guide at its own section.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from PySide6.QtCore import QUrl
+from PySide6.QtGui import QAction, QCursor, QDesktopServices
+from PySide6.QtWidgets import QApplication, QDialog, QTextBrowser, QVBoxLayout, QWidget
+
+from gpuwatch.core.app_log import log_dir
+from gpuwatch.qt.scoreboard_view import COLUMNS
+from gpuwatch.qt.shortcuts import SHORTCUTS, find_menu
+
+#: Sections, in order: (anchor, title). ``HELP_SECTION_PROPERTY`` on a widget names one.
+SECTIONS = (
+    ("step", "Step and host phases"),
+    ("busy", "Busy %: stream active, compute busy"),
+    ("gaps", "Gaps: exact idle time"),
+    ("nvml", "NVML % (and runner CPU %)"),
+    ("differ", "Why busy % and NVML % differ"),
+    ("cpu", "On a CPU"),
+    ("scoreboard", "The scoreboard"),
+    ("transitions", "Transitions"),
+    ("knobs", "The knobs"),
+    ("keys", "Keyboard shortcuts"),
+)
+HELP_SECTION_PROPERTY = "help_section"
+#: What every headline figure's tooltip ends with.
+TOOLTIP_HINT = "\n\nClick or press F1 here: how to read this."
+
+_TEXT = {
+    "step": """A <b>step</b> runs from asking the loader for a batch to asking for the next one.
+The host lanes split it into <b>phases</b> from <code>perf_counter</code> marks the runner takes:
+<i>data</i> (waiting in <code>next(loader)</code>), <i>h2d</i> (issuing copies to the device),
+<i>forward</i>, <i>backward</i>, <i>optimizer</i>, <i>sync</i> (logging, <code>.item()</code>,
+explicit syncs) and <i>other</i>. "Where step time goes" in the headline is the phases' share of
+step time over the last few seconds.""",
+    "busy": """On a GPU, <b>stream active %</b> is the share of time our CUDA stream was active
+between CUDA-event marks taken at the phase boundaries. It is an <b>upper bound</b> of busy
+time: a span between two marks may hide bubbles where the GPU waited for the host to launch
+the next kernel. On a CPU the same figure is <b>compute busy %</b> (see below).""",
+    "gaps": """A <b>gap</b> is the time between two consecutive active spans of our stream: it is
+<b>exact idle</b> time of our stream. Each gap is tinted by its <b>cause</b>, read from what
+the host was doing meanwhile: <i>input</i> (waiting on data → more DataLoader workers, pinned
+memory), <i>copy</i> (host-side copy → pinned memory, non_blocking), <i>sync</i> (a
+<code>.item()</code> or sync → log less often), <i>launch</i> (host busy launching kernels →
+compile, AMP, bigger batches), <i>reconfigure</i> (a knob change being applied), <i>other</i>.""",
+    "nvml": """<b>NVML util %</b> is what <code>nvidia-smi</code> shows: the percent of its sample
+period (1/6 s to 1 s, by product) in which <b>at least one kernel of any process</b> ran on the
+<b>whole device</b>. It is drawn as a step series over its real sample periods, never
+interpolated. Where NVML cannot report it, it reads "n/a" with the reason, never 0. On a CPU
+the coarse figure is <b>runner CPU %</b>: the CPU use of the runner's process tree
+(DataLoader workers included), in % of one core, sampled every second.""",
+    "differ": """The two figures answer different questions. NVML counts a sample period as
+busy if <i>any</i> kernel ran <i>at any moment</i> of it, on the whole device, so a GPU idle
+half of the time in short gaps can read 100%. Our marks measure the time our own stream was
+active, exactly, between marks. "coarse vs fine, same periods" compares both over exactly the
+same sample periods: a large difference means the device looks busy to
+<code>nvidia-smi</code> while your loop actually leaves it waiting.""",
+    "cpu": """On a CPU device the host timestamps are the device truth: the timeline's device
+lane shows <b>compute spans</b> (the end of data loading to the end of the optimizer),
+<b>compute busy %</b> is their share of time, and the coarse figure is the runner's CPU %.
+Same views, honest labels.""",
+    "transitions": """After a knob change the first steps rebuild the loader, recompile or
+autotune: they are a segment's <b>transition</b>. They are drawn on the timeline (after the
+change marker) but left out of every scoreboard figure; a row with fewer than 5 steady steps
+reads "not steady yet", never 0.""",
+    "knobs": """The knob panel lists the workload's knobs; a change applies at the next step
+boundary, starts a new segment (a marker on the timeline, a row in the scoreboard) and reports
+its cost (rebuild or compile seconds). A knob that cannot work here is disabled with the
+reason; a refused value snaps back with a message, and training goes on. The tour flips the
+usual fixes one after another. Knobs are remembered when the window closes and offered, never
+applied silently: Settings → Apply last session's knobs.""",
+}
+
+
+def guide_html() -> str:
+    """The whole guide as rich text."""
+    parts = ["<h1>Reading gpuwatch</h1><p>"
+             + " · ".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t in SECTIONS)
+             + "</p>"]
+    for anchor, title in SECTIONS:
+        parts.append(f'<h2><a name="{anchor}"></a>{html.escape(title)}</h2>')
+        if anchor == "scoreboard":
+            parts.append("<p>One row per <b>segment</b> (consecutive steps under one knob "
+                         "configuration), figures over its steady steps only:</p><ul>"
+                         + "".join(f"<li><b>{html.escape(c.title)}</b>: {html.escape(c.tip)}"
+                                   "</li>" for c in COLUMNS) + "</ul>")
+        elif anchor == "keys":
+            parts.append(shortcuts_html())
+        else:
+            parts.append(f"<p>{_TEXT[anchor]}</p>")
+    return "\n".join(parts)
+
+
+def shortcuts_html() -> str:
+    rows = "".join(f"<tr><td><b>{html.escape(s.label)}</b>&nbsp;&nbsp;</td>"
+                   f"<td>{html.escape(s.what)}</td></tr>" for s in SHORTCUTS)
+    return f"<table>{rows}</table>"
+
+
+class HelpDialog(QDialog):
+    """A non-modal window with the guide; ``show_section`` scrolls to an anchor."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("gpuwatch — how to read the views")
+        self.resize(640, 720)
+        layout = QVBoxLayout(self)
+        self.browser = QTextBrowser()
+        self.browser.setOpenExternalLinks(True)
+        self.browser.setHtml(guide_html())
+        layout.addWidget(self.browser)
+
+    def show_section(self, anchor: str | None = None) -> None:
+        self.show()
+        self.raise_()
+        self.activateWindow()
+        if anchor:
+            self.browser.scrollToAnchor(anchor)
+
+
+def section_under_cursor() -> str | None:
+    """The help section of the widget under the mouse (e.g. a headline figure), if any."""
+    widget = QApplication.widgetAt(QCursor.pos())
+    while widget is not None:
+        section = widget.property(HELP_SECTION_PROPERTY)
+        if isinstance(section, str) and section:
+            return section
+        widget = widget.parentWidget()
+    return None
+
+
+def open_help(window: Any, section: str | None = None) -> HelpDialog:
+    """Show the window's guide (one per window) at ``section``."""
+    dialog = getattr(window, "help_dialog", None)
+    if dialog is None:
+        dialog = window.help_dialog = HelpDialog(window)
+    dialog.show_section(section)
+    return dialog
+
+
+def open_log_folder() -> bool:
+    folder = log_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    return QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
+
+
+def build_help_menu(window: Any) -> None:
+    """Help ▸ Guide (F1), Keyboard shortcuts, About, Open log folder, Copy diagnostics."""
+    from gpuwatch.qt.about_dialog import AboutDialog, copy_diagnostics
+
+    menu = find_menu(window, "&Help")
+    window.help_action = QAction("Guide: how to read the views", window)
+    window.help_action.triggered.connect(lambda: open_help(window, section_under_cursor()))
+    keys = QAction("Keyboard shortcuts", window)
+    keys.triggered.connect(lambda: open_help(window, "keys"))
+    about = QAction("About gpuwatch", window)
+
+    def show_about() -> None:
+        window.about_dialog = AboutDialog(window.session.hello, window)
+        window.about_dialog.show()
+
+    about.triggered.connect(show_about)
+    logs = QAction("Open log folder", window)
+    logs.setToolTip(str(log_dir()))
+
+    def open_logs() -> None:
+        if not open_log_folder():
+            window.statusBar().showMessage(f"the log folder is {log_dir()}", 30_000)
+
+    logs.triggered.connect(open_logs)
+    diagnostics = QAction("Copy diagnostics", window)
+
+    def copy() -> None:
+        copy_diagnostics(window.session.hello)
+        window.statusBar().showMessage("diagnostics copied to the clipboard", 10_000)
+
+    diagnostics.triggered.connect(copy)
+    menu.addActions([window.help_action, keys])
+    menu.addSeparator()
+    menu.addActions([about, logs, diagnostics])
+    window.about_action, window.open_logs_action = about, logs
+    window.keys_action, window.copy_diagnostics_action = keys, diagnostics

@@ -1,0 +1,202 @@
+"""What the window remembers between sessions, in one INI file (QSettings).
+
+The file sits in ``GPUWATCH_SETTINGS_DIR`` when set (tests set it for every test, so they
+never read or write the user's real settings), else in the platform's config folder. Knobs
+are remembered but never applied silently: a run starts from the workload's defaults and
+Settings → "Apply last session's knobs" offers them (a stale knob set would make a run slow
+without the user knowing why).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from PySide6.QtCore import QByteArray, QSettings
+from PySide6.QtWidgets import QMainWindow
+
+#: Environment variable that overrides the settings folder.
+SETTINGS_DIR_ENV = "GPUWATCH_SETTINGS_DIR"
+SETTINGS_NAME = "gpuwatch.ini"
+THEMES = ("system", "light", "dark")
+
+
+def settings_dir() -> Path:
+    """The folder of the settings file (not created here)."""
+    override = os.environ.get(SETTINGS_DIR_ENV)
+    if override:
+        return Path(override)
+    return Path(platformdirs.user_config_dir("gpuwatch", appauthor=False))
+
+
+class Settings:
+    """Typed access to the settings file; every getter tolerates a missing or bad value."""
+
+    def __init__(self, directory: Path | str | None = None) -> None:
+        self.path = Path(directory or settings_dir()) / SETTINGS_NAME
+        self._q = QSettings(str(self.path), QSettings.Format.IniFormat)
+        #: After ``reset`` nothing is saved again in this session (the next start is fresh).
+        self.was_reset = False
+
+    # ---- Plain values -------------------------------------------------------------------
+
+    def _text(self, key: str) -> str | None:
+        value = self._q.value(key)
+        return value if isinstance(value, str) and value else None
+
+    def _set_text(self, key: str, value: str | None) -> None:
+        if self.was_reset:
+            return
+        if value:
+            self._q.setValue(key, value)
+        else:
+            self._q.remove(key)
+        self._q.sync()
+
+    @property
+    def theme(self) -> str:
+        """``system`` | ``light`` | ``dark`` (``system`` when unset or unknown)."""
+        value = self._text("view/theme")
+        return value if value in THEMES else "system"
+
+    @theme.setter
+    def theme(self, value: str) -> None:
+        if value not in THEMES:
+            raise ValueError(f"theme must be one of {', '.join(THEMES)}, not {value!r}")
+        self._set_text("view/theme", value)
+
+    @property
+    def workload(self) -> str | None:
+        return self._text("run/workload")
+
+    @workload.setter
+    def workload(self, value: str | None) -> None:
+        self._set_text("run/workload", value)
+
+    @property
+    def device(self) -> str | None:
+        return self._text("run/device")
+
+    @device.setter
+    def device(self, value: str | None) -> None:
+        self._set_text("run/device", value)
+
+    @property
+    def python(self) -> str | None:
+        """The interpreter chosen with ``--python``; None if unset or no longer there."""
+        value = self._text("run/python")
+        return value if value and Path(value).exists() else None
+
+    @python.setter
+    def python(self, value: str | None) -> None:
+        self._set_text("run/python", value)
+
+    @property
+    def knobs(self) -> dict[str, Any]:
+        """Knob values the last run ended with that differ from the workload's defaults."""
+        text = self._text("run/knobs")
+        try:
+            value = json.loads(text) if text else {}
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    @knobs.setter
+    def knobs(self, values: dict[str, Any]) -> None:
+        self._set_text("run/knobs", json.dumps(values, sort_keys=True) if values else None)
+
+    # ---- Window -------------------------------------------------------------------------
+
+    def save_window(self, window: QMainWindow) -> None:
+        """Geometry and dock/toolbar layout (Qt's own opaque blobs)."""
+        if self.was_reset:
+            return
+        self._q.setValue("window/geometry", window.saveGeometry())
+        self._q.setValue("window/state", window.saveState())
+        self._q.sync()
+
+    def restore_window(self, window: QMainWindow) -> bool:
+        """Put the window back where it was; False if nothing (valid) was saved."""
+        geometry = self._q.value("window/geometry")
+        state = self._q.value("window/state")
+        restored = isinstance(geometry, QByteArray) and window.restoreGeometry(geometry)
+        if isinstance(state, QByteArray):
+            restored = window.restoreState(state) and restored
+        return bool(restored)
+
+    def has_window(self) -> bool:
+        return self._q.contains("window/geometry")
+
+    # ---- Reset --------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget everything (the next start looks like a first start)."""
+        self._q.clear()
+        self._q.sync()
+        self.was_reset = True
+
+    def keys(self) -> list[str]:
+        return list(self._q.allKeys())
+
+
+# ---- The window's use of the settings ---------------------------------------------------
+
+def changed_knobs(session: Any) -> dict[str, Any]:
+    """The session's current knob values that differ from their schema defaults."""
+    defaults = {k.get("name"): k.get("default") for k in session.knobs}
+    return {name: value for name, value in session.config_values().items()
+            if name in defaults and value != defaults[name]}
+
+
+def remember(window: Any, settings: Settings) -> None:
+    """On close: layout, workload, device and the knobs the run ended with."""
+    if settings.was_reset or getattr(window, "replay", None) is not None:
+        return  # a reset means "start fresh"; a replay window's layout is not the user's
+    settings.save_window(window)
+    if window.script_spec is None:
+        settings.workload = window.workload_combo.currentText()
+    settings.device = window.device_combo.currentData() or None
+    if window.session.knobs:
+        settings.knobs = changed_knobs(window.session)
+
+
+def apply_last_knobs(window: Any, settings: Settings) -> str:
+    """Offer the remembered knobs to the running session; returns what happened."""
+    session = window.session
+    known = {k.get("name") for k in session.knobs}
+    values = {name: value for name, value in settings.knobs.items() if name in known}
+    if not settings.knobs:
+        text = "no knobs remembered from a last session"
+    elif not known:
+        text = "start a run first: knobs apply to a running workload"
+    elif not values:
+        text = "this workload has none of the remembered knobs"
+    else:
+        session.set_knobs(values, label="last session")
+        text = "applied last session's knobs: " + ", ".join(f"{k}={v}"
+                                                          for k, v in values.items())
+    window.statusBar().showMessage(text, 15_000)
+    return text
+
+
+def build_settings_menu(window: Any, settings: Settings) -> None:
+    """Settings ▸ Apply last session's knobs, Reset settings."""
+    menu = window.menuBar().addMenu("&Settings")
+    window.apply_knobs_action = menu.addAction("Apply last session's knobs")
+    window.apply_knobs_action.setToolTip("The knob values the last window closed with, sent "
+                                         "to the running workload (never applied silently)")
+    window.apply_knobs_action.triggered.connect(lambda: apply_last_knobs(window, settings))
+    menu.addSeparator()
+    window.reset_settings_action = menu.addAction("Reset settings")
+    window.reset_settings_action.setToolTip(f"Forget window layout, workload, device, knobs, "
+                                            f"interpreter and theme ({settings.path})")
+
+    def reset() -> None:
+        settings.reset()
+        window.statusBar().showMessage("settings reset: the next start uses the defaults",
+                                       15_000)
+
+    window.reset_settings_action.triggered.connect(reset)
