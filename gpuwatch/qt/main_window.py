@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import platformdirs
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
     QDockWidget,
@@ -44,14 +44,14 @@ from gpuwatch.protocol import WORKLOADS
 from gpuwatch.qt import palette
 from gpuwatch.qt.change_markers import ChangeMarkers
 from gpuwatch.qt.headline_bar import HeadlineBar, HeadlineFigures
-from gpuwatch.qt.help_view import build_help_menu, open_help
 from gpuwatch.qt.knob_panel import KnobPanel
 from gpuwatch.qt.log_pane import LogPane
+from gpuwatch.qt.presentation import PresentationMode
 from gpuwatch.qt.replay_bar import ReplayBar
 from gpuwatch.qt.scoreboard_view import ScoreboardView
-from gpuwatch.qt.settings import Settings, build_settings_menu, remember
-from gpuwatch.qt.shortcuts import apply_shortcuts, build_view_actions
 from gpuwatch.qt.spans import busy_percent_over, weighted_mean
+from gpuwatch.qt.theme import MODES as THEME_MODES
+from gpuwatch.qt.theme import theme_manager
 from gpuwatch.qt.timeline_view import TimelineView
 from gpuwatch.qt.tour_controller import TourController
 from gpuwatch.qt.utilization_view import UtilizationView, choose_coarse
@@ -118,10 +118,6 @@ class MainWindow(QMainWindow):
         self._closed = False
         self._knobs_due = 0.0
         self._scoreboard_due = 0.0
-        #: Space: the plots and headline freeze while the run goes on (gpuwatch.qt.shortcuts).
-        self.view_paused = False
-        #: Visible window length while following; Ctrl+= / Ctrl+- step it.
-        self.window_s = WINDOW_S
 
         self._build_toolbar(getattr(options, "workload", "vision") or "vision",
                             getattr(options, "device", "auto") or "auto")
@@ -143,6 +139,8 @@ class MainWindow(QMainWindow):
         self.run_bar.addAction(self.tour.action)
         layout.addWidget(self.tour.caption)
         self.headline = HeadlineBar()
+        self.presentation = PresentationMode(self, self.headline)
+        layout.addWidget(self.presentation.big_headline)
         layout.addWidget(self.headline)
         self.timeline_caption = QLabel()
         layout.addWidget(self.timeline_caption)
@@ -180,6 +178,7 @@ class MainWindow(QMainWindow):
 
         self._build_status_bar()
         self._build_file_menu()
+        self._build_view_menu()
         #: Replay mode: the session is a recording; the replay bar moves its play position.
         self.replay = session if isinstance(session, ReplaySession) else None
         self.replay_bar: ReplayBar | None = None
@@ -190,12 +189,12 @@ class MainWindow(QMainWindow):
             plot.getPlotItem().getViewBox().sigRangeChangedManually.connect(self._on_manual_pan)
         self._set_caption(None, dense=False)
         self._sync_state()
-        self._build_desk_menus()
 
         self.timer = QTimer(self)
         self.timer.setInterval(REDRAW_MS)
         self.timer.timeout.connect(self._tick)
         self.timer.start()
+        theme_manager().attach(self)
 
     # ---- Building ---------------------------------------------------------------------
 
@@ -260,16 +259,6 @@ class MainWindow(QMainWindow):
         self.follow_action.toggled.connect(self._on_follow_toggled)
         bar.addAction(self.follow_action)
 
-    def _build_desk_menus(self) -> None:
-        """View keys, Settings and Help menus, the shortcut table; then the saved layout."""
-        self.settings = Settings()
-        build_view_actions(self)
-        build_settings_menu(self, self.settings)
-        build_help_menu(self)
-        apply_shortcuts(self)
-        self.headline.sig_help_requested.connect(lambda section: open_help(self, section))
-        self.settings.restore_window(self)
-
     def _build_status_bar(self) -> None:
         status = self.statusBar()
         self.state_label = QLabel()
@@ -320,7 +309,6 @@ class MainWindow(QMainWindow):
         self.tour.timer.stop()
         if not self._closed:
             self._closed = True
-            remember(self, self.settings)
             self.session.close()
             self._stop_recording()
         event.accept()
@@ -349,7 +337,7 @@ class MainWindow(QMainWindow):
         now_ns = self._now_ns(live)
         lo_ns, hi_ns = self._visible_window(now_ns)
         self._redraw_plots(live, lo_ns, hi_ns)
-        if self._ticks % HEADLINE_EVERY == 1 and not self.view_paused:
+        if self._ticks % HEADLINE_EVERY == 1:
             self._redraw_headline(now_ns)
         self._redraw_knobs_and_scoreboard(now_ns)
 
@@ -408,8 +396,8 @@ class MainWindow(QMainWindow):
         t0 = self.session.t0_ns
         vb = self.timeline.getPlotItem().getViewBox()
         if self.follow:
-            hi_s = max((now_ns - t0) / 1e9, self.window_s)
-            lo_s = hi_s - self.window_s
+            hi_s = max((now_ns - t0) / 1e9, WINDOW_S)
+            lo_s = hi_s - WINDOW_S
             vb.setXRange(lo_s, hi_s, padding=0)
         else:
             lo_s, hi_s = vb.viewRange()[0]
@@ -531,6 +519,31 @@ class MainWindow(QMainWindow):
             text += "&nbsp;&nbsp;<i>(dense: bar height = share of each pixel column)</i>"
         if self.timeline_caption.text() != text:
             self.timeline_caption.setText(text)
+
+    # ---- View menu: presentation mode and theme ------------------------------------------
+
+    def _build_view_menu(self) -> None:
+        menu = self.menuBar().addMenu("&View")
+        self.run_bar.addSeparator()
+        self.run_bar.addAction(self.presentation.action)
+        menu.addAction(self.presentation.action)
+        themes = menu.addMenu("Theme")
+        group = QActionGroup(self)
+        manager = theme_manager()
+        self.theme_actions: dict[str, QAction] = {}
+        for mode in THEME_MODES:
+            action = themes.addAction(mode.capitalize())
+            action.setCheckable(True)
+            action.setChecked(mode == manager.mode)
+            action.triggered.connect(lambda _=False, m=mode: theme_manager().set_mode(m))
+            group.addAction(action)
+            self.theme_actions[mode] = action
+        manager.sig_theme_changed.connect(self._sync_theme_actions)
+
+    def _sync_theme_actions(self, *_: object) -> None:
+        mode = theme_manager().mode
+        for name, action in self.theme_actions.items():
+            action.setChecked(name == mode)
 
     # ---- File menu: recordings, replay, compare, export --------------------------------
 

@@ -11,7 +11,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QPoint, Qt
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QEvent,
+    QModelIndex,
+    QPersistentModelIndex,
+    QPoint,
+    Qt,
+)
 from PySide6.QtGui import QAction, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -88,6 +95,9 @@ class ScoreboardModel(QAbstractTableModel):
         super().__init__()
         self.rows: list[SegmentStats] = []
         self.baseline_id: int | None = None
+        #: The view's font: bold/italic rows derive from it, so they grow with it
+        #: (presentation mode) instead of staying at the application's default size.
+        self.base_font = QFont()
 
     def set_rows(self, rows: Sequence[SegmentStats], baseline_id: int | None) -> None:
         rows = list(rows)
@@ -120,7 +130,7 @@ class ScoreboardModel(QAbstractTableModel):
                           else Qt.AlignmentFlag.AlignLeft)
             return int(horizontal | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.FontRole:
-            font = QFont()
+            font = QFont(self.base_font)
             font.setItalic(row.live)
             font.setBold(row.config_id == self.baseline_id)
             return font
@@ -191,6 +201,15 @@ class ScoreboardView(QWidget):
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._sync_controls())
         layout.addWidget(self.table, 1)
         self._sync_controls()
+
+    def changeEvent(self, event: QEvent) -> None:
+        """Follow a new font (presentation mode): cell fonts and row height."""
+        if event.type() == QEvent.Type.FontChange:
+            self.model.base_font = QFont(self.table.font())
+            self.table.verticalHeader().setDefaultSectionSize(
+                self.table.fontMetrics().height() + 6)
+            self.model.layoutChanged.emit()
+        super().changeEvent(event)
 
     def show_rows(self, rows: Sequence[SegmentStats]) -> None:
         """New rows from ``session.scoreboard()`` (call at ~2 Hz)."""

@@ -74,6 +74,8 @@ class UtilizationView(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
         self.legend_label = QLabel()
+        # Wraps rather than widen the window past a 1280 px projector in presentation mode.
+        self.legend_label.setWordWrap(True)
         layout.addWidget(self.legend_label)
         self.note_label = QLabel()
         self.note_label.setStyleSheet(f"color: {palette.NA_TEXT}; padding-left: 4px;")
