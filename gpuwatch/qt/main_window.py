@@ -44,11 +44,14 @@ from gpuwatch.protocol import WORKLOADS
 from gpuwatch.qt import palette
 from gpuwatch.qt.change_markers import ChangeMarkers
 from gpuwatch.qt.headline_bar import HeadlineBar, HeadlineFigures
+from gpuwatch.qt.help_view import build_help_menu, open_help
 from gpuwatch.qt.knob_panel import KnobPanel
 from gpuwatch.qt.log_pane import LogPane
 from gpuwatch.qt.presentation import PresentationMode
 from gpuwatch.qt.replay_bar import ReplayBar
 from gpuwatch.qt.scoreboard_view import ScoreboardView
+from gpuwatch.qt.settings import Settings, build_settings_menu, remember
+from gpuwatch.qt.shortcuts import apply_shortcuts, build_view_actions
 from gpuwatch.qt.spans import busy_percent_over, weighted_mean
 from gpuwatch.qt.theme import MODES as THEME_MODES
 from gpuwatch.qt.theme import theme_manager
@@ -118,6 +121,10 @@ class MainWindow(QMainWindow):
         self._closed = False
         self._knobs_due = 0.0
         self._scoreboard_due = 0.0
+        #: Space: the plots and headline freeze while the run goes on (gpuwatch.qt.shortcuts).
+        self.view_paused = False
+        #: Visible window length while following; Ctrl+= / Ctrl+- step it.
+        self.window_s = WINDOW_S
 
         self._build_toolbar(getattr(options, "workload", "vision") or "vision",
                             getattr(options, "device", "auto") or "auto")
@@ -189,6 +196,7 @@ class MainWindow(QMainWindow):
             plot.getPlotItem().getViewBox().sigRangeChangedManually.connect(self._on_manual_pan)
         self._set_caption(None, dense=False)
         self._sync_state()
+        self._build_desk_menus()
 
         self.timer = QTimer(self)
         self.timer.setInterval(REDRAW_MS)
@@ -259,6 +267,16 @@ class MainWindow(QMainWindow):
         self.follow_action.toggled.connect(self._on_follow_toggled)
         bar.addAction(self.follow_action)
 
+    def _build_desk_menus(self) -> None:
+        """View keys, Settings and Help menus, the shortcut table; then the saved layout."""
+        self.settings = Settings()
+        build_view_actions(self)
+        build_settings_menu(self, self.settings)
+        build_help_menu(self)
+        apply_shortcuts(self)
+        self.headline.sig_help_requested.connect(lambda section: open_help(self, section))
+        self.settings.restore_window(self)
+
     def _build_status_bar(self) -> None:
         status = self.statusBar()
         self.state_label = QLabel()
@@ -309,6 +327,7 @@ class MainWindow(QMainWindow):
         self.tour.timer.stop()
         if not self._closed:
             self._closed = True
+            remember(self, self.settings)
             self.session.close()
             self._stop_recording()
         event.accept()
@@ -337,7 +356,7 @@ class MainWindow(QMainWindow):
         now_ns = self._now_ns(live)
         lo_ns, hi_ns = self._visible_window(now_ns)
         self._redraw_plots(live, lo_ns, hi_ns)
-        if self._ticks % HEADLINE_EVERY == 1:
+        if self._ticks % HEADLINE_EVERY == 1 and not self.view_paused:
             self._redraw_headline(now_ns)
         self._redraw_knobs_and_scoreboard(now_ns)
 
@@ -396,8 +415,8 @@ class MainWindow(QMainWindow):
         t0 = self.session.t0_ns
         vb = self.timeline.getPlotItem().getViewBox()
         if self.follow:
-            hi_s = max((now_ns - t0) / 1e9, WINDOW_S)
-            lo_s = hi_s - WINDOW_S
+            hi_s = max((now_ns - t0) / 1e9, self.window_s)
+            lo_s = hi_s - self.window_s
             vb.setXRange(lo_s, hi_s, padding=0)
         else:
             lo_s, hi_s = vb.viewRange()[0]
