@@ -22,9 +22,12 @@ from PySide6.QtCore import (
 )
 from PySide6.QtWidgets import QApplication, QWidget
 
+from gpuwatch.core.app_log import setup_logging
 from gpuwatch.core.replay import ReplaySession
 from gpuwatch.core.session import Session, SessionState
+from gpuwatch.qt.error_dialog import ErrorReporter
 from gpuwatch.qt.main_window import MainWindow
+from gpuwatch.qt.settings import Settings
 
 DEFAULT_SIZE = (1280, 800)
 
@@ -94,6 +97,17 @@ def _start_recording(options: Any, session: Session, window: MainWindow) -> Any:
     return recorder
 
 
+def _remember_interpreter(options: Any, settings: Settings) -> None:
+    """``--python`` is remembered; a frozen app (no Python of its own) uses the remembered
+    one when none is given (DESIGN §2). From a source install, no ``--python`` means this
+    interpreter, as the command line says."""
+    chosen = getattr(options, "python", None)
+    if chosen:
+        settings.python = str(chosen)
+    elif getattr(sys, "frozen", False) and settings.python and options is not None:
+        options.python = settings.python
+
+
 def run_window(options: Any) -> int:
     """Run the window until it closes; 0, or 1 if the run FAILED or the PNG was not saved.
 
@@ -105,11 +119,16 @@ def run_window(options: Any) -> int:
     """
     app = create_app()
     previous_handler = _install_quiet_handler()
+    setup_logging()
+    _remember_interpreter(options, Settings())
     recording = getattr(options, "recording", None)  # gpuwatch replay: an opened Recording
     session = Session() if recording is None else ReplaySession(recording)
     window = MainWindow(session, options)
-    window.resize(*DEFAULT_SIZE)
+    if getattr(options, "screenshot", None) or not window.settings.has_window():
+        window.resize(*DEFAULT_SIZE)  # screenshots are reproducible, not the user's layout
     window.show()
+    reporter = ErrorReporter(window)
+    reporter.install()
     if getattr(options, "compare", None) is not None:
         window.show_compare(ReplaySession(options.compare))
     problems: list[str] = []
@@ -144,6 +163,7 @@ def run_window(options: Any) -> int:
         with contextlib.suppress(ValueError, TypeError):
             signal.signal(signal.SIGINT, previous)
         qInstallMessageHandler(previous_handler)
+        reporter.uninstall()
     if session.state is SessionState.FAILED and recording is None:
         problems.insert(0, f"the run failed: {session.error or 'no reason given'}")
     if problems:

@@ -1,0 +1,100 @@
+"""Each key of the shortcut table triggers its action on a shown window (no runner)."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QKeySequence
+from PySide6.QtTest import QTest
+
+from gpuwatch.core.session import Session
+from gpuwatch.qt import main_window as main_window_module
+from gpuwatch.qt.help_view import shortcuts_html
+from gpuwatch.qt.shortcuts import SHORTCUTS, ZOOM_LEVELS_S, apply_shortcuts
+
+CTRL = Qt.KeyboardModifier.ControlModifier
+#: Built by part A's presentation mode; the table lists it either way.
+OPTIONAL_ACTIONS = {"presentation.action"}
+
+
+@pytest.fixture
+def window(show_window, qtbot):
+    win = show_window(Session(sample_coarse=False))
+    win.activateWindow()
+    qtbot.waitUntil(win.isActiveWindow)
+    return win
+
+
+def _action(window, path):
+    target = window
+    for name in path.split("."):
+        target = getattr(target, name)
+    return target
+
+
+def test_every_listed_key_is_installed_on_its_action(window):
+    assert set(apply_shortcuts(window)) <= OPTIONAL_ACTIONS
+    for shortcut in SHORTCUTS:
+        if shortcut.action in OPTIONAL_ACTIONS and not hasattr(window, "presentation"):
+            continue
+        keys = {k.toString() for k in _action(window, shortcut.action).shortcuts()}
+        assert {QKeySequence(k).toString() for k in shortcut.keys} <= keys, shortcut
+    assert "Ctrl+S" in shortcuts_html() and "Space" in shortcuts_html()
+
+
+def test_space_pauses_and_resumes_the_view_not_the_run(window, qtbot):
+    assert window.follow and not window.view_paused
+    QTest.keyClick(window, Qt.Key.Key_Space)
+    assert window.pause_view_action.isChecked()
+    assert window.view_paused and not window.follow
+    assert window.timer.isActive()  # the window keeps polling: only the view is frozen
+    QTest.keyClick(window, Qt.Key.Key_Space)
+    assert not window.view_paused and window.follow
+
+
+def test_ctrl_equal_and_minus_zoom_the_time_axis(window, qtbot):
+    assert window.window_s == 30.0
+    QTest.keyClick(window, Qt.Key.Key_Equal, CTRL)
+    assert window.window_s == 15.0
+    QTest.keyClick(window, Qt.Key.Key_Minus, CTRL)
+    QTest.keyClick(window, Qt.Key.Key_Minus, CTRL)
+    assert window.window_s == 60.0
+    vb = window.timeline.getPlotItem().getViewBox()
+    qtbot.waitUntil(lambda: abs(vb.viewRange()[0][1] - vb.viewRange()[0][0] - 60.0) < 0.5)
+    for _ in range(len(ZOOM_LEVELS_S) + 1):
+        QTest.keyClick(window, Qt.Key.Key_Minus, CTRL)
+    assert window.window_s == ZOOM_LEVELS_S[-1]  # stops at 10 min
+    for _ in range(len(ZOOM_LEVELS_S) + 1):
+        QTest.keyClick(window, Qt.Key.Key_Equal, CTRL)
+    assert window.window_s == ZOOM_LEVELS_S[0]
+
+
+def test_ctrl_s_starts_then_finishes_a_recording(window, qtbot, tmp_path, monkeypatch):
+    monkeypatch.setattr(main_window_module, "recordings_dir", lambda: tmp_path)
+    QTest.keyClick(window, Qt.Key.Key_S, CTRL)
+    assert window.record_action.isChecked() and window.recorder is not None
+    QTest.keyClick(window, Qt.Key.Key_S, CTRL)
+    assert not window.record_action.isChecked()
+    assert window.last_recording is not None and window.last_recording.parent == tmp_path
+    assert window.last_recording.exists()
+
+
+def test_ctrl_e_asks_where_to_export_perfetto(window, monkeypatch):
+    asked = []
+    monkeypatch.setattr(main_window_module.QFileDialog, "getSaveFileName",
+                        lambda *args, **kw: (asked.append(args[1]), ("", ""))[1])
+    QTest.keyClick(window, Qt.Key.Key_E, CTRL)
+    assert asked == ["Export Perfetto JSON"]
+
+
+def test_f1_opens_the_guide(window, qtbot):
+    QTest.keyClick(window, Qt.Key.Key_F1)
+    qtbot.waitUntil(lambda: getattr(window, "help_dialog", None) is not None
+                    and window.help_dialog.isVisible())
+    window.help_dialog.close()
+
+
+def test_ctrl_q_quits(window, qtbot):
+    QTest.keyClick(window, Qt.Key.Key_Q, CTRL)
+    qtbot.waitUntil(lambda: not window.isVisible())
+    assert window.session.state.name == "IDLE"
