@@ -1,0 +1,50 @@
+"""The guide opens on F1 / Help and from a headline figure, at the figure's section."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtTest import QTest
+
+from gpuwatch.core.session import Session
+from gpuwatch.qt.help_view import SECTIONS, TOOLTIP_HINT, guide_html
+from gpuwatch.qt.scoreboard_view import COLUMNS
+from gpuwatch.qt.shortcuts import SHORTCUTS
+
+
+def test_guide_covers_every_section_and_key():
+    text = guide_html()
+    for anchor, title in SECTIONS:
+        assert f'name="{anchor}"' in text and title.split(":")[0] in text
+    for words in ("upper bound", "exact idle", "1/6 s to 1 s", "whole device", "runner CPU",
+                  "transition", "n/a"):
+        assert words in text, words
+    for column in COLUMNS:
+        assert column.title in text
+    for shortcut in SHORTCUTS:
+        assert shortcut.what in text
+
+
+def test_help_menu_guide_and_keyboard_entries(show_window, qtbot):
+    window = show_window(Session(sample_coarse=False))
+    window.keys_action.trigger()
+    dialog = window.help_dialog
+    qtbot.waitUntil(dialog.isVisible)
+    assert "Keyboard shortcuts" in dialog.browser.toPlainText()
+    assert dialog.browser.verticalScrollBar().value() > 0  # scrolled to the keys section
+    dialog.close()
+    window.help_action.trigger()
+    qtbot.waitUntil(dialog.isVisible)
+
+
+def test_every_headline_figure_links_to_its_section(show_window, qtbot):
+    window = show_window(Session(sample_coarse=False))
+    bar = window.headline
+    figures = {bar.samples: "step", bar.step: "step", bar.busy: "busy", bar.coarse: "nvml",
+               bar.difference: "differ", bar.phases: "step"}
+    for figure, section in figures.items():
+        assert figure.toolTip().endswith(TOOLTIP_HINT)
+        with qtbot.waitSignal(bar.sig_help_requested) as blocker:
+            QTest.mouseClick(figure, Qt.MouseButton.LeftButton, pos=QPoint(3, 3))
+        assert blocker.args == [section]
+    qtbot.waitUntil(lambda: getattr(window, "help_dialog", None) is not None
+                    and window.help_dialog.isVisible())
