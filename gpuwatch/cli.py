@@ -18,6 +18,8 @@ from gpuwatch.protocol import WORKLOADS
 EXIT_USAGE = 2
 #: Report formats of ``gpuwatch bench`` (kept here so parsing imports nothing heavy).
 REPORT_FORMATS = ("md", "csv", "json")
+#: Window themes (gpuwatch.qt.theme.MODES; repeated so the CLI imports no Qt until a window opens).
+THEMES = ("system", "light", "dark")
 
 
 class CliError(Exception):
@@ -47,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "window and exit; works with QT_QPA_PLATFORM=offscreen")
     parser.add_argument("--screenshot", type=Path, metavar="PNG",
                         help="where --demo-seconds saves the window picture")
+    _add_look_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     doctor = sub.add_parser("doctor", help="report what this machine offers: torch, CUDA, "
                                            "NVML, display, Python")
@@ -57,6 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_parser(sub)
     _add_replay_parser(sub)
     return parser
+
+
+def _add_look_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """``--presentation`` and ``--theme``: how a window looks (also in its screenshots)."""
+    parser.add_argument("--presentation", dest=f"{prefix}presentation", action="store_true",
+                        help="open in presentation mode (full screen, large fonts, high "
+                             "contrast; with --screenshot: a 1280×720 picture of it)")
+    parser.add_argument("--theme", dest=f"{prefix}theme", choices=THEMES, metavar="THEME",
+                        help="light, dark or system (default: the theme chosen in View → "
+                             "Theme, else the system's)")
 
 
 def _add_replay_parser(sub: argparse._SubParsersAction) -> None:
@@ -73,6 +86,7 @@ def _add_replay_parser(sub: argparse._SubParsersAction) -> None:
                                           "--screenshot: save a PNG of it first)")
     replay.add_argument("--screenshot", dest="replay_screenshot", type=Path, metavar="PNG",
                         help="where --demo-seconds saves the window picture")
+    _add_look_options(replay, "replay_")
 
 
 def _add_run_parser(sub: argparse._SubParsersAction) -> None:
@@ -101,6 +115,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                                        "save a PNG of it first)")
     run.add_argument("--screenshot", dest="run_screenshot", type=Path, metavar="PNG",
                      help="where --demo-seconds saves the window picture")
+    _add_look_options(run, "run_")
     run.add_argument("script", metavar="SCRIPT", help="the training script to run")
     run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
                      help="the script's arguments")
@@ -315,7 +330,8 @@ def _run(args: argparse.Namespace) -> int:
         workload=args.workload, device=device, python=python, autostart=True, tour=False,
         demo_seconds=args.run_demo_seconds, screenshot=args.run_screenshot, script=script,
         script_args=tuple(args.script_args), cwd=os.getcwd(), seconds=args.run_seconds,
-        record=args.record)
+        record=args.record, presentation=args.run_presentation or args.presentation,
+        theme=args.run_theme or args.theme)
     return _open_window(window)
 
 
@@ -337,7 +353,9 @@ def _replay(args: argparse.Namespace) -> int:
     window = argparse.Namespace(
         workload=args.workload, device=args.device, python=args.python, autostart=False,
         tour=False, demo_seconds=demo_seconds, screenshot=screenshot,
-        recording=recordings[0], compare=recordings[1] if len(recordings) > 1 else None)
+        recording=recordings[0], compare=recordings[1] if len(recordings) > 1 else None,
+        presentation=args.replay_presentation or args.presentation,
+        theme=args.replay_theme or args.theme)
     return _open_window(window)
 
 

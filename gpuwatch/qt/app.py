@@ -25,11 +25,15 @@ from PySide6.QtWidgets import QApplication, QWidget
 from gpuwatch.core.app_log import setup_logging
 from gpuwatch.core.replay import ReplaySession
 from gpuwatch.core.session import Session, SessionState
+from gpuwatch.qt.app_icon import app_icon
 from gpuwatch.qt.error_dialog import ErrorReporter
 from gpuwatch.qt.main_window import MainWindow
 from gpuwatch.qt.settings import Settings
+from gpuwatch.qt.theme import theme_manager
 
 DEFAULT_SIZE = (1280, 800)
+#: Presentation screenshots are taken at a projector's size, so slides and docs match a hall.
+PRESENTATION_SIZE = (1280, 720)
 
 
 def create_app() -> QApplication:
@@ -37,6 +41,7 @@ def create_app() -> QApplication:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("gpuwatch")
     app.setStyle("Fusion")
+    app.setWindowIcon(app_icon())
     return app  # type: ignore[return-value]
 
 
@@ -108,6 +113,20 @@ def _remember_interpreter(options: Any, settings: Settings) -> None:
         options.python = settings.python
 
 
+def apply_look(window: MainWindow, options: Any) -> None:
+    """``--theme`` (else the remembered theme) and ``--presentation`` on a shown window.
+
+    With ``--screenshot``, presentation mode keeps a fixed 1280×720 window instead of going
+    full screen, so the picture is the same on every machine.
+    """
+    theme_manager().set_mode(getattr(options, "theme", None) or Settings().theme)
+    if getattr(options, "presentation", False):
+        shot = getattr(options, "screenshot", None) is not None
+        if shot:
+            window.resize(*PRESENTATION_SIZE)
+        window.presentation.set_active(True, fullscreen=not shot)
+
+
 def run_window(options: Any) -> int:
     """Run the window until it closes; 0, or 1 if the run FAILED or the PNG was not saved.
 
@@ -127,6 +146,7 @@ def run_window(options: Any) -> int:
     if getattr(options, "screenshot", None) or not window.settings.has_window():
         window.resize(*DEFAULT_SIZE)  # screenshots are reproducible, not the user's layout
     window.show()
+    apply_look(window, options)
     reporter = ErrorReporter(window)
     reporter.install()
     if getattr(options, "compare", None) is not None:

@@ -554,10 +554,17 @@ class MainWindow(QMainWindow):
             action = themes.addAction(mode.capitalize())
             action.setCheckable(True)
             action.setChecked(mode == manager.mode)
-            action.triggered.connect(lambda _=False, m=mode: theme_manager().set_mode(m))
+            action.triggered.connect(lambda _=False, m=mode: self.choose_theme(m))
             group.addAction(action)
             self.theme_actions[mode] = action
         manager.sig_theme_changed.connect(self._sync_theme_actions)
+
+    def choose_theme(self, mode: str) -> None:
+        """View → Theme: apply ``mode`` and remember it for the next start."""
+        theme_manager().set_mode(mode)
+        settings = getattr(self, "settings", None)
+        if settings is not None:
+            settings.theme = mode
 
     def _sync_theme_actions(self, *_: object) -> None:
         mode = theme_manager().mode

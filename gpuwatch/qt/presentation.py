@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import QByteArray, QObject, QSize, Qt, Signal
-from PySide6.QtGui import QAction, QFont, QKeySequence
-from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QWidget
+from PySide6.QtGui import QAction, QFont, QKeySequence, QPalette
+from PySide6.QtWidgets import QDockWidget, QLabel, QMainWindow, QWidget
 
 from gpuwatch.qt.headline_bar import DASH, HeadlineBar, HeadlineFigures
 from gpuwatch.qt.theme import DARK_CONTRAST, LIGHT_CONTRAST, qpalette, style_window, theme_manager
@@ -127,10 +127,9 @@ class PresentationMode(QObject):
         w.setFont(saved.font if saved.font is not None else QFont())
         if saved.font is None:
             w.setAttribute(Qt.WidgetAttribute.WA_SetFont, False)
+        w.setPalette(QPalette())  # resolves nothing: the window follows the app's again
+        w.setAttribute(Qt.WidgetAttribute.WA_SetPalette, False)
         theme_manager().style(w)
-        app = QApplication.instance()
-        if isinstance(app, QApplication):
-            app.setPalette(qpalette(theme_manager().colors))
         for panel, visible in saved.visible.items():
             panel.setVisible(visible)
         if w.windowState() != saved.state:
@@ -143,9 +142,8 @@ class PresentationMode(QObject):
     def restyle(self) -> None:
         """Apply the high-contrast twin of the current theme at presentation scale."""
         colors = DARK_CONTRAST if theme_manager().colors.dark else LIGHT_CONTRAST
-        app = QApplication.instance()
-        if isinstance(app, QApplication):
-            app.setPalette(qpalette(colors))
+        # The window's own palette: other windows (a replay, a comparison) keep the theme.
+        self.window.setPalette(qpalette(colors))
         style_window(self.window, colors, SCALE)
         big = QFont(self.window.font())
         big.setPointSizeF(big.pointSizeF() * HEADLINE_FACTOR)

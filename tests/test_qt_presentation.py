@@ -1,0 +1,142 @@
+"""Presentation mode: 2x fonts and lines, secondary panels hidden, one big sentence; leaving
+restores everything; grabs of normal/presentation x light/dark differ; the CLI screenshots it."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtGui import QGuiApplication, QImage, QPalette
+from PySide6.QtWidgets import QDockWidget
+
+from gpuwatch.core.session import Session
+from gpuwatch.qt.headline_bar import HeadlineFigures
+from gpuwatch.qt.presentation import SCALE, presentation_sentence
+from gpuwatch.qt.theme import theme_manager
+
+
+@pytest.fixture
+def light(qapp):
+    manager = theme_manager(qapp)
+    manager.set_mode("light")
+    yield manager
+    manager.set_mode("light")
+
+
+def _snapshot(win) -> dict:
+    """What presentation mode changes, in comparable form."""
+    plot = win.timeline.getPlotItem()
+    return {
+        "font_pt": win.font().pointSizeF(),
+        "tick_pt": plot.getAxis("bottom").style["tickFont"].pointSizeF()
+        if plot.getAxis("bottom").style.get("tickFont") else None,
+        "busy_pen": win.utilization.busy_curve.opts["pen"].widthF(),
+        "headline_style": win.headline.busy.value.styleSheet(),
+        "tour_style": win.tour.caption.styleSheet(),
+        "scoreboard_pt": win.scoreboard.table.font().pointSizeF(),
+        "docks": {d.objectName(): d.isVisible() for d in win.findChildren(QDockWidget)},
+        "status": win.statusBar().isVisible(),
+        "size": (win.width(), win.height()),
+        "big": win.presentation.big_headline.isVisible(),
+        "palette": win.palette().color(QPalette.ColorRole.Window).name(),
+        "app_palette": QGuiApplication.palette().color(QPalette.ColorRole.Window).name(),
+    }
+
+
+def _px(style: str) -> int:
+    return int(style.split("font-size:")[1].split("px", maxsplit=1)[0])
+
+
+@pytest.mark.parametrize("size", [(1280, 720), (3840, 2160)])
+def test_presentation_enlarges_hides_and_restores_exactly(light, show_window, qtbot, size):
+    win = show_window(Session())
+    win.resize(*size)
+    qtbot.waitUntil(lambda: (win.width(), win.height()) == size)
+    before = _snapshot(win)
+    assert before["docks"]["log"] and before["docks"]["knobs"] and before["status"]
+
+    win.presentation.set_active(True, fullscreen=False)
+    during = _snapshot(win)
+    assert win.presentation.active and win.presentation.action.isChecked()
+    assert during["font_pt"] >= SCALE * before["font_pt"]
+    assert before["tick_pt"] and during["tick_pt"] >= SCALE * before["tick_pt"]
+    assert during["busy_pen"] >= SCALE * before["busy_pen"]
+    assert _px(during["headline_style"]) >= 2 * _px(before["headline_style"])
+    assert _px(during["tour_style"]) >= 2 * _px(before["tour_style"])
+    assert during["scoreboard_pt"] >= SCALE * before["scoreboard_pt"]
+    assert not during["docks"]["log"] and not during["docks"]["knobs"]
+    assert during["docks"]["scoreboard"]  # readable from afar, not hidden
+    assert not during["status"]
+    assert during["big"]
+    assert during["palette"] == "#ffffff"  # high contrast, this window only
+    assert during["app_palette"] == before["app_palette"]
+    # The window still fits the screen it was given (a 1280x720 projector included).
+    assert win.minimumSizeHint().width() <= size[0]
+    assert (win.width(), win.height()) == size
+
+    win.presentation.set_active(False)
+    assert _snapshot(win) == before
+
+
+def test_big_sentence_repeats_the_headline_figures(light, show_window):
+    win = show_window(Session())
+    win.timer.stop()  # the window's own refresh would replace the injected figures
+    win.presentation.set_active(True, fullscreen=False)
+    figures = HeadlineFigures(window_s=5.0, busy_pct=41.2, coarse_pct=97.0,
+                              coarse_short="runner CPU", device_kind="cpu")
+    win.headline.show_figures(figures)
+    assert win.presentation.big_headline.text() == "compute busy 41% · runner CPU says 97%"
+    assert win.headline.busy.value.text() == "41%" and win.headline.coarse.value.text() == "97%"
+    gpu = HeadlineFigures(window_s=5.0, busy_pct=41.0, coarse_pct=None, device_kind="cuda")
+    assert presentation_sentence(gpu) == "stream active 41% · NVML says —"
+
+
+def test_f11_toggles_presentation(light, show_window, qtbot):
+    win = show_window(Session())
+    assert win.presentation.action.shortcut().toString() == "F11"
+    assert win.presentation.action in win.run_bar.actions()
+    win.presentation.action.trigger()
+    assert win.presentation.active
+    win.presentation.action.trigger()
+    assert not win.presentation.active
+
+
+def _grab(win) -> QImage:
+    win.repaint()
+    return win.grab().toImage()
+
+
+def _distinct_colors(image: QImage) -> int:
+    step = 7
+    return len({image.pixel(x, y) for x in range(0, image.width(), step)
+                for y in range(0, image.height(), step)})
+
+
+def test_grabs_of_normal_and_presentation_in_light_and_dark_differ(light, show_window):
+    win = show_window(Session())
+    win.resize(1280, 720)
+    images = {}
+    for mode in ("light", "dark"):
+        light.set_mode(mode)
+        images[("normal", mode)] = _grab(win)
+        win.presentation.set_active(True, fullscreen=False)
+        images[("present", mode)] = _grab(win)
+        win.presentation.set_active(False)
+    for key, image in images.items():
+        assert not image.isNull(), key
+        assert _distinct_colors(image) > 8, key  # not blank
+    keys = list(images)
+    for i, a in enumerate(keys):
+        for b in keys[i + 1:]:
+            assert images[a] != images[b], (a, b)
+
+
+def test_present_theme_dark_screenshot_from_the_cli(light, tmp_path):
+    from gpuwatch.cli import main
+
+    shot = tmp_path / "present-dark.png"
+    code = main(["--no-start", "--device", "cpu", "--presentation", "--theme", "dark",
+                 "--demo-seconds", "0.5", "--screenshot", str(shot)])
+    assert code == 0
+    image = QImage(str(shot))
+    assert (image.width(), image.height()) == (1280, 720)
+    assert image.pixelColor(image.width() // 2, image.height() // 2).lightness() < 100
+    assert light.mode == "dark"  # --theme applied (the fixture puts light back)

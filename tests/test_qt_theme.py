@@ -1,0 +1,139 @@
+"""Themes: a forced dark theme re-colours the Qt palette and the plots, and light restores them;
+the app icon is set and ships with the installed package."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from PySide6.QtGui import QGuiApplication, QPalette
+
+from gpuwatch.core.session import Session
+from gpuwatch.qt.app import create_app
+from gpuwatch.qt.app_icon import SIZES, icon_files
+from gpuwatch.qt.theme import DARK, LIGHT, MODES, theme_manager, transform_style
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def light(qapp):
+    """Tests start in light and leave the shared application in light."""
+    manager = theme_manager(qapp)
+    manager.set_mode("light")
+    yield manager
+    manager.set_mode("light")
+
+
+def _plot_background(plot) -> str:
+    return plot.backgroundBrush().color().name()
+
+
+def test_forcing_dark_changes_palette_and_plots_and_light_restores(light, show_window):
+    win = show_window(Session())
+    window_color = QGuiApplication.palette().color(QPalette.ColorRole.Window).name()
+    assert _plot_background(win.timeline) == LIGHT.plot_background.lower()
+    axis_pen = win.timeline.getPlotItem().getAxis("bottom").pen().color().name()
+
+    win.theme_actions["dark"].trigger()
+
+    assert light.mode == "dark" and win.theme_actions["dark"].isChecked()
+    assert QGuiApplication.palette().color(QPalette.ColorRole.Window).name() != window_color
+    assert QGuiApplication.palette().color(QPalette.ColorRole.Window).name() == DARK.window.lower()
+    for plot in (win.timeline, win.utilization.plot):
+        assert _plot_background(plot) == DARK.plot_background.lower()
+        assert plot.getPlotItem().getAxis("bottom").pen().color().name() == (
+            DARK.plot_foreground.lower())
+    # A dark base colour gets its readable twin (the busy curve, the device bars).
+    busy = win.utilization.busy_curve.opts["pen"].color()
+    assert busy.lightness() > 128
+    # Labels' hard-coded grey text is lifted too (the headline captions).
+    assert "#b4b4b4" in win.headline.samples.caption.styleSheet().lower()
+
+    win.theme_actions["light"].trigger()
+    assert QGuiApplication.palette().color(QPalette.ColorRole.Window).name() == window_color
+    assert _plot_background(win.timeline) == LIGHT.plot_background.lower()
+    assert win.timeline.getPlotItem().getAxis("bottom").pen().color().name() == axis_pen
+    assert win.headline.samples.caption.styleSheet() == "color: #666; font-size: 11px;"
+
+
+def test_dark_text_contrasts_with_its_background(light):
+    light.set_mode("dark")
+    pal = QGuiApplication.palette()
+    for fg, bg in ((QPalette.ColorRole.WindowText, QPalette.ColorRole.Window),
+                   (QPalette.ColorRole.Text, QPalette.ColorRole.Base)):
+        assert pal.color(fg).lightness() - pal.color(bg).lightness() > 120
+
+
+def test_theme_choice_is_remembered(light, show_window):
+    win = show_window(Session())
+    win.choose_theme("dark")
+    assert win.settings.theme == "dark"
+
+
+def test_unknown_theme_is_one_clear_error(light):
+    with pytest.raises(ValueError, match="light, dark"):
+        light.set_mode("purple")
+    assert light.mode == "light"
+
+
+def test_system_mode_follows_the_scheme(light):
+    light.set_mode("system")
+    # Offscreen reports no scheme (or light): system means light here.
+    assert light.colors in (LIGHT, DARK)
+    assert MODES == ("system", "light", "dark")
+
+
+def test_style_sheets_scale_and_recolour():
+    out = transform_style("color: #666; font-size: 11px;", DARK, 2.0)
+    assert out == "color: #B4B4B4; font-size: 22px;"
+    assert transform_style("background: #C62828; color: white;", DARK, 1.0) == (
+        "background: #C62828; color: white;")
+
+
+def test_cli_theme_names_match_the_theme_module():
+    from gpuwatch.cli import THEMES
+
+    assert THEMES == MODES
+
+
+def test_app_has_the_icon_at_every_size(qapp):
+    app = create_app()
+    icon = app.windowIcon()
+    assert not icon.isNull()
+    sizes = {s.width() for s in icon.availableSizes()}
+    assert set(SIZES) <= sizes
+    assert all(f.is_file() for f in icon_files())
+
+
+def test_icon_ships_in_the_built_package(tmp_path):
+    """Build a wheel from a copy of the source and load the icon from the unpacked wheel."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    shutil.copytree(REPO / "gpuwatch", src / "gpuwatch",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", str(src), "-w", str(wheels)], check=True, capture_output=True,
+                   timeout=120)
+    (wheel,) = wheels.glob("*.whl")
+    installed = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(installed)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import gpuwatch; "
+            "from pathlib import Path; assert Path(gpuwatch.__file__).is_relative_to(sys.argv[1])"
+            ", gpuwatch.__file__; from PySide6.QtGui import QGuiApplication; "
+            "app = QGuiApplication([]); from gpuwatch.qt.app_icon import app_icon, icon_files; "
+            "assert all(f.is_file() for f in icon_files()); icon = app_icon(); "
+            "print(len(icon.availableSizes()))")
+    done = subprocess.run([sys.executable, "-c", code, str(installed)], check=False,
+                          capture_output=True,
+                          text=True, timeout=60, env={"QT_QPA_PLATFORM": "offscreen",
+                                                      "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(len(SIZES))
