@@ -34,6 +34,10 @@ def _snapshot(win) -> dict:
         "scoreboard_pt": win.scoreboard.table.font().pointSizeF(),
         "docks": {d.objectName(): d.isVisible() for d in win.findChildren(QDockWidget)},
         "status": win.statusBar().isVisible(),
+        "menu": win.menuBar().isVisible(),
+        "headline_bar": win.headline.isVisible(),
+        "time_axis": plot.getAxis("bottom").isVisible(),
+        "splitter": win.timeline.parentWidget().sizes(),
         "size": (win.width(), win.height()),
         "big": win.presentation.big_headline.isVisible(),
         "palette": win.palette().color(QPalette.ColorRole.Window).name(),
@@ -65,6 +69,7 @@ def test_presentation_enlarges_hides_and_restores_exactly(light, show_window, qt
     assert not during["docks"]["log"] and not during["docks"]["knobs"]
     assert during["docks"]["scoreboard"]  # readable from afar, not hidden
     assert not during["status"]
+    assert not during["menu"] and not during["headline_bar"]  # the big sentence replaces it
     assert during["big"]
     assert during["palette"] == "#ffffff"  # high contrast, this window only
     assert during["app_palette"] == before["app_palette"]
@@ -83,7 +88,9 @@ def test_big_sentence_repeats_the_headline_figures(light, show_window):
     figures = HeadlineFigures(window_s=5.0, busy_pct=41.2, coarse_pct=97.0,
                               coarse_short="runner CPU", device_kind="cpu")
     win.headline.show_figures(figures)
-    assert win.presentation.big_headline.text() == "compute busy 41% · runner CPU says 97%"
+    text = win.presentation.big_headline.text()
+    assert text.startswith("compute busy 41% · runner CPU says 97%<br>")
+    assert "— samples/s · step time p50 —" in text
     assert win.headline.busy.value.text() == "41%" and win.headline.coarse.value.text() == "97%"
     gpu = HeadlineFigures(window_s=5.0, busy_pct=41.0, coarse_pct=None, device_kind="cuda")
     assert presentation_sentence(gpu) == "stream active 41% · NVML says —"

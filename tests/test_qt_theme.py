@@ -51,6 +51,10 @@ def test_forcing_dark_changes_palette_and_plots_and_light_restores(light, show_w
     # A dark base colour gets its readable twin (the busy curve, the device bars).
     busy = win.utilization.busy_curve.opts["pen"].color()
     assert busy.lightness() > 128
+    # Legend swatches show the colour the plot really draws.
+    from gpuwatch.qt import palette
+
+    assert busy.name() in palette.swatch(palette.DEVICE_ACTIVE, "busy").lower()
     # Labels' hard-coded grey text is lifted too (the headline captions).
     assert "#b4b4b4" in win.headline.samples.caption.styleSheet().lower()
 

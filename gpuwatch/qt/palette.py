@@ -56,11 +56,27 @@ def pale(color: str, alpha: int = 55) -> QColor:
     return c
 
 
+#: The theme's version of base colours and its plot background, so a legend swatch shows the
+#: colour actually drawn (set by ``gpuwatch.qt.theme``; empty = the light base colours).
+_swatch_colors: dict[str, str] = {}
+_swatch_background = QColor(BACKGROUND)
+
+
+def set_swatch_theme(colors: dict[str, str], background: str) -> None:
+    """Make later ``swatch`` calls use a theme's colours (lower-case ``#rrggbb`` keys)."""
+    global _swatch_background  # noqa: PLW0603 - one theme per application
+    _swatch_colors.clear()
+    _swatch_colors.update(colors)
+    _swatch_background = QColor(background)
+
+
 def swatch(color: str | QColor, text: str) -> str:
     """Rich-text legend entry: a coloured square then its meaning."""
-    if isinstance(color, QColor):  # translucent tints: show the colour seen on white
+    if isinstance(color, QColor):  # translucent tints: show the colour seen on the plot
         a = color.alphaF()
-        color = QColor(*(round(c * a + 255 * (1 - a))
-                         for c in (color.red(), color.green(), color.blue())))
+        bg = _swatch_background
+        color = QColor(*(round(c * a + b * (1 - a)) for c, b in (
+            (color.red(), bg.red()), (color.green(), bg.green()), (color.blue(), bg.blue()))))
     name = color.name() if isinstance(color, QColor) else color
+    name = _swatch_colors.get(name.lower(), name)
     return f'<span style="color:{name}">&#9632;</span>&nbsp;{text}'

@@ -8,11 +8,12 @@ headline bar shows. Off: everything exactly as it was (fonts, panels, geometry, 
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 
-from PySide6.QtCore import QByteArray, QObject, QSize, Qt, Signal
+from PySide6.QtCore import QByteArray, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QFont, QKeySequence, QPalette
-from PySide6.QtWidgets import QDockWidget, QLabel, QMainWindow, QWidget
+from PySide6.QtWidgets import QDockWidget, QLabel, QMainWindow, QSplitter, QWidget
 
 from gpuwatch.qt.headline_bar import DASH, HeadlineBar, HeadlineFigures
 from gpuwatch.qt.theme import DARK_CONTRAST, LIGHT_CONTRAST, qpalette, style_window, theme_manager
@@ -21,8 +22,10 @@ from gpuwatch.qt.theme import DARK_CONTRAST, LIGHT_CONTRAST, qpalette, style_win
 SCALE = 2.0
 #: Docks hidden while presenting (by object name): detail for the desk, noise on stage.
 SECONDARY_DOCKS = ("log", "knobs")
-#: The big sentence's size relative to the (already scaled) window font.
+#: The big sentence's size relative to the (already scaled) window font...
 HEADLINE_FACTOR = 1.6
+#: ...and the line of figures under it, relative to the sentence.
+DETAIL_PERCENT = 60
 
 
 def presentation_sentence(f: HeadlineFigures) -> str:
@@ -37,11 +40,20 @@ def presentation_sentence(f: HeadlineFigures) -> str:
     return f"{fine} {busy} · {f.coarse_short} says {coarse}"
 
 
+def presentation_detail(f: HeadlineFigures) -> str:
+    """The line under the sentence: throughput and step time, as the headline bar has them."""
+    rate = DASH if f.samples_per_s is None else f"{f.samples_per_s:,.0f}"
+    step = DASH if f.step_ms_p50 is None else f"{f.step_ms_p50:.1f} ms"
+    return f"{rate} samples/s · step time p50 {step}"
+
+
 @dataclass
 class _Saved:
     """What entering changed, to put back exactly on leaving."""
 
     geometry: QByteArray
+    dock_state: QByteArray
+    splitter: list[int]
     size: QSize
     state: Qt.WindowState
     font: QFont | None  # None: the window had no font of its own (it inherited the app's)
@@ -72,6 +84,7 @@ class PresentationMode(QObject):
         self.big_headline.setObjectName("presentation_headline")
         self.big_headline.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.big_headline.setWordWrap(True)
+        self.big_headline.setTextFormat(Qt.TextFormat.RichText)
         self.big_headline.hide()
         headline.sig_figures_shown.connect(self._show_figures)
         self._fullscreen = True
@@ -98,16 +111,28 @@ class PresentationMode(QObject):
     def _enter(self) -> None:
         w = self.window
         panels = [d for d in w.findChildren(QDockWidget) if d.objectName() in SECONDARY_DOCKS]
-        # The headline's sentence-long figures give way to the big sentence (and would not
-        # fit a 1280 px projector at twice the size).
-        panels += [w.statusBar(), self.headline.difference, self.headline.phases,
-                   *self._secondary]
+        # The headline bar gives way to the big sentence, which repeats its main figures:
+        # at twice the size both would leave the plots no room on a 1280x720 projector.
+        # The menu bar goes too (F11 and the toolbar's Present button lead back).
+        panels += [w.statusBar(), w.menuBar(), self.headline, *self._secondary]
+        scoreboard = getattr(w, "scoreboard", None)  # its rows stay; the hint and button go
+        if scoreboard is not None:
+            panels += [scoreboard.hint, scoreboard.pin_button]
         own_font = w.testAttribute(Qt.WidgetAttribute.WA_SetFont)
-        self._saved = _Saved(geometry=w.saveGeometry(), size=w.size(), state=w.windowState(),
+        splitter = self._splitter()
+        self._saved = _Saved(geometry=w.saveGeometry(), dock_state=w.saveState(),
+                             splitter=splitter.sizes() if splitter else [],
+                             size=w.size(), state=w.windowState(),
                              font=QFont(w.font()) if own_font else None,
                              visible={p: p.isVisible() for p in panels})
         for panel in panels:
             panel.hide()
+        timeline = getattr(w, "timeline", None)
+        if timeline is not None:  # the utilization plot below shows the same seconds
+            timeline.getPlotItem().hideAxis("bottom")
+        utilization = getattr(w, "utilization", None)
+        if utilization is not None:  # "seconds since start": the room goes to the plot
+            utilization.plot.getPlotItem().getAxis("bottom").showLabel(False)
         font = QFont(w.font())
         font.setPointSizeF(font.pointSizeF() * SCALE)
         w.setFont(font)
@@ -117,6 +142,9 @@ class PresentationMode(QObject):
             self._show_figures(self.headline.figures)
         if self._fullscreen:
             w.showFullScreen()
+        self._share_the_height()
+        # Again once the larger fonts have been laid out (the splitter sizes by old minimums).
+        QTimer.singleShot(0, self._share_the_height)
         self.sig_active_changed.emit(True)
 
     def _leave(self) -> None:
@@ -132,12 +160,48 @@ class PresentationMode(QObject):
         theme_manager().style(w)
         for panel, visible in saved.visible.items():
             panel.setVisible(visible)
+        w.restoreState(saved.dock_state)
+        timeline = getattr(w, "timeline", None)
+        if timeline is not None:
+            timeline.getPlotItem().showAxis("bottom")
+        utilization = getattr(w, "utilization", None)
+        if utilization is not None:
+            utilization.plot.getPlotItem().getAxis("bottom").showLabel(True)
+        splitter = self._splitter()
+        if splitter is not None and saved.splitter:
+            splitter.setSizes(saved.splitter)
         if w.windowState() != saved.state:
             w.setWindowState(saved.state)
         w.restoreGeometry(saved.geometry)
         if saved.state == Qt.WindowState.WindowNoState and w.size() != saved.size:
             w.resize(saved.size)  # the panels shown again may have nudged the layout
         self.sig_active_changed.emit(False)
+
+    def _splitter(self) -> QSplitter | None:
+        """The splitter of timeline over utilization (None in a window without one)."""
+        timeline = getattr(self.window, "timeline", None)
+        parent = timeline.parentWidget() if timeline is not None else None
+        return parent if isinstance(parent, QSplitter) else None
+
+    def _share_the_height(self) -> None:
+        """Plots about half and half; the scoreboard just tall enough for its rows (up to 7)."""
+        if not self.active:
+            return
+        w = self.window
+        splitter = self._splitter()
+        if splitter is not None:  # the utilization panel has its legend and notes to fit
+            total = sum(splitter.sizes())
+            splitter.setSizes([total * 7 // 20, total - total * 7 // 20])
+        scoreboard = getattr(w, "scoreboard", None)
+        dock = scoreboard.parentWidget() if scoreboard is not None else None
+        if isinstance(dock, QDockWidget):
+            table = scoreboard.table
+            rows = min(max(table.model().rowCount(), 2), 7)
+            height = (table.horizontalHeader().sizeHint().height()
+                      + rows * table.verticalHeader().defaultSectionSize()
+                      + table.horizontalScrollBar().sizeHint().height()
+                      + dock.fontMetrics().height() + 24)
+            w.resizeDocks([dock], [height], Qt.Orientation.Vertical)
 
     def restyle(self) -> None:
         """Apply the high-contrast twin of the current theme at presentation scale."""
@@ -153,4 +217,7 @@ class PresentationMode(QObject):
 
     def _show_figures(self, figures: HeadlineFigures) -> None:
         if self.active:
-            self.big_headline.setText(presentation_sentence(figures))
+            self.big_headline.setText(
+                f"{html.escape(presentation_sentence(figures))}<br>"
+                f'<span style="font-size: {DETAIL_PERCENT}%; font-weight: normal;">'
+                f"{html.escape(presentation_detail(figures))}</span>")

@@ -83,14 +83,12 @@ LIGHT_CONTRAST = ThemeColors(
     "light-contrast", window="#FFFFFF", base="#FFFFFF", alternate="#F0F0F0", text="#000000",
     button="#F0F0F0", highlight="#0050B0", plot_background="#FFFFFF", plot_foreground="#000000",
     remap={palette.FOREGROUND.lower(): "#000000", palette.NOTE_TEXT.lower(): "#202020",
-           "#666": "#202020", palette.GRID_LINE.lower(): "#C8C8C8",
-           palette.DEVICE_ACTIVE.lower(): "#0A1F8F"})
+           "#666": "#202020", palette.GRID_LINE.lower(): "#C8C8C8"})
 DARK_CONTRAST = ThemeColors(
     "dark-contrast", window="#000000", base="#000000", alternate="#141414", text="#FFFFFF",
     button="#1A1A1A", highlight="#4A8FE7", plot_background="#000000", plot_foreground="#FFFFFF",
     remap={**DARK.remap, palette.FOREGROUND.lower(): "#FFFFFF",
-           palette.NOTE_TEXT.lower(): "#E0E0E0", "#666": "#E0E0E0",
-           palette.DEVICE_ACTIVE.lower(): "#9FB0FF"})
+           palette.NOTE_TEXT.lower(): "#E0E0E0", "#666": "#E0E0E0"})
 
 
 def system_is_dark() -> bool:
@@ -128,16 +126,31 @@ _BASE_STYLE = "gpuwatch_base_style"
 _SHOWN_STYLE = "gpuwatch_shown_style"
 
 
-def transform_style(style: str, colors: ThemeColors, scale: float) -> str:
-    """A style sheet with its text colours mapped and its pixel font sizes scaled."""
+def transform_style(style: str, colors: ThemeColors, scale: float,
+                    base_pt: float | None = None) -> str:
+    """A style sheet with its text colours mapped and its pixel font sizes scaled.
+
+    A style sheet without a font size gets ``base_pt * scale`` points when scaled: Qt does
+    not pass a parent's new font on to widgets that have a style sheet of their own.
+    """
     style = _COLOR.sub(lambda m: "color: " + colors.remap.get(m.group(1).lower(), m.group(1)),
                        style)
     if scale != 1.0:
-        style = _FONT_SIZE.sub(lambda m: f"font-size: {round(float(m.group(1)) * scale)}px", style)
+        if _FONT_SIZE.search(style) or not base_pt:
+            style = _FONT_SIZE.sub(lambda m: f"font-size: {round(float(m.group(1)) * scale)}px",
+                                   style)
+        else:
+            size = f"font-size: {round(base_pt * scale)}pt;"
+            if "{" in style:  # "QLabel { ... }": the size goes inside the first rule
+                head, _, tail = style.partition("}")
+                style = f"{head.rstrip().rstrip(';')}; {size} }}{tail}"
+            else:
+                style = f"{style.rstrip().rstrip(';')}; {size}".lstrip("; ")
     return style
 
 
-def restyle_widgets(root: QWidget, colors: ThemeColors, scale: float = 1.0) -> None:
+def restyle_widgets(root: QWidget, colors: ThemeColors, scale: float = 1.0,
+                    base_pt: float | None = None) -> None:
     """Map every child's style sheet from its base (remembered on first visit).
 
     A style sheet the code has set since (e.g. a banner's new level) becomes the new base.
@@ -150,10 +163,13 @@ def restyle_widgets(root: QWidget, colors: ThemeColors, scale: float = 1.0) -> N
                 continue
             base = current
             widget.setProperty(_BASE_STYLE, base)
-        shown = transform_style(base, colors, scale)
+        shown = transform_style(base, colors, scale, base_pt)
         widget.setProperty(_SHOWN_STYLE, shown)
         if shown != current:
             widget.setStyleSheet(shown)
+        else:  # a styled widget keeps the palette of its last polish: take the new one
+            widget.style().unpolish(widget)
+            widget.style().polish(widget)
 
 
 def style_plot_widget(plot: pg.PlotWidget, colors: ThemeColors, scale: float = 1.0) -> None:
@@ -215,7 +231,7 @@ def _remember(obj: object, key: str, read: Callable[[Any], Any]) -> Any:
 
 def style_window(window: QWidget, colors: ThemeColors, scale: float = 1.0) -> None:
     """Everything visible in ``window``: style sheets, plots, their items."""
-    restyle_widgets(window, colors, scale)
+    restyle_widgets(window, colors, scale, QApplication.font().pointSizeF())
     for plot in window.findChildren(pg.PlotWidget):
         style_plot_widget(plot, colors, scale)
 
@@ -271,6 +287,7 @@ class ThemeManager(QObject):
     def apply(self) -> None:
         colors = self.colors
         self.app.setPalette(qpalette(colors))
+        palette.set_swatch_theme(colors.remap, colors.plot_background)
         for window in list(self._windows):
             self.style(window)
         self.sig_theme_changed.emit(colors)

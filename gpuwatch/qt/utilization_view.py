@@ -19,6 +19,7 @@ from gpuwatch.core.samplers import NVML_GPU_UTIL, PROC_CPU
 from gpuwatch.core.store import MetricStatus, SeriesView
 from gpuwatch.qt import palette
 from gpuwatch.qt.spans import busy_percent_over, step_series
+from gpuwatch.qt.theme import theme_manager
 from gpuwatch.qt.timeline_view import style_plot
 
 
@@ -100,6 +101,11 @@ class UtilizationView(QWidget):
         self._grid: list[pg.InfiniteLine] = []
         self._set_y_top(105.0)
         self.choice: CoarseChoice | None = None
+        # The legend's swatches follow the theme: rebuild it with the next data.
+        theme_manager().sig_theme_changed.connect(self._forget_choice)
+
+    def _forget_choice(self, *_: object) -> None:
+        self.choice = None
 
     def show_data(self, choice: CoarseChoice, coarse: SeriesView,
                   active: tuple[np.ndarray, np.ndarray], t0_ns: int) -> None:
