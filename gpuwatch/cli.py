@@ -32,10 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Watch why a PyTorch training loop is slow while it runs. Without a "
                     "command, opens the window and starts the built-in demo workload.")
     parser.add_argument("--version", action="version", version=f"gpuwatch {__version__}")
-    parser.add_argument("--workload", choices=WORKLOADS, default="vision",
-                        help="built-in workload to run (default: vision)")
-    parser.add_argument("--device", default="auto", type=_device,
-                        help="auto (best available), cpu, cuda or cuda:N (default: auto)")
+    parser.add_argument("--workload", choices=WORKLOADS, default=None,
+                        help="built-in workload to run (default: the last one chosen in the "
+                             "window, else vision)")
+    parser.add_argument("--device", default=None, type=_device,
+                        help="auto (best available), cpu, cuda or cuda:N (default: the last one "
+                             "chosen in the window, else auto)")
     parser.add_argument("--python", metavar="PATH", type=_python_path,
                         help="Python interpreter with torch that runs the training "
                              "(default: the one running gpuwatch)")
@@ -266,8 +268,8 @@ def _bench(args: argparse.Namespace) -> int:
 
     groups = [args.set_values or [], *(args.then or [])] if args.set_values or args.then \
         else []
-    options = BenchOptions(workload=args.bench_workload or args.workload,
-                           device=args.bench_device or args.device,
+    options = BenchOptions(workload=args.bench_workload or args.workload or "vision",
+                           device=args.bench_device or args.device or "auto",
                            python=args.bench_python or args.python,
                            seconds=args.seconds, tour=args.tour, groups=groups,
                            record=args.bench_record)
@@ -318,7 +320,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"gpuwatch run: {problem}", file=sys.stderr)
         return EXIT_USAGE
     script = str(Path(args.script).expanduser())
-    device = args.run_device or args.device
+    device = args.run_device or args.device or "auto"
     python = args.run_python or args.python
     if args.headless:
         from gpuwatch.core.headless import HeadlessOptions, run_headless

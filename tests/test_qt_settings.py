@@ -106,3 +106,36 @@ def test_last_knobs_are_offered_to_a_running_session(qtbot, tmp_path):
     assert session.sent == [({"num_workers": 4}, "last session")]
     window.session = SimpleNamespace(knobs=[])
     assert "start a run first" in apply_last_knobs(window, settings)
+
+
+def _window(qtbot, **options):
+    from gpuwatch.qt.main_window import MainWindow
+
+    defaults = {"workload": None, "device": None, "python": None}
+    window = MainWindow(Session(sample_coarse=False), SimpleNamespace(**{**defaults, **options}))
+    qtbot.addWidget(window)
+    return window
+
+
+def test_the_last_workload_and_device_are_preselected_unless_given(qtbot):
+    settings = Settings()
+    settings.workload, settings.device = "gpt", "cpu"
+    window = _window(qtbot)
+    assert window.workload_combo.currentText() == "gpt"
+    assert window.device_combo.currentData() == "cpu"
+    assert _window(qtbot, workload="mlp").workload_combo.currentText() == "mlp"  # given wins
+
+
+def test_demo_runs_and_presentation_do_not_leave_their_layout_behind(qtbot):
+    from gpuwatch.qt.settings import remember
+
+    demo = _window(qtbot, demo_seconds=5)
+    remember(demo, Settings())
+    assert not Settings().has_window()  # a scripted screenshot run saves nothing
+    window = _window(qtbot)
+    window.show()
+    qtbot.waitExposed(window)
+    window.presentation.set_active(True, fullscreen=False)
+    remember(window, Settings())
+    assert not window.presentation.active  # the desk layout was saved, not the stage one
+    assert Settings().has_window()

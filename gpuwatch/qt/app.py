@@ -91,8 +91,9 @@ def _start_recording(options: Any, session: Session, window: MainWindow) -> Any:
         "script": spec.script if spec else None,
         "args": list(spec.script_args) if spec else [],
         "cwd": spec.cwd if spec else None,
-        "workload": None if spec else getattr(options, "workload", None),
-        "device": getattr(options, "device", "auto"), "python": getattr(options, "python", None)})
+        "workload": None if spec else window.workload_combo.currentText(),
+        "device": window.device_combo.currentData() or "auto",
+        "python": getattr(options, "python", None)})
     try:
         recorder.start()
     except RecordingError as exc:

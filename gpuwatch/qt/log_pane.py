@@ -44,6 +44,7 @@ class LogPane(QPlainTextEdit):
             self._append(line.level, f"{t:9.3f} s  {line.source:<8}  {line.text}")
 
     def _append(self, level: str, text: str) -> None:
-        color = _COLORS.get(level, palette.FOREGROUND)
-        self.appendHtml(f'<span style="white-space: pre; color: {color}">'
-                        f"{html.escape(text)}</span>")
+        # Ordinary lines carry no colour of their own, so they follow the theme (dark/light).
+        color = _COLORS.get(level)
+        style = f"white-space: pre; color: {color}" if color else "white-space: pre"
+        self.appendHtml(f'<span style="{style}">{html.escape(text)}</span>')

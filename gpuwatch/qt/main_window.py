@@ -126,8 +126,11 @@ class MainWindow(QMainWindow):
         #: Visible window length while following; Ctrl+= / Ctrl+- step it.
         self.window_s = WINDOW_S
 
-        self._build_toolbar(getattr(options, "workload", "vision") or "vision",
-                            getattr(options, "device", "auto") or "auto")
+        self.settings = Settings()
+        # An explicit --workload/--device wins; otherwise what the user last chose.
+        self._build_toolbar(getattr(options, "workload", None) or self.settings.workload
+                            or "vision",
+                            getattr(options, "device", None) or self.settings.device or "auto")
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(6, 4, 6, 2)
@@ -142,6 +145,8 @@ class MainWindow(QMainWindow):
         self.tour = TourController(session, self, self._log_gui)
         #: ``gpuwatch --tour``: begin the tour as soon as a run is up (for talks and demos).
         self._tour_pending = bool(getattr(options, "tour", False))
+        #: A scripted ``--demo-seconds`` run: its window layout is not remembered.
+        self.demo_run = bool(getattr(options, "demo_seconds", None))
         self.run_bar.addSeparator()
         self.run_bar.addAction(self.tour.action)
         layout.addWidget(self.tour.caption)
@@ -269,7 +274,6 @@ class MainWindow(QMainWindow):
 
     def _build_desk_menus(self) -> None:
         """View keys, Settings and Help menus, the shortcut table; then the saved layout."""
-        self.settings = Settings()
         build_view_actions(self)
         build_settings_menu(self, self.settings)
         build_help_menu(self)

@@ -153,8 +153,14 @@ def changed_knobs(session: Any) -> dict[str, Any]:
 
 def remember(window: Any, settings: Settings) -> None:
     """On close: layout, workload, device and the knobs the run ended with."""
-    if settings.was_reset or getattr(window, "replay", None) is not None:
-        return  # a reset means "start fresh"; a replay window's layout is not the user's
+    if (settings.was_reset or getattr(window, "replay", None) is not None
+            or getattr(window, "demo_run", False)):
+        # A reset means "start fresh"; neither a replay window's layout nor that of a scripted
+        # --demo-seconds/--screenshot run is the user's own.
+        return
+    presentation = getattr(window, "presentation", None)
+    if presentation is not None and presentation.active:
+        presentation.set_active(False)  # save the desk layout, not the stage one
     settings.save_window(window)
     if window.script_spec is None:
         settings.workload = window.workload_combo.currentText()
