@@ -184,14 +184,15 @@ class PresentationMode(QObject):
         return parent if isinstance(parent, QSplitter) else None
 
     def _share_the_height(self) -> None:
-        """Plots about half and half; the scoreboard just tall enough for its rows (up to 7)."""
+        """The timeline gets most of the plots' height (eight lanes whose names are twice as
+        tall); the scoreboard just tall enough for its rows (up to 7)."""
         if not self.active:
             return
         w = self.window
         splitter = self._splitter()
-        if splitter is not None:  # the utilization panel has its legend and notes to fit
+        if splitter is not None:
             total = sum(splitter.sizes())
-            splitter.setSizes([total * 7 // 20, total - total * 7 // 20])
+            splitter.setSizes([total * 3 // 5, total - total * 3 // 5])
         scoreboard = getattr(w, "scoreboard", None)
         dock = scoreboard.parentWidget() if scoreboard is not None else None
         if isinstance(dock, QDockWidget):

@@ -178,7 +178,9 @@ def style_plot_widget(plot: pg.PlotWidget, colors: ThemeColors, scale: float = 1
     item = plot.getPlotItem()
     for name in ("left", "bottom"):
         axis = item.getAxis(name)
-        base = _remember(axis, "width", lambda a: a.width())
+        # The width the view asked for (setWidth), not the laid-out one: before the first layout
+        # pass that is a few pixels, and lane names would no longer fit beside the lanes.
+        base = _remember(axis, "width", lambda a: a.fixedWidth or a.width())
         font = _remember(axis, "font", lambda a: QFont(a.style.get("tickFont") or a.font()))
         scaled = QFont(font)
         if font.pointSizeF() > 0:
