@@ -141,3 +141,21 @@ def test_icon_ships_in_the_built_package(tmp_path):
                                                       "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(len(SIZES))
+
+
+def test_markers_made_after_a_switch_to_dark_are_dark(light, qtbot):
+    import pyqtgraph as pg
+
+    from gpuwatch.core.segments import ConfigChange
+    from gpuwatch.qt import palette
+    from gpuwatch.qt.change_markers import ChangeMarkers
+
+    light.set_mode("dark")
+    plot = pg.PlotWidget()
+    qtbot.addWidget(plot)
+    markers = ChangeMarkers(plot, labels=False)
+    change = ConfigChange(0, {}, {}, 10**9, 0, 3, label="baseline")
+    markers.update(object(), [change], [], 0, now_ns=5 * 10**9)
+    expected = light.colors.color(palette.MARKER)
+    assert expected != pg.mkColor(palette.MARKER)  # dark really remaps the marker colour
+    assert markers.lines[0].pen.color().rgb() == expected.rgb()

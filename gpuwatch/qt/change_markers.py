@@ -14,6 +14,7 @@ from PySide6.QtCore import Qt
 
 from gpuwatch.core.segments import ConfigChange, SegmentStats
 from gpuwatch.qt import palette
+from gpuwatch.qt.theme import style_plot_item, theme_manager
 
 LABEL_CHARS = 28
 
@@ -73,6 +74,7 @@ class ChangeMarkers:
                                    labelOpts=opts if self.labels else None)
             line.setZValue(5)
             self.plot.addItem(line)
+            style_plot_item(line, theme_manager().colors)  # a marker born after a theme switch
             self.lines[config_id] = line
         else:
             line.setPos(lo)
@@ -84,6 +86,7 @@ class ChangeMarkers:
                                          brush=palette.TRANSITION, pen=pg.mkPen(None))
             region.setZValue(-5)
             self.plot.addItem(region)
+            style_plot_item(region, theme_manager().colors)
             self.regions[config_id] = region
         else:
             region.setRegion((lo, hi))
