@@ -516,6 +516,8 @@ class MainWindow(QMainWindow):
             if self.banner.text() != text:
                 self.banner.setText(text)
                 self.banner.setStyleSheet(_BANNER_STYLES[level])
+                if self.presentation.active:  # a new style sheet has the desk's font size
+                    self.presentation.restyle()
             self.banner.show()
         else:
             self.banner.hide()
