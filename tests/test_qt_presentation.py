@@ -3,6 +3,7 @@ restores everything; grabs of normal/presentation x light/dark differ; the CLI s
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from PySide6.QtGui import QGuiApplication, QImage, QPalette
 from PySide6.QtWidgets import QDockWidget
@@ -147,3 +148,26 @@ def test_present_theme_dark_screenshot_from_the_cli(light, tmp_path):
     assert (image.width(), image.height()) == (1280, 720)
     assert image.pixelColor(image.width() // 2, image.height() // 2).lightness() < 100
     assert light.mode == "dark"  # --theme applied (the fixture puts light back)
+
+
+def test_presentation_shortens_the_utilization_legend_and_hides_its_notes(light, show_window):
+    from gpuwatch.core.store import SeriesView
+    from gpuwatch.qt.utilization_view import CoarseChoice
+
+    win = show_window(Session())
+    win.timer.stop()  # drive the view by hand
+    view = win.utilization
+    choice = CoarseChoice(metric="proc.cpu", coarse_label="runner CPU % (process tree, 1 s)",
+                          busy_label="compute busy % (host spans)", short="runner CPU",
+                          notes=("NVML: n/a — the runner trains on the CPU",))
+    empty = SeriesView(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0))
+    spans = (np.empty(0, np.int64), np.empty(0, np.int64))
+    view.show_data(choice, empty, spans, 0)
+    assert "(process tree" in view.legend_label.text() and not view.note_label.isHidden()
+    win.presentation.set_active(True, fullscreen=False)
+    view.show_data(choice, empty, spans, 0)
+    assert "(" not in view.legend_label.text().replace("&nbsp;", "")
+    assert view.note_label.isHidden()
+    win.presentation.set_active(False)
+    view.show_data(choice, empty, spans, 0)
+    assert "(process tree" in view.legend_label.text() and not view.note_label.isHidden()

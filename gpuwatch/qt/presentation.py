@@ -133,6 +133,7 @@ class PresentationMode(QObject):
         utilization = getattr(w, "utilization", None)
         if utilization is not None:  # "seconds since start": the room goes to the plot
             utilization.plot.getPlotItem().getAxis("bottom").showLabel(False)
+            utilization.set_compact(True)
         font = QFont(w.font())
         font.setPointSizeF(font.pointSizeF() * SCALE)
         w.setFont(font)
@@ -167,6 +168,7 @@ class PresentationMode(QObject):
         utilization = getattr(w, "utilization", None)
         if utilization is not None:
             utilization.plot.getPlotItem().getAxis("bottom").showLabel(True)
+            utilization.set_compact(False)
         splitter = self._splitter()
         if splitter is not None and saved.splitter:
             splitter.setSizes(saved.splitter)

@@ -101,11 +101,21 @@ class UtilizationView(QWidget):
         self._grid: list[pg.InfiniteLine] = []
         self._set_y_top(105.0)
         self.choice: CoarseChoice | None = None
+        #: Presentation mode: a one-line legend and no notes, so the plot keeps its height at
+        #: twice the font size on a 1280x720 projector.
+        self.compact = False
         # The legend's swatches follow the theme: rebuild it with the next data.
         theme_manager().sig_theme_changed.connect(self._forget_choice)
 
     def _forget_choice(self, *_: object) -> None:
         self.choice = None
+
+    def set_compact(self, compact: bool) -> None:
+        """Short legend without notes (presentation) or the full one; applies at next data."""
+        self.compact = compact
+        self.choice = None
+        if compact:
+            self.note_label.hide()
 
     def show_data(self, choice: CoarseChoice, coarse: SeriesView,
                   active: tuple[np.ndarray, np.ndarray], t0_ns: int) -> None:
@@ -114,11 +124,15 @@ class UtilizationView(QWidget):
             self.choice = choice
             self.coarse_curve.opts["name"] = choice.coarse_label
             self.busy_curve.opts["name"] = choice.busy_label
+            coarse_label, busy_label = choice.coarse_label, choice.busy_label
+            if self.compact:  # "runner CPU % (process tree, …)" -> "runner CPU %"
+                coarse_label = coarse_label.split(" (")[0]
+                busy_label = busy_label.split(" (")[0]
             self.legend_label.setText(
-                "<b>Utilization</b> — " + palette.swatch(palette.COARSE, choice.coarse_label)
-                + "&nbsp;&nbsp;&nbsp;" + palette.swatch(palette.DEVICE_ACTIVE, choice.busy_label))
+                "<b>Utilization</b> — " + palette.swatch(palette.COARSE, coarse_label)
+                + "&nbsp;&nbsp;&nbsp;" + palette.swatch(palette.DEVICE_ACTIVE, busy_label))
             self.note_label.setText("\n".join(choice.notes))
-            self.note_label.setVisible(bool(choice.notes))
+            self.note_label.setVisible(bool(choice.notes) and not self.compact)
         w0 = (coarse.t0 - t0_ns) / 1e9
         w1 = (coarse.t1 - t0_ns) / 1e9
         tolerance = 0.2 * float(np.median(w1 - w0)) if len(w0) else 0.0
