@@ -150,7 +150,8 @@ class TourController(QObject):
             text = f"<b>{title}</b> — {_escape(stage.caption)}"
         else:
             text = f"<b>{title}</b>"
-        text += f'<br><span style="font-size: 12px;">{_escape(progress.message)}</span>'
+        # <small> is relative to the caption's font, so presentation mode enlarges it too.
+        text += f"<br><small>{_escape(progress.message)}</small>"
         if self.caption.text() != text:
             self.caption.setText(text)
         self.caption.show()
