@@ -50,3 +50,14 @@ def show_window(qtbot):
     yield show
     for win in windows:
         win.close()
+
+
+@pytest.fixture
+def light(qapp):
+    """The shared application's theme manager, in light; left in light afterwards."""
+    from gpuwatch.qt.theme import theme_manager
+
+    manager = theme_manager(qapp)
+    manager.set_mode("light")
+    yield manager
+    manager.set_mode("light")

@@ -11,15 +11,6 @@ from PySide6.QtWidgets import QDockWidget
 from gpuwatch.core.session import Session
 from gpuwatch.qt.headline_bar import HeadlineFigures
 from gpuwatch.qt.presentation import SCALE, presentation_sentence
-from gpuwatch.qt.theme import theme_manager
-
-
-@pytest.fixture
-def light(qapp):
-    manager = theme_manager(qapp)
-    manager.set_mode("light")
-    yield manager
-    manager.set_mode("light")
 
 
 def _snapshot(win) -> dict:

@@ -15,18 +15,9 @@ from PySide6.QtGui import QGuiApplication, QPalette
 from gpuwatch.core.session import Session
 from gpuwatch.qt.app import create_app
 from gpuwatch.qt.app_icon import SIZES, icon_files
-from gpuwatch.qt.theme import DARK, LIGHT, MODES, theme_manager, transform_style
+from gpuwatch.qt.theme import DARK, LIGHT, MODES, transform_style
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def light(qapp):
-    """Tests start in light and leave the shared application in light."""
-    manager = theme_manager(qapp)
-    manager.set_mode("light")
-    yield manager
-    manager.set_mode("light")
 
 
 def _plot_background(plot) -> str:
