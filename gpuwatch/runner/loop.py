@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuwatch.protocol import BATCH_INTERVAL_S, N_MARKS
 from gpuwatch.runner.batch_source import BatchSource
+from gpuwatch.runner.controls import apply_control
 from gpuwatch.runner.knobs import KnobSchema
 from gpuwatch.runner.reconfigure import Reconfigurer
 from gpuwatch.runner.step_columns import StepColumns
@@ -140,20 +141,9 @@ class TrainingLoop:
                 if self.paused:
                     continue
                 return None
-            kind = message["kind"]
-            if kind == "stop":
+            if message["kind"] == "stop":
                 return "stopped"
-            if kind == "pause" and not self.paused:
-                self.paused = True
-                self._flush()  # show every finished step before the timeline goes quiet
-                self.link.log("info", f"paused after {self.steps_done} step(s)")
-            elif kind == "resume" and self.paused:
-                self.paused = False
-                self.link.log("info", "resumed")
-            elif kind == "set":
-                self.knobs.handle_set(message, first_step=self.steps_done, flush=self._flush)
-            elif kind == "capture":
-                self.link.log("warning", f"'{kind}' is not supported by this runner yet")
+            apply_control(self, message, next_step=self.steps_done, flush=self._flush)
 
     def _step(self, step_id: int) -> None:
         """One instrumented training step; see the module docstring for the boundaries."""

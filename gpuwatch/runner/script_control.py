@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from gpuwatch.runner.controls import apply_control
 from gpuwatch.runner.link import Link
 from gpuwatch.runner.probe_knobs import ProbeKnobs
 
@@ -77,18 +78,7 @@ class ScriptControl:
                 if self.paused:
                     continue
                 return
-            kind = message["kind"]
-            if kind == "pause" and not self.paused:
-                self.paused = True
-                self.flush()  # show every finished step before the timeline goes quiet
-                self.link.log("info", f"paused after {next_step} step(s)")
-            elif kind == "resume" and self.paused:
-                self.paused = False
-                self.link.log("info", "resumed")
-            elif kind == "set":
-                self.knobs.handle_set(message, first_step=next_step, flush=self.flush)
-            elif kind == "capture":
-                self.link.log("warning", "'capture' is not supported for scripts yet")
+            apply_control(self, message, next_step=next_step, flush=self.flush)
 
     def _watch(self) -> None:
         """Move controls to the inbox; a stop or a lost link arms the interrupt fallback."""
