@@ -74,6 +74,15 @@ def _add_look_options(parser: argparse.ArgumentParser, prefix: str = "") -> None
                              "Theme, else the system's)")
 
 
+def _add_demo_options(parser: argparse.ArgumentParser, prefix: str) -> None:
+    """``--demo-seconds`` and ``--screenshot`` for a subcommand that opens a window."""
+    parser.add_argument("--demo-seconds", dest=f"{prefix}demo_seconds", type=_positive_seconds,
+                        metavar="N", help="close the window after N seconds (with "
+                                          "--screenshot: save a PNG of it first)")
+    parser.add_argument("--screenshot", dest=f"{prefix}screenshot", type=Path, metavar="PNG",
+                        help="where --demo-seconds saves the window picture")
+
+
 def _add_replay_parser(sub: argparse._SubParsersAction) -> None:
     replay = sub.add_parser(
         "replay", help="show a recorded run (.gpuwatch) in the window: no torch, no GPU needed",
@@ -83,11 +92,7 @@ def _add_replay_parser(sub: argparse._SubParsersAction) -> None:
     replay.add_argument("file", type=Path, metavar="FILE", help="the recording to show")
     replay.add_argument("--compare", type=Path, metavar="FILE2",
                         help="a second recording to compare with FILE")
-    replay.add_argument("--demo-seconds", dest="replay_demo_seconds", type=_positive_seconds,
-                        metavar="N", help="close the window after N seconds (with "
-                                          "--screenshot: save a PNG of it first)")
-    replay.add_argument("--screenshot", dest="replay_screenshot", type=Path, metavar="PNG",
-                        help="where --demo-seconds saves the window picture")
+    _add_demo_options(replay, "replay_")
     _add_look_options(replay, "replay_")
 
 
@@ -112,11 +117,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                           "on stdout; exit code = the script's")
     run.add_argument("--record", type=Path, metavar="FILE",
                      help="record the run to FILE (.gpuwatch), from the start")
-    run.add_argument("--demo-seconds", dest="run_demo_seconds", type=_positive_seconds,
-                     metavar="N", help="close the window after N seconds (with --screenshot: "
-                                       "save a PNG of it first)")
-    run.add_argument("--screenshot", dest="run_screenshot", type=Path, metavar="PNG",
-                     help="where --demo-seconds saves the window picture")
+    _add_demo_options(run, "run_")
     _add_look_options(run, "run_")
     run.add_argument("script", metavar="SCRIPT", help="the training script to run")
     run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
