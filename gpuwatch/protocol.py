@@ -44,6 +44,17 @@ N_MARKS = len(MARKS)
 ACTIVE_FIRST = MARKS.index("data_end")
 ACTIVE_LAST = MARKS.index("optimizer_end")
 
+#: ``capture {steps}`` accepts 1..MAX_CAPTURE_STEPS steps (a longer window perturbs more steps
+#: and its event list outgrows the message cap). The runner profiles one extra warm-up step
+#: first (``kernels.perturbed``), so the recorded steps do not pay the profiler's start-up.
+MAX_CAPTURE_STEPS = 50
+#: Kinds of a ``kernels`` message's events (its ``type`` column holds indices into this).
+KERNEL_KINDS: tuple[str, ...] = ("kernel", "memcpy", "memset", "cpu_op")
+#: ``kernels.status``: ``ok`` (events follow), ``refused`` (bad or overlapping request) or
+#: ``failed`` (the profiler could not start or be read, e.g. another CUPTI user such as Nsight);
+#: the last two carry ``error``, one sentence. Training goes on in every case.
+CAPTURE_STATUSES: tuple[str, ...] = ("ok", "refused", "failed")
+
 #: Built-in workloads (DESIGN §6). Here because the GUI must offer them without importing
 #: the runner; the runner's registry is checked against this list by the tests.
 WORKLOADS: tuple[str, ...] = ("vision", "mlp", "gpt")
@@ -64,7 +75,9 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
               "versions": dict, "knobs": list, "config": dict},
     "steps": {"step": list, "config": list, "samples": list, "host": list},
     "device_marks": {"step": list, "device": list},
-    "kernels": {"events": list},
+    # A capture window, columnar (docs/design.md "Kernel capture" lists every column).
+    "kernels": {"status": str, "steps": list, "perturbed": list, "names": list,
+                "type": list, "name": list, "stream": list, "start": list, "end": list},
     "config": {"id": int, "values": dict, "changed": dict, "t_ns": int, "first_step": int,
                "warmup_steps": int},
     "refused": {"values": dict, "message": str},
@@ -133,6 +146,8 @@ def _check(message: Any) -> None:
     elif kind == "device_marks":
         _check_columns(message, ("step", "device"))
         _check_mark_rows(message["device"], "device")
+    elif kind == "kernels":
+        _check_columns(message, ("type", "name", "stream", "start", "end"))
 
 
 def _check_steps(message: dict[str, Any]) -> None:

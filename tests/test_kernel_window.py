@@ -1,0 +1,115 @@
+"""KernelWindow figures on constructed windows with known answers.
+
+The CUDA windows here are SIMULATED event lists (no GPU on this machine): kernels, copies,
+streams, launch times and geometry are written by hand to give exact expected figures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuwatch import protocol
+from gpuwatch.core.kernel_window import (
+    KERNEL_WAIT_NS,
+    KernelWindow,
+    KernelWindowError,
+    describe,
+)
+
+K, CPY, SET, OP = (protocol.KERNEL_KINDS.index(k) for k in ("kernel", "memcpy", "memset",
+                                                             "cpu_op"))
+
+
+def window(events: list[tuple[int, int, int, int, int | None, float | None]], *,
+           device: str = "cuda", t0: int = 0, t1: int = 1000, **extra: Any) -> dict[str, Any]:
+    """A ``kernels`` message from ``(kind, stream, start, end, launch, blocks_per_sm)`` rows."""
+    message = {
+        "kind": "kernels", "status": "ok", "device": device, "steps": [3, 4],
+        "perturbed": [2, 3, 4], "t0_ns": t0, "t1_ns": t1, "names": ["a", "b"],
+        "type": [e[0] for e in events], "name": [i % 2 for i in range(len(events))],
+        "stream": [e[1] for e in events], "start": [e[2] for e in events],
+        "end": [e[3] for e in events], "launch": [e[4] for e in events],
+        "blocks_per_sm": [e[5] for e in events],
+        "grid": [None] * len(events), "block": [None] * len(events), "dropped": 0, **extra}
+    return message
+
+
+def test_simulated_cuda_busy_is_the_union_over_streams_and_gaps_per_stream() -> None:
+    # SIMULATED: stream 7 has kernels [100,200], [150,300] (overlap), [400,500];
+    # stream 9 a memcpy [250,450]. Union: [100,500] = 400 ns of a 1000 ns window.
+    w = KernelWindow.from_message(window([
+        (K, 7, 100, 200, 90, 2.0), (K, 7, 150, 300, 95, 0.5), (K, 7, 400, 500, 350, None),
+        (CPY, 9, 250, 450, 240, None)]))
+    s = w.summary()
+    assert s.busy_ns == 400 and s.busy_fraction == pytest.approx(0.4)
+    assert s.kernels == 3 and s.copies == 1
+    assert s.stream_busy_ns == {7: 300, 9: 200}
+    # One gap on stream 7: 300 -> 400; its kernel was launched at 350 > 300: host wait.
+    assert (s.launch_gaps, s.launch_gap_total_ns) == (1, 100)
+    assert s.idle.host_wait_ns == 100 and s.idle.kernel_wait_ns == 0 and s.idle.other_ns == 0
+    # Geometry known for two kernels; the 0.5 blocks/SM one is under-filled: 150 of 400 ns.
+    assert s.geometry_known == 2 and s.underfilled == 1
+    assert s.underfilled_busy_share == pytest.approx(150 / 400)
+    assert "under-filled" in describe(s, "cuda")
+
+
+def test_simulated_cuda_idle_categories_follow_hta() -> None:
+    # SIMULATED one stream: gap 1 (launched before the previous ended, short) = kernel wait;
+    # gap 2 (launched in time, long) = other; gap 3 (launched after the end) = host wait;
+    # gap 4 (launch unknown, long) = other.
+    short = KERNEL_WAIT_NS - 10
+    w = KernelWindow.from_message(window([
+        (K, 1, 0, 100, 0, None), (K, 1, 100 + short, 200, 50, None),
+        (K, 1, 300, 400, 150, None), (K, 1, 600, 700, 500, None),
+        (K, 1, 750, 800, None, None)]))
+    idle = w.summary().idle
+    assert idle.kernel_wait_ns == short
+    assert idle.other_ns == 100 + 50
+    assert idle.host_wait_ns == 200
+    assert w.summary().underfilled_busy_share is None  # no geometry: n/a, not 0
+
+
+def test_cpu_window_counts_ops_and_every_gap_is_host_wait() -> None:
+    w = KernelWindow.from_message(window([
+        (OP, 11, 100, 300, None, None), (OP, 11, 350, 600, None, None)], device="cpu"))
+    s = w.summary()
+    assert s.kernels == 2 and s.copies == 0
+    assert s.busy_ns == 450 and s.busy_fraction == pytest.approx(0.45)
+    assert s.idle.host_wait_ns == 50 and s.idle.total_ns == 50
+    assert "CPU ops" in describe(s, "cpu") and "geometry" not in describe(s, "cpu")
+    assert w.top_names(1) == [("b", 1, 250)]
+
+
+def test_events_are_clipped_to_the_covered_window() -> None:
+    w = KernelWindow.from_message(window([(OP, 1, 0, 400, None, None),
+                                          (OP, 1, 500, 900, None, None)],
+                                         device="cpu", t0=100, t1=1000,
+                                         covered_t1_ns=600, dropped=3))
+    s = w.summary()
+    assert s.window_ns == 500 and s.busy_ns == 300 + 100 and s.dropped == 3
+    assert "3 events dropped" in describe(s, "cpu")
+
+
+def test_failed_window_has_no_events_and_keeps_its_reason() -> None:
+    w = KernelWindow.from_message(window([], status="failed",
+                                         error="the profiler could not start"))
+    assert not w.ok and w.error == "the profiler could not start" and len(w) == 0
+    assert w.summary().busy_ns == 0
+
+
+@pytest.mark.parametrize("change", [{"status": "maybe"}, {"name": [5]}, {"type": [9]},
+                                    {"grid": [None, None]}])
+def test_malformed_windows_are_refused_with_one_message(change: dict[str, Any]) -> None:
+    message = {**window([(K, 1, 0, 10, None, None)]), **change}
+    with pytest.raises(KernelWindowError, match="malformed 'kernels' message"):
+        KernelWindow.from_message(message)
+
+
+def test_protocol_checks_the_columns_of_a_kernels_message() -> None:
+    message = window([(K, 1, 0, 10, None, None), (K, 1, 20, 30, None, None)])
+    assert protocol.decode(protocol.json.dumps(message).encode())["status"] == "ok"
+    broken = {**message, "end": [10]}
+    with pytest.raises(protocol.ProtocolError, match="columns differ in length"):
+        protocol.decode(protocol.json.dumps(broken).encode())
