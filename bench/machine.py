@@ -1,0 +1,66 @@
+"""The header every bench script prints first: when, on what, and how busy the machine was.
+
+Figures from a shared 2-core box are only comparable with their load beside them, so each
+script starts (and may end) with this line block; and ``spread`` puts the same statistics
+(median and range) under every repeated figure.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import statistics
+import sys
+from collections.abc import Sequence
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``platform.processor()`` is empty on Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_average() -> str:
+    """1/5/15-minute load averages, or "n/a" where the OS has none (Windows)."""
+    try:
+        return "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+    except (AttributeError, OSError):
+        return "n/a"
+
+
+def header(title: str, extra: Sequence[str] = ()) -> str:
+    """Title, UTC time, machine, Python (and torch if it is already imported), load."""
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [f"# {title}",
+             f"# {now} | {cpu_model()} | {os.cpu_count()} logical CPUs | "
+             f"{platform.system()} {platform.release()}",
+             f"# Python {platform.python_version()}"
+             + (f", torch {sys.modules['torch'].__version__}" if "torch" in sys.modules else "")
+             + f" | load average {load_average()} | NO GPU figures: CPU only",
+             *(f"# {line}" for line in extra)]
+    return "\n".join(lines)
+
+
+def spread(values: Sequence[float], fmt: str = "{:.2f}") -> str:
+    """``median [min..max] (n=...)`` of repeated measurements."""
+    if not values:
+        return "n/a"
+    lo, hi = min(values), max(values)
+    return (f"{fmt.format(statistics.median(values))} "
+            f"[{fmt.format(lo)}..{fmt.format(hi)}] (n={len(values)})")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (nearest rank) of ``values``; NaN when empty."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
