@@ -24,6 +24,26 @@ from gpuwatch import protocol
 
 #: gpuwatch's own package directory; the runner's source is taken from here.
 PACKAGE_DIR = Path(gpuwatch.__file__).resolve().parent
+#: Folder of the frozen app that holds the runner's plain source (``<it>/gpuwatch/runner``).
+FROZEN_RUNNER_SOURCE = "runner-src"
+#: PyInstaller's bootloader saves the user's LD_LIBRARY_PATH here before prepending its own.
+LD_ORIG = "LD_LIBRARY_PATH_ORIG"
+
+
+class NoInterpreterError(RuntimeError):
+    """A frozen gpuwatch has no Python of its own: the training interpreter must be chosen."""
+
+
+def is_frozen() -> bool:
+    """True inside the PyInstaller build (``sys.executable`` is then the app, not Python)."""
+    return bool(getattr(sys, "frozen", False))
+
+
+def bundle_dir() -> Path | None:
+    """The frozen app's data folder (``sys._MEIPASS``), or None from a source install."""
+    if not is_frozen():
+        return None
+    return Path(getattr(sys, "_MEIPASS", Path(sys.executable).parent)).resolve()
 
 
 def runner_pythonpath(python: str, private_dir: Path) -> str:
@@ -34,6 +54,9 @@ def runner_pythonpath(python: str, private_dir: Path) -> str:
     of the runner's source (stdlib + torch only, DESIGN §1) in the session's private dir,
     with ``gpuwatch.probe`` so a user's script run there can ``import gpuwatch.probe``.
     """
+    bundle = bundle_dir()
+    if bundle is not None:  # the build ships the runner's source as plain files
+        return str(bundle / FROZEN_RUNNER_SOURCE)
     if _same_interpreter(python):
         return str(PACKAGE_DIR.parent)
     target = private_dir / "src" / "gpuwatch"
@@ -53,7 +76,14 @@ def _same_interpreter(python: str) -> bool:
 
 
 def default_python() -> str:
-    """The interpreter that runs training when none is chosen: ours, unless frozen."""
+    """The interpreter that runs training when none is chosen: ours, unless frozen.
+
+    A frozen app's ``sys.executable`` is the app itself, which would start another window,
+    not a runner: there the interpreter must be chosen (Run → Choose Python…, ``--python``).
+    """
+    if is_frozen():
+        raise NoInterpreterError("no training Python chosen: pick one with Run → Choose "
+                                 "Python… (or --python PATH); it needs torch")
     return sys.executable
 
 
@@ -70,9 +100,57 @@ def script_command(python: str, address: str, script: str, script_args: Sequence
             "--device", device, *extra, "--", *script_args]
 
 
+def clean_env(environ: dict[str, str] | None = None,
+              bundle: Path | None = None) -> dict[str, str]:
+    """``environ`` without the frozen app's own paths, for a child that is another Python.
+
+    PyInstaller prepends its folder to ``LD_LIBRARY_PATH`` (Linux) and ``PATH`` (Windows)
+    and sets ``_PYI_*``/``_MEIPASS2``; a user's torch would then load our bundled libraries
+    (Qt's, an older libstdc++) instead of its own. The user's value is restored from
+    ``LD_LIBRARY_PATH_ORIG``; every other path list loses its entries inside the bundle.
+    From a source install (no bundle) the environment is passed on unchanged.
+    """
+    env = dict(os.environ if environ is None else environ)
+    bundle = bundle_dir() if bundle is None else bundle
+    if bundle is None:
+        return env
+    if LD_ORIG in env:
+        env["LD_LIBRARY_PATH"] = env.pop(LD_ORIG)
+    for name in [n for n in env if n.startswith("_PYI_") or n.startswith("_MEIPASS")]:
+        del env[name]
+    env.pop("PYTHONHOME", None)
+    root = os.path.normcase(str(bundle))
+    for name, value in list(env.items()):
+        parts = value.split(os.pathsep)
+        kept = [p for p in parts if not _inside(p, root)]
+        if len(kept) != len(parts):
+            if kept:
+                env[name] = os.pathsep.join(kept)
+            else:
+                del env[name]
+    return env
+
+
+def _inside(path: str, root: str) -> bool:
+    if not path:
+        return False
+    normal = os.path.normcase(os.path.abspath(path))
+    return normal == root or normal.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def prepare_frozen_children() -> None:
+    """Undo the bootloader's ``SetDllDirectoryW`` (inherited by children) on Windows, so a
+    training Python loads its own DLLs; nothing to do elsewhere or from a source install."""
+    if is_frozen() and sys.platform == "win32":
+        import ctypes
+
+        ctypes.windll.kernel32.SetDllDirectoryW(None)
+
+
 def child_env(pythonpath: str) -> dict[str, str]:
-    """Our environment with ``pythonpath`` first on PYTHONPATH (for runner and probe)."""
-    env = dict(os.environ)
+    """Our environment, cleaned of a frozen app's paths, with ``pythonpath`` first on
+    PYTHONPATH (for runner and probe)."""
+    env = clean_env()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH")) if p)
     return env
 
@@ -114,16 +192,28 @@ def end_tree(proc: subprocess.Popen, *, terminate_after: float, kill_after: floa
     Descendants are collected before signalling: once the root is gone, orphaned
     DataLoader workers are no longer its children and could not be found.
     """
-    known = {p.pid: p for p in tree(proc.pid)}
+    known = _members(proc.pid)
     if _wait(proc, terminate_after, known):
         return
-    known.update({p.pid: p for p in tree(proc.pid)})
+    known.update(_members(proc.pid))
     _signal_all(proc, known, kill=False)
     if _wait(proc, kill_after, known):
         return
-    known.update({p.pid: p for p in tree(proc.pid)})
+    known.update(_members(proc.pid))
     _signal_all(proc, known, kill=True)
     _wait(proc, kill_after, known)
+
+
+def _members(pid: int) -> dict[int, psutil.Process]:
+    """The tree of ``pid`` and, on POSIX, everything left in its process group: once the
+    runner has died, its orphaned children are nobody's descendants but stay in the group."""
+    members = {p.pid: p for p in tree(pid)}
+    if sys.platform != "win32":
+        for p in psutil.process_iter():
+            with contextlib.suppress(OSError, psutil.Error):
+                if p.pid not in members and p.pid != os.getpid() and os.getpgid(p.pid) == pid:
+                    members[p.pid] = p
+    return members
 
 
 def _wait(proc: subprocess.Popen, timeout: float, known: dict[int, psutil.Process]) -> bool:
