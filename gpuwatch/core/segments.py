@@ -19,6 +19,7 @@ import numpy as np
 
 from gpuwatch.core.analysis import busy_share, phase_durations
 from gpuwatch.core.samplers import NVML_GPU_UTIL, NVML_POWER, PROC_CPU
+from gpuwatch.core.step_breakdown import step_breakdown
 from gpuwatch.core.store import SeriesStore, SeriesView, StepStore, StepsView
 from gpuwatch.protocol import ALL_PHASES
 
@@ -109,6 +110,11 @@ class SegmentStats:
     steady_until_ns: int | None = None
     live: bool = False
     rebuilt: tuple[str, ...] = ()
+    #: ms per steady step: device idle by cause (gap_causes.CAUSES), the step-time breakdown
+    #: (step_breakdown.CATEGORIES, sums to the mean step time) and host time per phase.
+    idle_causes: dict[str, float] | None = None
+    breakdown: dict[str, float] | None = None
+    host_phases: dict[str, float] | None = None
 
     @property
     def steady(self) -> bool:
@@ -130,6 +136,7 @@ class SegmentStats:
             "coarse_source": self.coarse_source, "energy_j_per_step": self.energy_j_per_step,
             "speedup": self.speedup, "steps": self.steps, "steady_steps": self.steady_steps,
             "transition_s": self.transition_s,
+            "idle_causes": self.idle_causes, "breakdown": self.breakdown,
         }
 
 
@@ -231,8 +238,13 @@ def segment_stats(view: StepsView, change: ConfigChange, coarse: CoarseInput | N
         mean_power = _overlap_mean(coarse.power, r0, r1)
         if mean_power is not None:
             power = mean_power * (r1 - r0) / 1e9 / n
+    split = step_breakdown(view, steady & np.asarray(view.has_device, bool))
+    measured = split.steps >= MIN_STEADY_STEPS
     return dataclasses.replace(
         row,
+        idle_causes=split.idle_causes if measured else None,
+        breakdown=split.categories if measured else None,
+        host_phases=split.host_phases if measured else None,
         samples_per_s=float(np.median(rates)) if rates.size else None,
         step_ms_p50=float(p50), step_ms_p95=float(p95),
         busy_share=busy_share(view, steady),

@@ -1,0 +1,223 @@
+"""Why the device idles: every stretch of device idle time gets one cause (DESIGN §4).
+
+Two piecewise-constant timelines are laid over each other on the ``perf_counter_ns`` axis:
+
+* the **host** timeline of the selected steps: phase ``PHASES[i]`` from mark i to mark i+1,
+  ``other`` from a step's end to the next step's start (only between consecutive step ids);
+  outside those windows the host state is unknown and the time is not counted at all;
+* the **device** timeline from the device marks: ``h2d`` is copy work on the stream,
+  ``forward``/``backward``/``optimizer`` are kernel work (together: "stream active", the
+  ``ACTIVE_FIRST``..``ACTIVE_LAST`` spans of ``analysis.active_spans``), everything else
+  between marks is idle. Time not covered by marks (a step whose device marks never came)
+  is *unknown*, never idle. On a CPU the device marks are the host marks.
+
+Cutting both at every boundary gives elementary pieces with one host and one device state
+each. A device-idle piece takes its cause from the host phase it overlaps: ``data`` → input,
+``h2d`` → copy, ``sync`` → sync, ``forward``/``backward``/``optimizer`` → launch (the host
+is busy issuing work and the device has none queued), loop overhead → other. **Overlaps:**
+a gap that spans several host phases is split at their boundaries and each part gets the
+cause of the phase active then (host phases never overlap one another, so no tie-break is
+needed among them); the one overlay is a knob change being applied — the loop overhead in
+which the runner applied it and the new configuration's transition steps — which takes
+priority over every phase: **reconfigure**.
+
+Everything is vectorised: two sorted boundary arrays are merged (a near-linear timsort of
+two runs) and labelled with ``searchsorted``; no Python loop runs over steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gpuwatch.core.analysis import merge_intervals
+from gpuwatch.core.store import StepsView
+from gpuwatch.protocol import ALL_PHASES, N_MARKS, PHASES
+
+if TYPE_CHECKING:
+    from gpuwatch.core.segments import ConfigChange
+
+CAUSES: tuple[str, ...] = ("input", "copy", "sync", "launch", "reconfigure", "other")
+
+#: Host states: the indices of ``ALL_PHASES``, then these two.
+HOST_RECONFIGURE = len(ALL_PHASES)
+HOST_NONE = len(ALL_PHASES) + 1
+N_HOST = len(ALL_PHASES) + 2
+
+#: Device states.
+DEVICE_IDLE, DEVICE_COPY, DEVICE_KERNEL, DEVICE_UNKNOWN = 0, 1, 2, 3
+N_DEVICE = 4
+
+#: Cause of device idle time per host state (index: host state; value: index in CAUSES).
+_CAUSE_OF_HOST = np.array(
+    [CAUSES.index({"data": "input", "h2d": "copy", "sync": "sync", "forward": "launch",
+                   "backward": "launch", "optimizer": "launch"}.get(name, "other"))
+     for name in ALL_PHASES] + [CAUSES.index("reconfigure"), CAUSES.index("other")],
+    dtype=np.int8)
+#: Device state within a step per phase index (``other`` = between steps: idle).
+_DEVICE_OF_PHASE = np.array(
+    [DEVICE_COPY if name == "h2d" else
+     DEVICE_KERNEL if name in ("forward", "backward", "optimizer") else DEVICE_IDLE
+     for name in ALL_PHASES], dtype=np.int8)
+
+assert len(PHASES) + 1 == N_MARKS == len(ALL_PHASES), "one interval per mark, `other` last"
+
+
+def cause_of_host_state(host_state: np.ndarray) -> np.ndarray:
+    """The cause index (into ``CAUSES``) device idle time gets from each host state."""
+    return _CAUSE_OF_HOST[np.asarray(host_state)]
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """Elementary intervals inside the selected steps' host windows, each in one state."""
+
+    start: np.ndarray
+    end: np.ndarray
+    host: np.ndarray  # host state: ALL_PHASES index, HOST_RECONFIGURE
+    device: np.ndarray  # DEVICE_* state
+
+    def __len__(self) -> int:
+        return int(self.start.shape[0])
+
+    def matrix(self) -> np.ndarray:
+        """Time in ns per (device state, host state): shape ``(N_DEVICE, N_HOST)``."""
+        flat = self.device.astype(np.int64) * N_HOST + self.host
+        weights = (self.end - self.start).astype(np.float64)
+        return np.bincount(flat, weights, N_DEVICE * N_HOST).reshape(N_DEVICE, N_HOST)
+
+    def idle(self) -> CausedIdle:
+        """The device-idle pieces with their causes."""
+        keep = self.device == DEVICE_IDLE
+        return CausedIdle(self.start[keep], self.end[keep], cause_of_host_state(self.host[keep]))
+
+
+@dataclass(frozen=True)
+class CausedIdle:
+    """Device idle time cut into intervals, each with one cause (an index into ``CAUSES``)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    cause: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.start.shape[0])
+
+    def totals_ns(self) -> dict[str, float]:
+        """Idle ns per cause, every cause present (0 when it never happened)."""
+        sums = np.bincount(self.cause.astype(np.int64), (self.end - self.start).astype(float),
+                           len(CAUSES))
+        return {name: float(v) for name, v in zip(CAUSES, sums, strict=True)}
+
+    def spans(self, cause: str) -> tuple[np.ndarray, np.ndarray]:
+        """Merged idle spans of one cause (touching pieces become one span: fewer to draw)."""
+        keep = self.cause == CAUSES.index(cause)
+        return merge_intervals(self.start[keep], self.end[keep])
+
+
+def host_timeline(view: StepsView, rows: np.ndarray | None = None,
+                  reconfiguring: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Boundaries ``b`` (sorted) and the host state of each interval ``[b[k], b[k+1]]``.
+
+    ``rows`` selects steps (a boolean mask, default all); ``reconfiguring`` flags steps of a
+    transition, whose phases and the loop overhead just before them become reconfigure.
+    """
+    sel = np.ones(len(view), bool) if rows is None else np.asarray(rows, bool)
+    host = view.host[sel]
+    n = len(host)
+    if n == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int8)
+    bounds = np.maximum.accumulate(host.reshape(-1))  # clock oddities cannot go back in time
+    states = np.tile(np.arange(N_MARKS, dtype=np.int8), n)[:-1]
+    if n > 1:
+        between = states[N_MARKS - 1::N_MARKS]  # a view: the loop overhead after each step
+        between[np.diff(view.step[sel]) != 1] = HOST_NONE
+    if reconfiguring is not None:
+        flagged = np.flatnonzero(np.asarray(reconfiguring, bool)[sel])
+        if flagged.size:
+            cols = (flagged[:, None] * N_MARKS + np.arange(-1, N_MARKS - 1)).reshape(-1)
+            cols = cols[(cols >= 0) & (cols < len(states))]
+            # The overhead before a flagged step is where the runner applied the change.
+            states[cols] = np.where(states[cols] == HOST_NONE, HOST_NONE, HOST_RECONFIGURE)
+    return bounds, states
+
+
+def device_timeline(view: StepsView) -> tuple[np.ndarray, np.ndarray]:
+    """Boundaries and device state of each interval, from the steps with device marks."""
+    has = np.asarray(view.has_device, bool)
+    dev = view.device[has]
+    n = len(dev)
+    if n == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int8)
+    bounds = np.maximum.accumulate(dev.reshape(-1))
+    states = np.tile(_DEVICE_OF_PHASE, n)[:-1]
+    if n > 1:
+        between = states[N_MARKS - 1::N_MARKS]
+        between[np.diff(view.step[has]) != 1] = DEVICE_UNKNOWN  # a step without marks
+    return bounds, states
+
+
+def _state_at(bounds: np.ndarray, states: np.ndarray, t: np.ndarray, outside: int
+              ) -> np.ndarray:
+    """State of the interval holding each piece start ``t``; ``outside`` beyond the marks."""
+    k = np.searchsorted(bounds, t, side="right") - 1
+    inside = (k >= 0) & (k < len(states))
+    out = np.full(t.shape, outside, np.int8)
+    out[inside] = states[k[inside]]
+    return out
+
+
+def pieces(view: StepsView, rows: np.ndarray | None = None,
+           reconfiguring: np.ndarray | None = None) -> Pieces:
+    """Host and device timelines cut into pieces of one state each (host windows only).
+
+    The device timeline uses every marked step of ``view`` (work of a neighbouring step may
+    run on the device during a selected step); the host windows are the selected steps'.
+    """
+    hb, hs = host_timeline(view, rows, reconfiguring)
+    if len(hb) < 2:
+        e = np.empty(0, np.int64)
+        return Pieces(e, e.copy(), np.empty(0, np.int8), np.empty(0, np.int8))
+    if _device_is_host(view):  # CPU: the host intervals are the pieces (no merge needed)
+        keep = (hb[1:] > hb[:-1]) & (hs != HOST_NONE)
+        device = np.tile(_DEVICE_OF_PHASE, len(hb) // N_MARKS + 1)[:len(hs)]
+        return Pieces(hb[:-1][keep], hb[1:][keep], hs[keep], device[keep])
+    db, ds = device_timeline(view)
+    lo, hi = hb[0], hb[-1]
+    db_in = db[(db > lo) & (db < hi)]
+    edges = np.sort(np.concatenate((hb, db_in)), kind="stable")  # two sorted runs: ~linear
+    s, e = edges[:-1], edges[1:]
+    keep = e > s
+    s, e = s[keep], e[keep]
+    host = _state_at(hb, hs, s, HOST_NONE)
+    inside = host != HOST_NONE
+    s, e, host = s[inside], e[inside], host[inside]
+    device = _state_at(db, ds, s, DEVICE_UNKNOWN) if len(db) >= 2 else \
+        np.full(s.shape, DEVICE_UNKNOWN, np.int8)
+    return Pieces(s, e, host, device)
+
+
+def _device_is_host(view: StepsView) -> bool:
+    """Every step's device marks are its host marks (a CPU device, DESIGN §4)."""
+    return bool(np.all(view.has_device)) and np.array_equal(view.device, view.host)
+
+
+def caused_idle(view: StepsView, rows: np.ndarray | None = None,
+                reconfiguring: np.ndarray | None = None) -> CausedIdle:
+    """The device's idle time during the selected steps, each interval with its cause."""
+    return pieces(view, rows, reconfiguring).idle()
+
+
+def reconfiguring_steps(view: StepsView, changes: Iterable[ConfigChange]) -> np.ndarray:
+    """Steps of a knob change's transition (``first_step`` up to ``first_step +
+    warmup_steps``). The start (config 0) is warm-up, not a change, and is not flagged."""
+    flags = np.zeros(len(view), bool)
+    for change in changes:  # a handful of changes, not steps
+        if change.id == 0 or not change.changed:
+            continue
+        flags |= (view.config == change.id) & (view.step >= change.first_step) & \
+                 (view.step < change.first_step + change.warmup_steps)
+    return flags
