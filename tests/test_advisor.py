@@ -1,0 +1,181 @@
+"""Advisor rules on constructed segment figures: each fires or not, ranking, "nothing is
+wrong", "made worse", and never a disabled knob."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fake_knob_session import KNOBS, knob
+
+from gpuwatch.core.advisor import RULE_IDS, RULES, Context, advise
+from gpuwatch.core.segments import SegmentStats
+
+VALUES = {k["name"]: k["default"] for k in KNOBS}
+
+
+def row(config_id: int = 0, *, data: float = 0.0, sync: float = 0.0, copy: float = 0.0,
+        launch: float = 0.0, kernel: float = 10.0, other: float = 0.0, rate: float = 100.0,
+        changed: dict[str, Any] | None = None, settings: dict[str, Any] | None = None,
+        rates: tuple[float, ...] | None = None) -> SegmentStats:
+    """A steady row whose breakdown (ms per step) is given; idle = data+sync+launch+other."""
+    breakdown = {"kernel": kernel, "memcpy": copy, "data_loading": data, "cpu_launch": launch,
+                 "sync": sync, "other": other}
+    idle = {"input": data, "copy": 0.0, "sync": sync, "launch": launch, "reconfigure": 0.0,
+            "other": other}
+    phases = {"data": data, "h2d": copy, "forward": kernel + launch, "backward": 0.0,
+              "optimizer": 0.0, "sync": sync, "other": other}
+    return SegmentStats(config_id=config_id, label=f"config {config_id}",
+                        settings=settings or dict(VALUES), changed=changed or {}, t_ns=0,
+                        steps=100, steady_steps=90, samples_per_s=rate,
+                        window_rates=rates or (rate, rate, rate), idle_causes=idle,
+                        breakdown=breakdown, host_phases=phases)
+
+
+CPU = Context(knobs=KNOBS, values=VALUES, device_kind="cpu", cores=2)
+
+
+def rules(findings) -> list[str]:
+    return [f.rule for f in findings]
+
+
+def test_input_bound_suggests_workers_up_to_the_cores() -> None:
+    findings = advise([row(data=62, kernel=38)], CPU)
+    top = findings[0]
+    assert top.rule == "input-bound" and top.kind == "fix"
+    assert top.suggestion == {"num_workers": 2}
+    assert top.title == "62% of each step waits for input; try num_workers=2 " \
+                        "(this machine has 2 cores)"
+    assert "input wait: 62%" in top.evidence and top.value == pytest.approx(0.62)
+
+
+def test_input_below_threshold_does_not_fire() -> None:
+    assert "input-bound" not in rules(advise([row(data=15, kernel=85)], CPU))
+
+
+def test_storage_latency_and_cpu_bound_input_when_workers_fill_the_cores() -> None:
+    values = {**VALUES, "num_workers": 2, "storage_latency_ms": 20.0}
+    slow_disk = advise([row(data=50, kernel=50)], Context(KNOBS, values, "cpu", 2))
+    assert rules(slow_disk)[0] == "storage-latency"
+    assert slow_disk[0].suggestion == {"num_workers": 4}
+    busy_cpu = advise([row(data=50, kernel=50)],
+                      Context(KNOBS, {**VALUES, "num_workers": 2}, "cpu", 2))
+    assert rules(busy_cpu) == ["input-cpu-bound"] and busy_cpu[0].suggestion == {}
+
+
+def test_sync_bound_suggests_batched_logging_once() -> None:
+    assert advise([row(sync=20, kernel=80)], CPU)[0].suggestion == {"log_every": 50}
+    batched = Context(KNOBS, {**VALUES, "log_every": 50}, "cpu", 2)
+    assert "sync-bound" not in rules(advise([row(sync=20, kernel=80)], batched))
+
+
+def test_copy_bound_only_with_usable_knobs() -> None:
+    assert "copy-bound" not in rules(advise([row(copy=30, kernel=70)], CPU))  # disabled here
+    cuda_knobs = [knob("pin_memory", "bool", "loader", False),
+                  knob("non_blocking", "bool", "copies", False, rebuilds="loop")]
+    cuda = Context(cuda_knobs, {"pin_memory": False, "non_blocking": False}, "cuda", 8)
+    found = advise([row(copy=30, kernel=70)], cuda)
+    assert found[0].rule == "copy-bound"
+    assert found[0].suggestion == {"pin_memory": True, "non_blocking": True}
+
+
+def test_launch_bound_prefers_cuda_graphs_on_cuda_then_compile_then_batch() -> None:
+    cuda = Context(KNOBS, VALUES, "cuda", 8)
+    assert advise([row(launch=40, kernel=60)], cuda)[0].suggestion == \
+        {"compile": "reduce-overhead"}
+    assert advise([row(launch=40, kernel=60)], CPU)[0].suggestion == {"compile": "default"}
+    knobs = [*KNOBS, knob("batch_size", "int", "loader", 64, min=1, max=100)]
+    compiled = Context(knobs, {**VALUES, "compile": "default", "batch_size": 64}, "cpu", 2)
+    assert advise([row(launch=40, kernel=60)], compiled)[0].suggestion == {"batch_size": 100}
+
+
+def test_precision_only_when_device_bound_on_a_capable_cuda_device() -> None:
+    cuda = Context(KNOBS, VALUES, "cuda", 8)
+    found = advise([row(kernel=95, other=5)], cuda)
+    assert rules(found) == ["precision", "device-bound"]
+    assert found[0].suggestion == {"amp": "bf16"}
+    no_bf16 = [knob("amp", "choice", "precision", "off", choices=["off", "fp16", "bf16"],
+                    disabled_choices={"bf16": "bf16 is not supported by this GPU"})]
+    found = advise([row(kernel=95, other=5)], Context(no_bf16, {"amp": "off"}, "cuda", 8))
+    assert found[0].suggestion == {"amp": "fp16"}
+    assert "precision" not in rules(advise([row(kernel=95, other=5)], CPU))
+
+
+def test_channels_last_with_amp_on() -> None:
+    ctx = Context(KNOBS, {**VALUES, "amp": "bf16"}, "cpu", 2)
+    found = advise([row(kernel=95, other=5)], ctx)
+    assert rules(found) == ["channels-last", "device-bound"]
+    assert found[0].suggestion == {"channels_last": True}
+
+
+def test_nothing_is_wrong_when_idle_is_small() -> None:
+    found = advise([row(kernel=95, other=3, sync=2)], CPU)
+    assert rules(found) == ["device-bound"] and found[0].kind == "ok"
+    assert found[0].title.startswith("Nothing is wrong: the loop is compute-bound")
+
+
+def test_disabled_knob_or_choice_is_never_suggested() -> None:
+    disabled = [knob("num_workers", "int", "loader", 0, min=0, max=16, enabled=False,
+                     reason="script mode"),
+                knob("log_every", "int", "loop", 1, min=1, max=1000, enabled=False,
+                     reason="no"),
+                knob("compile", "choice", "kernels", "off",
+                     choices=["off", "default", "reduce-overhead"],
+                     disabled_choices={"default": "no C++ compiler found",
+                                       "reduce-overhead": "needs CUDA"})]
+    values = {"num_workers": 0, "log_every": 1, "compile": "off"}
+    found = advise([row(data=40, sync=20, launch=20, kernel=20)],
+                   Context(disabled, values, "cpu", 2))
+    assert all(not f.suggestion for f in found)
+
+
+def test_ranking_by_share_of_the_step() -> None:
+    found = advise([row(data=25, sync=45, kernel=30)], CPU)
+    assert rules(found)[:2] == ["sync-bound", "input-bound"]
+
+
+def test_made_worse_suggests_the_revert_and_ranks_first() -> None:
+    before = row(0, data=20, kernel=80, rate=1000)
+    after = row(1, data=20, kernel=80, rate=700, changed={"num_workers": 2},
+                settings={**VALUES, "num_workers": 2})
+    found = advise([before, after], Context(KNOBS, {**VALUES, "num_workers": 2}, "cpu", 2))
+    assert found[0].rule == "change-worse" and found[0].kind == "worse"
+    assert found[0].suggestion == {"num_workers": 0}
+    assert found[0].title == "This change made things worse: num_workers 0→2 cost 30% of " \
+                             "samples/s; revert?"
+
+
+def test_a_loss_within_noise_is_not_worse() -> None:
+    before = row(0, rate=1000, rates=(900, 1000, 1100, 1000))
+    after = row(1, rate=960, changed={"log_every": 50}, rates=(850, 960, 1080, 900))
+    found = advise([before, after], CPU)
+    assert "change-worse" not in rules(found)
+    assert found[0].rule == "change-outcome" and "within noise" in found[0].title
+
+
+def test_outcome_reports_the_speedup_and_the_quantity_it_was_about() -> None:
+    before = row(0, data=62, kernel=38, rate=340)
+    after = row(1, data=8, kernel=92, rate=580, changed={"num_workers": 2},
+                settings={**VALUES, "num_workers": 2})
+    ctx = Context(KNOBS, {**VALUES, "num_workers": 2}, "cpu", 2)
+    found = advise([before, after], ctx, applied={1: "input wait"})
+    assert found[0].rule == "change-outcome"
+    assert found[0].title == "num_workers 0→2: 1.71× samples/s; input wait 62%→8%"
+    # without knowing which finding was applied, the quantity that moved most is shown
+    assert advise([before, after], ctx)[0].title.endswith("input wait 62%→8%")
+
+
+def test_no_findings_until_the_newest_segment_is_steady() -> None:
+    not_steady = SegmentStats(config_id=1, label="x", settings=VALUES, changed={"a": 1},
+                              t_ns=0, steps=3, steady_steps=0)
+    assert advise([row(data=62, kernel=38), not_steady], CPU) == []
+    assert advise([], CPU) == []
+
+
+def test_every_rule_is_documented_in_docs_advisor_md() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "docs" / "advisor.md").read_text(encoding="utf-8")
+    for rule in RULES:
+        assert f"`{rule.id}`" in text
+    assert len(set(RULE_IDS)) == len(RULE_IDS)
