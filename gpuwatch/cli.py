@@ -51,6 +51,14 @@ def build_parser() -> argparse.ArgumentParser:
                              "window and exit; works with QT_QPA_PLATFORM=offscreen")
     parser.add_argument("--screenshot", type=Path, metavar="PNG",
                         help="where --demo-seconds saves the window picture")
+    parser.add_argument("--self-test", action="store_true",
+                        help="check this installation end to end without a display: build "
+                             "the window offscreen, train the mlp on the CPU in the training "
+                             "Python (--python, else the chosen one) until steps arrive; "
+                             "exit 0/1 with one line and a JSON result file")
+    parser.add_argument("--result", type=Path, metavar="FILE",
+                        help="where --self-test writes its JSON result (default: "
+                             "self-test.json beside the app log)")
     _add_look_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     doctor = sub.add_parser("doctor", help="report what this machine offers: torch, CUDA, "
@@ -196,9 +204,20 @@ def _python_path(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # First of all: in the frozen app, a multiprocessing child must not start another app.
+    import multiprocessing
+
+    from gpuwatch.core.launcher import prepare_frozen_children
+
+    multiprocessing.freeze_support()
+    prepare_frozen_children()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.self_test:
+            if args.command:
+                parser.error("--self-test runs on its own, without a command")
+            return _self_test(args)
         if args.command == "doctor":
             from gpuwatch.core.doctor import run_doctor
 
@@ -360,6 +379,37 @@ def _replay(args: argparse.Namespace) -> int:
         presentation=args.replay_presentation or args.presentation,
         theme=args.replay_theme or args.theme)
     return _open_window(window)
+
+
+def _self_test(args: argparse.Namespace) -> int:
+    """``--self-test``: the window offscreen, a short CPU run, one line and a result file."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from types import SimpleNamespace
+
+    from gpuwatch.core.launcher import is_frozen
+    from gpuwatch.core.self_test import default_result_path, run_self_test
+
+    try:
+        from gpuwatch.qt.app import _install_quiet_handler, create_app
+        from gpuwatch.qt.main_window import MainWindow
+        from gpuwatch.qt.settings import Settings
+    except ImportError as exc:
+        raise CliError(f"the window cannot start: {exc} (is PySide6 installed?)") from exc
+
+    def open_window(session):
+        app = create_app()
+        _install_quiet_handler()  # no offscreen size-hint noise around the one line
+        window = MainWindow(session, SimpleNamespace(
+            workload="mlp", device="cpu", python=args.python, demo_seconds=1))
+        window.resize(1280, 800)
+        window.show()
+        return app.processEvents, window.close
+
+    remembered = Settings().python if is_frozen() else None
+    path = args.result or default_result_path()
+    result = run_self_test(args.python, remembered, path, open_window)
+    print(f"gpuwatch self-test: {result.message} (result: {path})")
+    return 0 if result.ok else 1
 
 
 def _open_window(args: argparse.Namespace) -> int:
