@@ -179,3 +179,36 @@ def test_every_rule_is_documented_in_docs_advisor_md() -> None:
     for rule in RULES:
         assert f"`{rule.id}`" in text
     assert len(set(RULE_IDS)) == len(RULE_IDS)
+
+
+def test_bench_report_prints_the_breakdowns_then_the_findings() -> None:
+    import csv
+    import io
+    import json
+
+    from gpuwatch.core.bench_report import BenchReport, render
+
+    naive = row(0, data=62, kernel=38)
+    findings = advise([naive], CPU)
+    segment = {**naive.to_json(), "label": "baseline"}
+    report = BenchReport(machine={"device_kind": "cpu", "cores": 2}, workload="vision",
+                         seconds_per_stage=4, segments=[segment],
+                         findings=[f.to_json() for f in findings])
+    data = json.loads(render(report, "json"))
+    assert data["segments"][0]["idle_causes"]["input"] == 62
+    assert data["segments"][0]["breakdown"]["kernel"] == 38
+    assert data["findings"][0]["rule"] == "input-bound"
+    assert data["findings"][0]["suggestion"] == {"num_workers": 2}
+    text = render(report, "md")
+    assert "- baseline: of 100.0 ms per step: 62.0 data loading, 38.0 compute; " \
+           "of 62.0 ms idle per step: 62.0 input" in text
+    advisor = text[text.index("## Advisor"):]
+    assert "1. 62% of each step waits for input; try num_workers=2 (this machine has 2 " \
+           "cores)" in advisor and "→ set num_workers=2" in advisor
+    table = list(csv.reader(io.StringIO("\n".join(
+        line for line in render(report, "csv").splitlines() if not line.startswith("#")))))
+    assert table[1][table[0].index("idle input ms")] == "62.000"
+    unmeasured = {**segment, "breakdown": None, "idle_causes": {"input": float("nan")}}
+    data = json.loads(render(BenchReport({}, "vision", 4, [unmeasured]), "json"))
+    assert data["segments"][0]["breakdown"] is None
+    assert data["segments"][0]["idle_causes"] is None and data["findings"] == []

@@ -52,7 +52,7 @@ def sample_report() -> BenchReport:
 def test_json_follows_the_contract() -> None:
     data = json.loads(render(sample_report(), "json"))
     assert list(data) == ["schema", "gpuwatch", "machine", "workload", "seconds_per_stage",
-                          "baseline", "segments", "skipped"]
+                          "baseline", "segments", "skipped", "findings"]
     assert data["schema"] == 1 and isinstance(data["gpuwatch"], str)
     assert data["machine"] == MACHINE
     assert data["seconds_per_stage"] == 20 and isinstance(data["seconds_per_stage"], int)
@@ -62,7 +62,7 @@ def test_json_follows_the_contract() -> None:
     assert list(second) == ["label", "settings", "changed", "samples_per_s", "step_ms_p50",
                             "step_ms_p95", "busy_share", "input_wait_share", "coarse_util",
                             "coarse_source", "energy_j_per_step", "speedup", "steps",
-                            "steady_steps", "transition_s"]
+                            "steady_steps", "transition_s", "idle_causes", "breakdown"]
     # Not measured is null, never 0 (NaN included); shares stay fractions.
     assert all(first[k] is None for k in ("samples_per_s", "busy_share", "speedup",
                                            "transition_s", "coarse_source"))

@@ -68,7 +68,7 @@ def test_random_timelines_always_sum_to_the_wall_time(seed: int) -> None:
 def test_empty_and_summaries() -> None:
     b = step_breakdown(StepsView.empty())
     assert b.steps == 0 and b.wall_ms == 0 and set(b.categories) == set(CATEGORIES)
-    text = summary(step_breakdown(cpu_steps(3)), "cpu")
+    text = summary(step_breakdown(cpu_steps(3)).categories, "cpu")
     assert text.startswith("of ") and "compute" in text and "data loading" in text
     assert idle_summary({"input": 30.2, "sync": 0.8, "other": 0.0}) == \
         "of 31.0 ms idle per step: 30.2 input, 0.8 sync"

@@ -121,10 +121,10 @@ class Context:
 
 def context_of(session: Any) -> Context:
     """The advisor's context from a Session (or a replay: the same public API)."""
-    hello = session.hello or {}
-    cores = (hello.get("device") or {}).get("cores")
+    device = (session.hello or {}).get("device") or {}
+    cores = device.get("cores")
     return Context(knobs=session.knobs, values=session.config_values(),
-                   device_kind=session.device_kind,
+                   device_kind=device.get("kind"),
                    cores=cores if isinstance(cores, int) and cores > 0 else None)
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from gpuwatch.core.advisor import advise, context_of
 from gpuwatch.core.bench_report import BenchReport, clean_segment, machine_from_hello
 from gpuwatch.core.knob_values import KnobValueError
 from gpuwatch.core.progress_line import ProgressLine, stop_run
@@ -176,10 +177,13 @@ def _conduct(session: Session, conductor: Conductor, out: ProgressLine, tick_s: 
 
 def build_report(session: Session, conductor: Conductor, skipped: Sequence[Skipped],
                  options: BenchOptions) -> BenchReport:
-    """The scoreboard rows of the stages reached, in stage order, labelled by stage."""
+    """The scoreboard rows of the stages reached, in stage order, labelled by stage, and the
+    advisor's findings on the last of them (what to try next)."""
     hello = session.hello or {}
     rows = {row.config_id: row for row in session.scoreboard()}
     segments = []
+    staged = [rows[c] for _, c in conductor.stage_configs() if c in rows]
+    findings = [f.to_json() for f in advise(staged, context_of(session))]
     for stage, config_id in conductor.stage_configs():
         row = rows.get(config_id)
         segment = row.to_json() if row is not None else {
@@ -190,4 +194,4 @@ def build_report(session: Session, conductor: Conductor, skipped: Sequence[Skipp
         machine=machine_from_hello(hello), workload=hello.get("workload", options.workload),
         seconds_per_stage=options.seconds, segments=segments,
         skipped=[{"label": s.label, "reason": s.reason} for s in skipped],
-        baseline=segments[0]["label"] if segments else None)
+        baseline=segments[0]["label"] if segments else None, findings=findings)

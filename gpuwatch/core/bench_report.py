@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuwatch import __version__
+from gpuwatch.core.gap_causes import CAUSES
 from gpuwatch.core.segments import describe_change
+from gpuwatch.core.step_breakdown import CATEGORIES, idle_summary, summary
 
 #: Bumped on any incompatible change of the JSON output.
 SCHEMA_VERSION = 1
@@ -27,7 +29,10 @@ MACHINE_KEYS = ("device", "device_kind", "os", "python", "torch", "cuda", "drive
                 "cores", "timing")
 SEGMENT_KEYS = ("label", "settings", "changed", "samples_per_s", "step_ms_p50", "step_ms_p95",
                 "busy_share", "input_wait_share", "coarse_util", "coarse_source",
-                "energy_j_per_step", "speedup", "steps", "steady_steps", "transition_s")
+                "energy_j_per_step", "speedup", "steps", "steady_steps", "transition_s",
+                "idle_causes", "breakdown")
+#: ms per steady step, keyed by cause / category (docs/advisor.md); null when not steady.
+_MS_DICT_KEYS = {"idle_causes": CAUSES, "breakdown": CATEGORIES}
 _FLOAT_KEYS = frozenset({"samples_per_s", "step_ms_p50", "step_ms_p95", "busy_share",
                          "input_wait_share", "coarse_util", "energy_j_per_step", "speedup",
                          "transition_s"})
@@ -59,6 +64,8 @@ class BenchReport:
     skipped: list[dict[str, str]] = field(default_factory=list)
     baseline: str | None = None
     gpuwatch: str = __version__
+    #: The advisor's findings on the last stage (``Finding.to_json``), best first.
+    findings: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         seconds = self.seconds_per_stage
@@ -70,6 +77,7 @@ class BenchReport:
             "baseline": self.baseline,
             "segments": [clean_segment(s) for s in self.segments],
             "skipped": [{"label": s["label"], "reason": s["reason"]} for s in self.skipped],
+            "findings": [dict(f) for f in self.findings],
         }
 
 
@@ -81,10 +89,22 @@ def clean_segment(segment: Mapping[str, Any]) -> dict[str, Any]:
         if key in _FLOAT_KEYS:
             value = float(value) if isinstance(value, int | float) and \
                 math.isfinite(value) else None
+        elif key in _MS_DICT_KEYS:
+            value = _ms_dict(value, _MS_DICT_KEYS[key])
         out[key] = value
     out["settings"] = dict(out["settings"] or {})
     out["changed"] = dict(out["changed"] or {})
     return out
+
+
+def _ms_dict(value: Any, names: tuple[str, ...]) -> dict[str, float] | None:
+    """Every name with a finite ms figure, or None when the segment was not measured."""
+    if not isinstance(value, Mapping):
+        return None
+    figures = {name: value.get(name) for name in names}
+    if not all(isinstance(v, int | float) and math.isfinite(v) for v in figures.values()):
+        return None
+    return {name: float(v) for name, v in figures.items()}
 
 
 def machine_from_hello(hello: Mapping[str, Any]) -> dict[str, Any]:
@@ -165,16 +185,54 @@ def render_markdown(report: BenchReport) -> str:
         out.append("| (nothing measured) |" + " |" * (len(HEADERS) - 1))
     out.append("")
     out += [f"- {line}" for line in note_lines(report)]
+    why = why_lines(report)
+    if why:
+        out += ["", "## Where the time goes (ms per steady step)", ""]
+        out += [f"- {line}" for line in why]
+    out += ["", "## Advisor", ""]
+    out += [f"{i}. {line}" for i, line in enumerate(finding_lines(report), 1)] or \
+        ["- no finding: no stage was steady long enough"]
     return "\n".join(out) + "\n"
+
+
+def why_lines(report: BenchReport) -> list[str]:
+    """Per measured segment: its step-time breakdown, then its idle time by cause."""
+    lines = []
+    kind = report.machine.get("device_kind")
+    for segment in (clean_segment(s) for s in report.segments):
+        split, idle = segment["breakdown"], segment["idle_causes"]
+        if split is None or idle is None:
+            continue
+        lines.append(f"{segment['label']}: {summary(split, kind)}; "
+                     f"{idle_summary(idle)}")
+    return lines
+
+
+def finding_lines(report: BenchReport) -> list[str]:
+    """One line per finding: the sentence, its evidence and rule, what Apply would set."""
+    lines = []
+    for f in report.findings:
+        knob = f" → set {describe_change(f['suggestion'])}" if f.get("suggestion") else ""
+        lines.append(f"{f['title']} (evidence: {f['evidence']}; rule `{f['rule']}`){knob}")
+    return lines
 
 
 def render_csv(report: BenchReport) -> str:
     buffer = io.StringIO()
     for line in (*header_lines(report), *note_lines(report)):
         buffer.write(f"# {line}\n")
+    for line in finding_lines(report):
+        buffer.write(f"# finding: {line}\n")
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(HEADERS)
-    writer.writerows(table_rows(report, for_csv=True))
+    writer.writerow((*HEADERS, *(f"idle {c} ms" for c in CAUSES),
+                     *(f"{c} ms" for c in CATEGORIES)))
+    for cells, segment in zip(table_rows(report, for_csv=True),
+                              (clean_segment(s) for s in report.segments), strict=True):
+        extra = []
+        for key, names in _MS_DICT_KEYS.items():
+            figures = segment[key]
+            extra += [MISSING if figures is None else f"{figures[n]:.3f}" for n in names]
+        writer.writerow((*cells, *extra))
     return buffer.getvalue()
 
 
