@@ -17,6 +17,7 @@ class ControlTarget(Protocol):
     paused: bool
     link: Any  # gpuwatch.runner.link.Link (log only)
     knobs: Any  # has handle_set(message, first_step=, flush=)
+    capture: Any  # gpuwatch.runner.kernel_capture.KernelCapture
 
 
 def apply_control(target: ControlTarget, message: dict[str, Any], *, next_step: int,
@@ -32,5 +33,5 @@ def apply_control(target: ControlTarget, message: dict[str, Any], *, next_step: 
         target.link.log("info", "resumed")
     elif kind == "set":
         target.knobs.handle_set(message, first_step=next_step, flush=flush)
-    elif kind == "capture":
-        target.link.log("warning", "'capture' is not supported by this runner yet")
+    elif kind == "capture":  # armed now, opened by the loop's next at_boundary
+        target.capture.request(message.get("steps"))

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gpuwatch.protocol import BATCH_INTERVAL_S, N_MARKS
 from gpuwatch.runner.batch_source import BatchSource
 from gpuwatch.runner.controls import apply_control
+from gpuwatch.runner.kernel_capture import KernelCapture
 from gpuwatch.runner.knobs import KnobSchema
 from gpuwatch.runner.reconfigure import Reconfigurer
 from gpuwatch.runner.step_columns import StepColumns
@@ -85,6 +86,8 @@ class TrainingLoop:
         self.steps_done = 0
         self.last_loss: float | None = None
         self.paused = False
+        #: Kernel capture windows (``capture`` messages), opened and advanced between steps.
+        self.capture = KernelCapture(link, device=state.device.type)
         self._columns = StepColumns()
         self._flushed_ns = clock()
         self._loss_sum: torch.Tensor | None = None
@@ -106,6 +109,7 @@ class TrainingLoop:
                 if reason is None:
                     self._run_step()
         finally:
+            self.capture.close()
             self.batches.close()
         if reason != "link_closed":
             self._collect_device(wait=True)
@@ -140,6 +144,7 @@ class TrainingLoop:
             except queue.Empty:
                 if self.paused:
                     continue
+                self.capture.at_boundary(self.steps_done)
                 return None
             if message["kind"] == "stop":
                 return "stopped"

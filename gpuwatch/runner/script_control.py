@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuwatch.runner.controls import apply_control
+from gpuwatch.runner.kernel_capture import KernelCapture
 from gpuwatch.runner.link import Link
 from gpuwatch.runner.probe_knobs import ProbeKnobs
 
@@ -32,9 +33,11 @@ class ScriptControl:
     """See the module docstring; ``stop_reason`` says why the script was stopped, if it was."""
 
     def __init__(self, link: Link, knobs: ProbeKnobs, *, max_steps: int | None = None,
-                 stop_grace_s: float = 2.0) -> None:
+                 stop_grace_s: float = 2.0, device: str = "cpu") -> None:
         self.link = link
         self.knobs = knobs
+        #: Kernel capture windows over the script's steps (closed by ``script_done``).
+        self.capture = KernelCapture(link, device=device)
         self.max_steps = max_steps
         self.stop_grace_s = stop_grace_s
         #: "stopped", "max_steps" or "link_closed" once the script is to stop.
@@ -60,6 +63,7 @@ class ScriptControl:
         with self._lock:
             self._running = False
         self._closed.set()
+        self.capture.close()
 
     def at_boundary(self, next_step: int) -> None:
         """Between two steps: apply queued controls; may block (pause) or raise (stop)."""
@@ -77,6 +81,7 @@ class ScriptControl:
             except queue.Empty:
                 if self.paused:
                     continue
+                self.capture.at_boundary(next_step)
                 return
             apply_control(self, message, next_step=next_step, flush=self.flush)
 

@@ -109,7 +109,7 @@ def _watch(link: Link, torch: Any, device: Any, *, path: str, full_path: str,
               workload_config={}, timing=backend.kind, instrumentation="auto",
               script={"path": full_path, "args": list(args), "cwd": os.getcwd()})
     knobs = ProbeKnobs(link)
-    control = ScriptControl(link, knobs, max_steps=max_steps)
+    control = ScriptControl(link, knobs, max_steps=max_steps, device=device.type)
     recorder = StepRecorder(link, backend, boundary=control.at_boundary,
                             config_id=lambda: knobs.config_id)
     control.flush = recorder.flush

@@ -17,6 +17,7 @@ from gpuwatch.protocol import PROTOCOL_VERSION
 from gpuwatch.runner.availability import knob_schema
 from gpuwatch.runner.link import Link
 from gpuwatch.runner.loop import TrainingLoop
+from gpuwatch.runner.nvtx_ranges import NvtxPhases
 from gpuwatch.runner.probe import cuda_device
 from gpuwatch.runner.timing import CudaEventBackend, HostBackend, TimingBackend
 from gpuwatch.runner.workloads import load_workload
@@ -115,10 +116,11 @@ def versions(torch: Any) -> dict[str, str | None]:
 
 
 def make_backend(torch: Any, device: Any) -> TimingBackend:
-    """CUDA events on a CUDA device; on a CPU host marks are the device truth."""
+    """CUDA events (and NVTX phase ranges) on a CUDA device; on a CPU host marks are the
+    device truth."""
     if device.type == "cuda":
         torch.cuda.set_device(device)  # events are recorded on this device's current stream
-        return CudaEventBackend()
+        return NvtxPhases(CudaEventBackend())
     return HostBackend()
 
 
@@ -178,8 +180,9 @@ def _train(link: Link, torch: Any, workload_cls: Any, device: Any, *, max_steps:
     info(f"ready in {time.perf_counter() - started:.1f} s: {type(model).__name__} with "
          f"{parameters:,} parameters, {type(state.optimizer).__name__}")
     backend = make_backend(torch, device)
-    if isinstance(backend, CudaEventBackend):
-        info(f"CUDA event clock anchored to perf_counter_ns (±{backend.bracket_ns / 1e3:.1f} µs)")
+    events = backend.inner if isinstance(backend, NvtxPhases) else backend
+    if isinstance(events, CudaEventBackend):
+        info(f"CUDA event clock anchored to perf_counter_ns (±{events.bracket_ns / 1e3:.1f} µs)")
     loop = TrainingLoop(workload, state=state, schema=schema, backend=backend, link=link,
                         max_steps=max_steps)
     reason = loop.run()
