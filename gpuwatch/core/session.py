@@ -48,7 +48,8 @@ TERMINATE_S = 3.0
 #: After the runner exits, how long to wait for its last buffered messages.
 LINK_DRAIN_S = 5.0
 LOG_LINES_KEPT = 5000
-#: A script that has not reached a training step this long after it started gets a notice.
+#: A script that has not reached a training step this long after it started gets a notice;
+#: so does any run whose steps stopped arriving this long ago (a hang).
 NO_STEP_NOTICE_S = 30.0
 #: How often the run clock (``--seconds``, the no-step notice) looks at the time.
 CLOCK_TICK_S = 0.1
@@ -349,8 +350,7 @@ class Session:
         self._link_thread = self._spawn_thread("gpuwatch-link", self._read_link)
         self._output_thread = self._spawn_thread("gpuwatch-output", self._read_output)
         self._spawn_thread("gpuwatch-watch", self._watch_process)
-        if spec.seconds is not None or spec.script:
-            self._spawn_thread("gpuwatch-clock", lambda: self._run_clock(spec))
+        self._spawn_thread("gpuwatch-clock", lambda: self._run_clock(spec))
 
     def _spawn_thread(self, name: str, target) -> threading.Thread:
         t = threading.Thread(target=self._guarded(target), name=name, daemon=True)
@@ -536,13 +536,25 @@ class Session:
         self._finish(code)
 
     def _run_clock(self, spec: LaunchSpec) -> None:
-        """``spec.seconds`` and the no-step notice, both counted from the runner's hello."""
+        """``spec.seconds`` and the no-step notice, both counted from the runner's hello;
+        the stall notice, from the last step's arrival."""
         notice_s = self._no_step_notice_s if spec.script else None
+        seen_steps, seen_at = 0, time.monotonic()
         while not self._ended.wait(CLOCK_TICK_S):
             hello_at = self._hello_at
             if hello_at is None:
                 continue
-            elapsed = time.monotonic() - hello_at
+            now = time.monotonic()
+            if self.steps.count != seen_steps:
+                seen_steps, seen_at = self.steps.count, now
+                if self.notice is not None and self.notice.startswith(STALL_PREFIX):
+                    self.notice = None
+                    self._info("steps arrive again")
+            elif (seen_steps and self.notice is None and self._state is SessionState.RUNNING
+                  and now - seen_at >= self._no_step_notice_s):
+                self.notice = stall_notice(self._no_step_notice_s)
+                self._log_line("warning", "gpuwatch", self.notice)
+            elapsed = now - hello_at
             if spec.seconds is not None and elapsed >= spec.seconds and \
                     not self._stop_requested.is_set():
                 self.stopped_after_s = spec.seconds
@@ -620,6 +632,18 @@ class Session:
         if source == "gpuwatch":
             self._notify({"kind": "log", "level": level, "text": text, "source": source})
             log.log(logging.ERROR if level == "error" else logging.INFO, "%s", text)
+
+
+#: How a stall notice begins (so it can be told apart from the no-step-yet notice).
+STALL_PREFIX = "no step for"
+
+
+def stall_notice(seconds: float) -> str:
+    """What a run whose steps stopped arriving ``seconds`` ago is told (cleared when one
+    arrives): a hung loop looks exactly like this, and Stop still ends it."""
+    return (f"{STALL_PREFIX} {seconds:g} s: the training loop may be hung (a deadlock, a "
+            f"stuck DataLoader worker) or one step is very slow (e.g. a compile); Stop ends "
+            f"the run and keeps what was received")
 
 
 def no_step_notice(seconds: float) -> str:

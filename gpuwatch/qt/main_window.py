@@ -528,6 +528,9 @@ class MainWindow(QMainWindow):
             if state is SessionState.FAILED:
                 return (f"Run failed: {self.session.error or 'the runner ended with an error'}",
                         "error")
+            notice = getattr(self.session, "notice", None)
+            if state in ACTIVE_STATES and notice:  # e.g. no step for 30 s
+                return notice, "warning"
             return None, "error"
         if state in ACTIVE_STATES and not getattr(self.session, "notice", None):
             return None, "info"
