@@ -2,7 +2,9 @@
 
 The words follow docs/knobs.md §3: a segment's first ``warmup_steps`` steps are its
 *transition* (loader rebuild, recompile, autotune) and are left out of every figure; the rest
-are its *steady* steps. A figure that cannot be computed is ``None`` ("n/a"), never 0.
+are its *steady* steps, less the steps a kernel capture profiled (``Scoreboard.mark_profiled``:
+the profiler slows them, notes/measurement.md §2.4). A figure that cannot be computed is
+``None`` ("n/a"), never 0.
 Rows of finished segments are frozen (``Scoreboard``), so the step ring dropping old steps
 never changes them.
 """
@@ -176,12 +178,13 @@ def _overlap_mean(series: SeriesView | None, r0: int, r1: int) -> float | None:
 
 
 def window_rates(starts: np.ndarray, ends: np.ndarray, samples: np.ndarray,
-                 width_ns: int) -> np.ndarray:
+                 width_ns: int, drop: np.ndarray | None = None) -> np.ndarray:
     """Samples/s per consecutive window of steps, cut by step start (docs/knobs.md §3).
 
     A window runs from its first step's start to the next window's first step's start; the
     last one to its last step's end, and it is dropped when shorter than half a window unless
     it is the only one (a partial window is noise, and it would make a live row jitter).
+    A window holding a ``drop`` step (profiled by a kernel capture) is left out as a whole.
     """
     if starts.size == 0:
         return np.empty(0)
@@ -193,12 +196,17 @@ def window_rates(starts: np.ndarray, ends: np.ndarray, samples: np.ndarray,
     keep = spans > 0
     if keep.size > 1 and spans[-1] < width_ns / 2:
         keep[-1] = False
+    if drop is not None and drop.any():
+        keep &= np.add.reduceat(drop.astype(np.int64), first) == 0
     return sums[keep] * 1e9 / spans[keep]
 
 
 def segment_stats(view: StepsView, change: ConfigChange, coarse: CoarseInput | None, *,
-                  live: bool = False) -> SegmentStats:
-    """The row of one segment from its steps (``view`` holds only this config's steps)."""
+                  live: bool = False, profiled: np.ndarray | None = None) -> SegmentStats:
+    """The row of one segment from its steps (``view`` holds only this config's steps).
+
+    ``profiled`` marks the steps a kernel capture slowed down: left out like transition steps.
+    """
     row = SegmentStats(config_id=change.id, label=change.label, settings=dict(change.values),
                        changed=dict(change.changed), t_ns=change.t_ns, steps=len(view),
                        steady_steps=0, live=live, rebuilt=change.rebuilt)
@@ -212,7 +220,9 @@ def segment_stats(view: StepsView, change: ConfigChange, coarse: CoarseInput | N
         transition_s = max(0, int(view.host[last_warm, -1]) - change.t_ns) / 1e9
     elif not transition.any():
         transition_s = 0.0
-    steady = ~transition
+    timed = ~transition  # the steps whose time the rate windows cut
+    profiled = np.zeros(len(view), bool) if profiled is None else np.asarray(profiled, bool)
+    steady = timed & ~profiled
     n = int(steady.sum())
     row = dataclasses.replace(row, steady_steps=n, transition_s=transition_s)
     if n == 0:
@@ -226,8 +236,8 @@ def segment_stats(view: StepsView, change: ConfigChange, coarse: CoarseInput | N
     # Step time runs to the next step's start (phase_durations books the gap as `other`).
     step_ns = durations.sum(axis=1)
     total = float(step_ns.sum())
-    rates = window_rates(host[:, 0], host[:, -1], view.samples[steady],
-                         int(SCORE_WINDOW_S * 1e9))
+    rates = window_rates(view.host[timed, 0], view.host[timed, -1], view.samples[timed],
+                         int(SCORE_WINDOW_S * 1e9), drop=profiled[timed])
     p50, p95 = np.percentile(step_ns, [50, 95]) / 1e6
     util = power = None
     source = None
@@ -273,11 +283,20 @@ class Scoreboard:
 
     def __init__(self) -> None:
         self._frozen: dict[int, SegmentStats] = {}
+        self._profiled = np.empty(0, np.int64)
         self._lock = threading.Lock()
 
     def clear(self) -> None:
         with self._lock:
             self._frozen.clear()
+            self._profiled = np.empty(0, np.int64)
+
+    def mark_profiled(self, step_ids: Sequence[int], config_ids: Sequence[int] = ()) -> None:
+        """Leave these steps out of every figure; rows of ``config_ids`` are recomputed."""
+        with self._lock:
+            self._profiled = np.union1d(self._profiled, np.asarray(step_ids, np.int64))
+            for config_id in config_ids:
+                self._frozen.pop(config_id, None)
 
     def rows(self, steps: StepStore, changes: Sequence[ConfigChange], coarse: SeriesStore, *,
              device_kind: str | None, cores: int, baseline_id: int | None,
@@ -305,7 +324,8 @@ class Scoreboard:
             sub = StepsView(view.step[mask], view.config[mask], view.samples[mask],
                             view.host[mask], view.device[mask], view.has_device[mask])
             finished = not running or any(i > change.id for i in later_ids)
-            row = segment_stats(sub, change, data, live=running and change.id == last_id)
+            row = segment_stats(sub, change, data, live=running and change.id == last_id,
+                                profiled=np.isin(sub.step, self._profiled))
             if finished and change.id != last_id:
                 self._frozen[change.id] = row
             rows.append(row)
