@@ -113,3 +113,33 @@ def test_protocol_checks_the_columns_of_a_kernels_message() -> None:
     broken = {**message, "end": [10]}
     with pytest.raises(protocol.ProtocolError, match="columns differ in length"):
         protocol.decode(protocol.json.dumps(broken).encode())
+
+
+def test_profiled_steps_are_left_out_of_every_scoreboard_figure() -> None:
+    from gpuwatch.core.segments import ConfigChange, Scoreboard
+    from gpuwatch.core.store import SeriesStore, StepStore
+
+    ms = 1_000_000
+    store = StepStore(4096)
+    store.set_device_is_host(True)
+    ids = list(range(300))
+    slow = set(range(100, 120))  # a capture window: the profiler made these steps 5x slower
+    host, t = [], 0
+    for step in ids:
+        total = (50 if step in slow else 10) * ms
+        host.append([t, t + 2 * ms, *(t + 2 * ms + (total - 2 * ms) * k // 5
+                                      for k in range(1, 6))])
+        t += total
+    store.append(ids, [0] * 300, [32] * 300, host)
+    change = ConfigChange(id=0, values={}, changed={}, t_ns=0, first_step=0, warmup_steps=5)
+    board = Scoreboard()
+    before = board.rows(store, [change], SeriesStore(), device_kind="cpu", cores=2,
+                        baseline_id=None, running=True)[0]
+    board.mark_profiled(sorted(slow), [0])
+    after = board.rows(store, [change], SeriesStore(), device_kind="cpu", cores=2,
+                       baseline_id=None, running=True)[0]
+    assert before.step_ms_p95 is not None and before.step_ms_p95 > 10.5
+    assert after.step_ms_p95 == pytest.approx(10.0)
+    assert after.steady_steps == before.steady_steps - len(slow)
+    assert after.samples_per_s == pytest.approx(3200.0)  # 32 samples per 10 ms, exactly
+    assert min(before.window_rates) < 3000  # the window with the capture in it, now left out
