@@ -387,14 +387,23 @@ def _self_test(args: argparse.Namespace) -> int:
     from types import SimpleNamespace
 
     from gpuwatch.core.launcher import is_frozen
-    from gpuwatch.core.self_test import default_result_path, run_self_test
+    from gpuwatch.core.self_test import (
+        SelfTestResult,
+        default_result_path,
+        run_self_test,
+        write_result,
+    )
 
+    path = args.result or default_result_path()
     try:
         from gpuwatch.qt.app import _install_quiet_handler, create_app
         from gpuwatch.qt.main_window import MainWindow
         from gpuwatch.qt.settings import Settings
-    except ImportError as exc:
-        raise CliError(f"the window cannot start: {exc} (is PySide6 installed?)") from exc
+    except ImportError as exc:  # a build that lacks a Qt module: say so in the file too
+        failed = SelfTestResult(message=f"failed: the window cannot start: {exc}")
+        write_result(failed, path)
+        print(f"gpuwatch self-test: {failed.message} (result: {path})")
+        return 1
 
     def open_window(session):
         app = create_app()
@@ -406,7 +415,6 @@ def _self_test(args: argparse.Namespace) -> int:
         return app.processEvents, window.close
 
     remembered = Settings().python if is_frozen() else None
-    path = args.result or default_result_path()
     result = run_self_test(args.python, remembered, path, open_window)
     print(f"gpuwatch self-test: {result.message} (result: {path})")
     return 0 if result.ok else 1
