@@ -21,8 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gpuwatch import protocol
 from gpuwatch.core import launcher, link
+from gpuwatch.core.kernel_window import KernelWindow, KernelWindowError, describe
 from gpuwatch.core.samplers import (
     NvmlSampler,
     ProcessTreeSampler,
@@ -51,6 +54,8 @@ LOG_LINES_KEPT = 5000
 #: A script that has not reached a training step this long after it started gets a notice;
 #: so does any run whose steps stopped arriving this long ago (a hang).
 NO_STEP_NOTICE_S = 30.0
+#: Kernel capture windows kept per run (the oldest falls off).
+MAX_KERNEL_WINDOWS = 32
 #: How often the run clock (``--seconds``, the no-step notice) looks at the time.
 CLOCK_TICK_S = 0.1
 
@@ -137,6 +142,11 @@ class Session:
         self._labels: dict[int, str] = {}  # request id -> label for its segment
         self._next_request = 1
         self._scoreboard = Scoreboard()
+        self._windows: collections.deque[KernelWindow] = collections.deque(
+            maxlen=MAX_KERNEL_WINDOWS)
+        self._capture_steps: int | None = None  # a capture asked for, not answered yet
+        #: Why the last kernel capture did not give a window (refused or failed), if it did not.
+        self.capture_error: str | None = None
         self._listeners: list[Listener] = []
         self._state = SessionState.IDLE
         self._lock = threading.Lock()
@@ -238,6 +248,35 @@ class Session:
             if change is not None:
                 self._changes[config_id] = dataclasses.replace(change, label=label)
 
+    @property
+    def capturing(self) -> bool:
+        """A kernel capture was asked for and its window has not come back yet."""
+        return self._capture_steps is not None and self._state is SessionState.RUNNING
+
+    def request_capture(self, steps: int) -> None:
+        """Profile the next ``steps`` steps (DESIGN §4 kernel window); the result arrives as a
+        ``KernelWindow`` in ``kernel_windows()``, or as ``capture_error``."""
+        if isinstance(steps, bool) or not isinstance(steps, int) \
+                or not 1 <= steps <= protocol.MAX_CAPTURE_STEPS:
+            raise SessionError(f"a kernel capture covers 1 to {protocol.MAX_CAPTURE_STEPS} "
+                               f"steps, not {steps!r}")
+        lnk = self._link
+        if lnk is None or self._state is not SessionState.RUNNING:
+            raise SessionError("no training run is connected: start one first")
+        if self.capturing:
+            raise SessionError("a kernel capture is already running: wait for its window")
+        self._capture_steps = steps
+        self.capture_error = None
+        if not lnk.send("capture", steps=steps):
+            self._capture_steps = None
+            raise SessionError("the link to the runner is closed")
+        self._info(f"capturing kernels over the next {steps} step(s) (plus one warm-up step)")
+
+    def kernel_windows(self) -> list[KernelWindow]:
+        """The kernel capture windows of this run that succeeded, oldest first."""
+        with self._lock:
+            return list(self._windows)
+
     def scoreboard(self) -> list[SegmentStats]:
         """One row per configuration (docs/knobs.md §3), speedups against ``baseline_id``."""
         changes = self.config_changes()
@@ -324,6 +363,9 @@ class Session:
         self._answers.clear()
         self._labels.clear()
         self._scoreboard.clear()
+        self._windows.clear()
+        self._capture_steps = None
+        self.capture_error = None
         self._link = None
         self._stop_requested.clear()
         self._ended.clear()
@@ -435,7 +477,9 @@ class Session:
             self._on_refused(message)
         elif kind == "knobs":
             self._on_knobs(message)
-        else:  # kernels: produced by later runner versions
+        elif kind == "kernels":
+            self._on_kernels(message)
+        else:
             self._info(f"runner sent {kind!r}")
 
     def _on_config(self, message: dict[str, Any]) -> None:
@@ -448,6 +492,29 @@ class Session:
                 self._answers[change.request] = change
         cost = f" in {change.apply_s:.2f} s" if change.apply_s >= 0.01 else ""
         self._info(f"config {change.id} applied{cost}: {change.label}")
+
+    def _on_kernels(self, message: dict[str, Any]) -> None:
+        """A capture window (or why there is none); its steps leave the scoreboard."""
+        self._capture_steps = None
+        try:
+            window = KernelWindow.from_message(message)
+        except KernelWindowError as exc:
+            self.capture_error = str(exc)
+            self._log_line("warning", "gpuwatch", str(exc))
+            return
+        if not window.ok:  # the runner logged the reason already
+            self.capture_error = window.error or f"kernel capture {window.status}"
+            return
+        recent = self.steps.snapshot(last=4096)
+        configs = set(recent.config[np.isin(recent.step, window.perturbed)].tolist())
+        with self._lock:
+            self._windows.append(window)
+            if self._changes:  # the latest steps may still be on their way
+                configs.add(max(self._changes))
+        self._scoreboard.mark_profiled(window.perturbed, sorted(configs))
+        steps = f"{window.steps[0]}-{window.steps[-1]}" if window.steps else "none"
+        summary = describe(window.summary(), window.device)
+        self._info(f"kernel window over steps {steps}: {summary}")
 
     def _on_knobs(self, message: dict[str, Any]) -> None:
         """The schema grew (a script declared a knob): show it, with its current value."""

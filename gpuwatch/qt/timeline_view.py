@@ -1,4 +1,5 @@
-"""Timeline lanes: one lane per host phase, and a device lane with its idle gaps tinted.
+"""Timeline lanes: host phases (one lane each, or three merged on stage), and a device lane
+with its idle gaps tinted.
 
 One ``BarGraphItem`` per category with one shared brush and no pen, so pyqtgraph draws all
 its rectangles in a single ``drawRects`` call (the fast path; per-bar brushes are ~50x
@@ -17,8 +18,16 @@ from gpuwatch.protocol import ALL_PHASES
 from gpuwatch.qt import palette
 from gpuwatch.qt.spans import clip_to_window, column_occupancy, is_dense, phase_spans
 
-#: Lanes top to bottom; the device lane sits next to the utilization plot below.
-LANES: tuple[str, ...] = (*ALL_PHASES, "device")
+#: Host lanes as (name, phases drawn in it), top to bottom, above the device lane (which sits
+#: next to the utilization plot below): one lane per phase at the desk...
+PHASE_LANES: tuple[tuple[str, tuple[str, ...]], ...] = tuple((p, (p,)) for p in ALL_PHASES)
+#: ...and fewer, taller ones on stage (presentation mode), grouped by what the loop waits on;
+#: each phase keeps its colour inside its lane.
+MERGED_LANES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("input", ("data", "h2d")),
+    ("compute", ("forward", "backward", "optimizer")),
+    ("sync · other", ("sync", "other")),
+)
 BAR_HEIGHT = 0.72
 #: Left axis width shared with the utilization plot so both x axes line up pixel for pixel.
 AXIS_WIDTH = 150
@@ -55,9 +64,9 @@ class SpanBars(pg.BarGraphItem):
         return 0 if x0 is None else int(np.size(x0))
 
 
-def lane_y(name: str) -> float:
-    """Bottom of a lane's bar (lanes are listed top to bottom)."""
-    return len(LANES) - 1 - LANES.index(name) - BAR_HEIGHT / 2
+def lane_y(row: int, n_lanes: int) -> float:
+    """Bottom of the bar of lane ``row`` (counted from the top) of ``n_lanes``."""
+    return n_lanes - 1 - row - BAR_HEIGHT / 2
 
 
 class TimelineView(pg.PlotWidget):
@@ -67,7 +76,7 @@ class TimelineView(pg.PlotWidget):
         super().__init__(background=palette.BACKGROUND)
         style_plot(self)
         self.plot_item = self.getPlotItem()
-        self.plot_item.setYRange(-0.6, len(LANES) - 0.4, padding=0)
+        self.host_lanes = PHASE_LANES
         self._shade = SpanBars(brush=palette.LANE_SHADE)
         self._shade.setZValue(-10)
         self.addItem(self._shade)
@@ -93,15 +102,29 @@ class TimelineView(pg.PlotWidget):
         self._device_kind: str | None = "unset"
         self.set_device_kind(None)
 
+    @property
+    def n_lanes(self) -> int:
+        return len(self.host_lanes) + 1  # the device lane at the bottom
+
+    def set_merged(self, merged: bool) -> None:
+        """Host phases in three lanes (``MERGED_LANES``, presentation) or one lane each."""
+        self.host_lanes = MERGED_LANES if merged else PHASE_LANES
+        self._set_ticks()
+
     def set_device_kind(self, kind: str | None) -> None:
         """Label the device lane for what it really shows on this device."""
         if kind == self._device_kind:
             return
         self._device_kind = kind
-        label = DEVICE_LABELS.get(kind, DEVICE_LABELS[None])
-        ticks = [(len(LANES) - 1 - i, name) for i, name in enumerate(ALL_PHASES)]
+        self._set_ticks()
+
+    def _set_ticks(self) -> None:
+        n = self.n_lanes
+        label = DEVICE_LABELS.get(self._device_kind, DEVICE_LABELS[None])
+        ticks = [(n - 1 - i, name) for i, (name, _) in enumerate(self.host_lanes)]
         ticks.append((0, label))
         self.plot_item.getAxis("left").setTicks([ticks, []])
+        self.plot_item.setYRange(-0.6, n - 0.4, padding=0)
 
     def show_steps(self, view: StepsView, active: tuple[np.ndarray, np.ndarray], t0_ns: int,
                    lo_ns: int, hi_ns: int) -> None:
@@ -117,24 +140,28 @@ class TimelineView(pg.PlotWidget):
         vb = self.plot_item.getViewBox()
         width_px = max(vb.width(), 100.0)
         px_ns = (hi_ns - lo_ns) / width_px
-        min_h = (len(LANES) / max(vb.height(), 50.0)) * 1.5  # 1.5 px in lane units
+        n_lanes = self.n_lanes
+        min_h = (n_lanes / max(vb.height(), 50.0)) * 1.5  # 1.5 px in lane units
 
         def to_s(t: np.ndarray) -> np.ndarray:
             return (t - t0_ns) / 1e9
 
-        shade_y = np.arange(len(LANES) - 1, -1, -2, dtype=np.float64) - 0.5
+        shade_y = np.arange(n_lanes - 1, -1, -2, dtype=np.float64) - 0.5
         self._shade.set_spans(np.full(len(shade_y), to_s(lo_ns)),
                               np.full(len(shade_y), to_s(hi_ns)), shade_y, 1.0)
         in_window = (view.host[:, -1] >= lo_ns) & (view.host[:, 0] <= hi_ns)
         self.dense = is_dense(int(in_window.sum()), width_px)
 
         def draw(bars: SpanBars, spans: tuple[np.ndarray, np.ndarray], y: float,
-                 backing: SpanBars | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 backing: SpanBars | None = None, below: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             if self.dense:
                 c0, c1, frac = column_occupancy(*spans, lo_ns, hi_ns, width_px)
                 on = frac > 0
                 x0, x1 = to_s(c0[on]), to_s(c1[on])
-                bars.set_spans(x0, x1, y, np.maximum(frac[on] * BAR_HEIGHT, min_h))
+                # Phases sharing a lane stack: its height is their joint share of the column.
+                y0 = y if below is None else y + below[on] * BAR_HEIGHT
+                bars.set_spans(x0, x1, y0, np.maximum(frac[on] * BAR_HEIGHT, min_h))
                 if backing is not None:
                     backing.set_spans(x0, x1, y, BAR_HEIGHT)
                 return c0, c1, frac
@@ -144,9 +171,15 @@ class TimelineView(pg.PlotWidget):
                 backing.set_spans(np.empty(0), np.empty(0), y, BAR_HEIGHT)
             return s, e, np.ones(len(s))
 
-        for name, spans in phase_spans(view).items():
-            draw(self.phase_bars[name], spans, lane_y(name), self.phase_backing[name])
-        y = lane_y("device")
+        spans_of = phase_spans(view)
+        for row, (_, phases) in enumerate(self.host_lanes):
+            below = np.zeros(max(int(np.ceil(width_px)), 1))
+            for name in phases:
+                _, _, frac = draw(self.phase_bars[name], spans_of[name], lane_y(row, n_lanes),
+                                  self.phase_backing[name], below)
+                if self.dense:
+                    below += frac
+        y = lane_y(n_lanes - 1, n_lanes)
         s, e, frac = draw(self.device_bars, active, y)
         if self.dense:  # columns not fully active, between the first and last activity
             on = np.flatnonzero(frac > 0)
