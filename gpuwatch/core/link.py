@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import secrets
 import shutil
 import socket
+import struct
 import sys
 import tempfile
 import threading
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import (
+    Client,
+    Connection,
+    Listener,
+    answer_challenge,
+    deliver_challenge,
+)
 from pathlib import Path
 from typing import Any
 
@@ -29,19 +37,28 @@ def new_authkey() -> bytes:
     return secrets.token_bytes(32)
 
 
-class LinkListener:
-    """Listens for exactly one runner; closes the listening endpoint once it is connected."""
+#: How long a connecting peer may take to answer the authentication challenge (POSIX).
+HANDSHAKE_TIMEOUT_S = 5.0
 
-    def __init__(self, private_dir: Path, authkey: bytes) -> None:
+
+class LinkListener:
+    """Listens for exactly one runner; closes the listening endpoint once it is connected.
+
+    On POSIX the challenge runs here, with a deadline: ``Listener.accept()`` would wait forever
+    on a peer that connects and says nothing, and the real runner could never get in.
+    """
+
+    def __init__(self, private_dir: Path, authkey: bytes, *,
+                 handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S) -> None:
         self.authkey = authkey
+        self.handshake_timeout_s = handshake_timeout_s
         if sys.platform == "win32":
             self.address = rf"\\.\pipe\gpuwatch-{secrets.token_hex(12)}"
-            family = "AF_PIPE"
+            self._listener: Listener | None = Listener(self.address, family="AF_PIPE",
+                                                       authkey=authkey)
         else:
             self.address = str(private_dir / "link.sock")
-            family = "AF_UNIX"
-        self._listener: Listener | None = Listener(self.address, family=family,
-                                                   authkey=authkey)
+            self._listener = Listener(self.address, family="AF_UNIX")
         self._closed = False
 
     def accept(self) -> Connection | None:
@@ -52,9 +69,13 @@ class LinkListener:
         while not self._closed and self._listener is not None:
             try:
                 conn = self._listener.accept()
+                if sys.platform != "win32":
+                    self._authenticate(conn)
             except (OSError, EOFError) as exc:
                 if self._closed:
                     return None
+                if isinstance(exc, BlockingIOError):  # SO_RCVTIMEO ran out
+                    exc = f"no answer to the challenge within {self.handshake_timeout_s:g} s"
                 log.warning("link: rejected a connection (%s)", exc)
                 continue
             except Exception as exc:  # AuthenticationError and friends
@@ -66,6 +87,21 @@ class LinkListener:
             self._close_listener()
             return conn
         return None
+
+    def _authenticate(self, conn: Connection) -> None:
+        """The challenge ``Listener`` would run, bounded by ``handshake_timeout_s``.
+
+        A receive timeout on the socket makes a silent peer's read fail (OSError), so the
+        wait ends; the timeout is lifted again for the accepted runner.
+        """
+        try:
+            _set_receive_timeout(conn, self.handshake_timeout_s)
+            deliver_challenge(conn, self.authkey)
+            answer_challenge(conn, self.authkey)
+            _set_receive_timeout(conn, 0.0)
+        except BaseException:
+            conn.close()
+            raise
 
     def close(self) -> None:
         """Stop listening; wakes a thread blocked in ``accept()``."""
@@ -132,6 +168,15 @@ class Link:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._conn.close()
+
+
+def _set_receive_timeout(conn: Connection, seconds: float) -> None:
+    """SO_RCVTIMEO on the connection's socket (0: none); plain reads then fail when it
+    runs out, which a ``settimeout`` (a non-blocking socket) would break."""
+    whole = int(seconds)
+    value = struct.pack("ll", whole, int((seconds - whole) * 1e6))
+    with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
 
 
 def private_dir() -> Path:

@@ -51,6 +51,8 @@ TERMINATE_S = 3.0
 #: After the runner exits, how long to wait for its last buffered messages.
 LINK_DRAIN_S = 5.0
 LOG_LINES_KEPT = 5000
+#: Dropped runner messages each logged with their reason; after that, one line per 1000.
+DROPS_LOGGED = 20
 #: A script that has not reached a training step this long after it started gets a notice;
 #: so does any run whose steps stopped arriving this long ago (a hang).
 NO_STEP_NOTICE_S = 30.0
@@ -424,8 +426,10 @@ class Session:
                 break
             except protocol.ProtocolError as exc:
                 self.dropped_messages += 1
-                self._log_line("warning", "gpuwatch", f"dropped a message from the runner: "
-                                                      f"{exc}")
+                n = self.dropped_messages
+                if n <= DROPS_LOGGED or n % 1000 == 0:  # a flood must not flood the log
+                    self._log_line("warning", "gpuwatch", f"dropped a message from the runner "
+                                                          f"({n} so far): {exc}")
                 continue
             self._dispatch(message)
         lnk.close()
@@ -541,10 +545,10 @@ class Session:
 
     def _on_hello(self, hello: dict[str, Any]) -> None:
         if hello["protocol"] != protocol.PROTOCOL_VERSION:
+            self.stop()  # first: stop() leaves a FAILED run alone, and this one must end
             self._fail(f"the runner speaks protocol {hello['protocol']}, this gpuwatch "
                        f"speaks {protocol.PROTOCOL_VERSION}: install the same gpuwatch version "
                        f"in the training environment")
-            self.stop()
             return
         self.hello = hello
         self._hello_at = time.monotonic()
