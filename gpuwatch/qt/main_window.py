@@ -151,8 +151,7 @@ class MainWindow(QMainWindow):
         self.run_bar.addAction(self.tour.action)
         layout.addWidget(self.tour.caption)
         self.headline = HeadlineBar()
-        self.presentation = PresentationMode(self, self.headline)
-        layout.addWidget(self.presentation.big_headline)
+        self.presentation = PresentationMode(self, self.headline)  # its sentence: a top dock
         layout.addWidget(self.headline)
         self.timeline_caption = QLabel()
         layout.addWidget(self.timeline_caption)
@@ -337,6 +336,11 @@ class MainWindow(QMainWindow):
         event.accept()
 
     # ---- Redraw -----------------------------------------------------------------------
+
+    def redraw_now(self) -> None:
+        """Redraw at once even if no data changed (presentation regrouped lanes and captions)."""
+        self._last_key = None
+        self._tick()
 
     def _tick(self) -> None:
         started = time.perf_counter()
@@ -540,10 +544,12 @@ class MainWindow(QMainWindow):
     def _set_caption(self, kind: str | None, dense: bool) -> None:
         device = ("CUDA stream active (upper bound)" if kind == "cuda" else
                   "compute spans (CPU)" if kind == "cpu" else "device spans")
-        text = ("<b>Timeline</b> — host phases from perf_counter marks; device lane: "
+        stage = self.presentation.active  # on stage: the legend only, so it fits 1280 px
+        text = ("<b>Timeline</b> — " + ("" if stage else
+                                         "host phases from perf_counter marks; device lane: ")
                 + palette.swatch(palette.DEVICE_ACTIVE, device) + "&nbsp;&nbsp;"
                 + palette.swatch(palette.GAP, "idle gap"))
-        if dense:
+        if dense and not stage:
             text += "&nbsp;&nbsp;<i>(dense: bar height = share of each pixel column)</i>"
         if self.timeline_caption.text() != text:
             self.timeline_caption.setText(text)

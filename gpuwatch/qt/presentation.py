@@ -1,9 +1,12 @@
 """Presentation mode: the window as seen from the back of a hall.
 
 On: full screen, every font and plot line at ``SCALE``× (window font, style-sheet font
-sizes, axis tick fonts, pen widths), a high-contrast palette, the secondary panels (log,
-knobs, status details) hidden, and one big sentence on top built from the very figures the
-headline bar shows. Off: everything exactly as it was (fonts, panels, geometry, theme).
+sizes, axis tick fonts, pen widths) on a 720-pixel-high screen and proportionally more on a
+taller one, so the stage looks the same on a 1280×720 projector and on 4K; a high-contrast
+palette; the secondary panels (log, knobs, status details) hidden; the host phases in three
+lanes instead of seven; the scoreboard beside the plots with its headline columns only; and
+one big sentence on top built from the very figures the headline bar shows. Off (F11 again,
+or Esc): everything exactly as it was (fonts, panels, docks, window state, geometry, theme).
 """
 
 from __future__ import annotations
@@ -11,17 +14,33 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
-from PySide6.QtCore import QByteArray, QObject, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QByteArray, QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QFont, QKeySequence, QPalette
-from PySide6.QtWidgets import QDockWidget, QLabel, QMainWindow, QSplitter, QWidget
+from PySide6.QtWidgets import (
+    QBoxLayout,
+    QDockWidget,
+    QLabel,
+    QMainWindow,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
 
 from gpuwatch.qt.headline_bar import DASH, HeadlineBar, HeadlineFigures
+from gpuwatch.qt.help_view import HELP_SECTION_PROPERTY
 from gpuwatch.qt.theme import DARK_CONTRAST, LIGHT_CONTRAST, qpalette, style_window, theme_manager
 
-#: Fonts and lines grow by this much: what "readable from the back" needs on a projector.
+#: Fonts and lines grow by this much: what "readable from the back" needs on a projector...
 SCALE = 2.0
+#: ...of this height (logical pixels); a taller screen scales up in proportion, so text keeps
+#: its share of the screen's height, which is what the back row sees.
+PROJECTOR_HEIGHT = 720
+#: Scoreboard columns kept on stage (the rest are desk detail); it sits beside the plots.
+STAGE_COLUMNS = ("stage", "samples/s", "speedup")
+#: The scoreboard's share of the width on stage, at most.
+SCOREBOARD_SHARE = 0.4
 #: Docks hidden while presenting (by object name): detail for the desk, noise on stage.
-SECONDARY_DOCKS = ("log", "knobs")
+SECONDARY_DOCKS = ("log", "knobs", "advisor")
 #: The big sentence's size relative to the (already scaled) window font...
 HEADLINE_FACTOR = 1.6
 #: ...and the line of figures under it, relative to the sentence.
@@ -47,6 +66,11 @@ def presentation_detail(f: HeadlineFigures) -> str:
     return f"{rate} samples/s · step time p50 {step}"
 
 
+def presentation_scale(screen_height: int) -> float:
+    """``SCALE`` on a projector's 720 px, proportionally more on a taller screen."""
+    return SCALE * max(1.0, screen_height / PROJECTOR_HEIGHT)
+
+
 @dataclass
 class _Saved:
     """What entering changed, to put back exactly on leaving."""
@@ -58,6 +82,8 @@ class _Saved:
     state: Qt.WindowState
     font: QFont | None  # None: the window had no font of its own (it inherited the app's)
     visible: dict[QWidget, bool]
+    hidden_columns: list[int]
+    caption_home: tuple[QBoxLayout, int] | None = None  # where the tour caption came from
 
 
 class PresentationMode(QObject):
@@ -79,13 +105,41 @@ class PresentationMode(QObject):
         self.action.setToolTip("Presentation mode (F11): full screen, large fonts and lines, "
                                "high contrast, secondary panels hidden")
         self.action.toggled.connect(self._on_toggled)
+        #: Esc leaves too (only while presenting: elsewhere Esc belongs to whoever has focus).
+        self.leave_action = QAction("Leave presentation", window)
+        self.leave_action.setShortcut(QKeySequence(Qt.Key.Key_Escape))
+        self.leave_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        self.leave_action.setEnabled(False)
+        self.leave_action.triggered.connect(lambda: self.set_active(False))
+        window.addAction(self.leave_action)
+        #: Font and line scale while presenting (``presentation_scale`` of the screen).
+        self.scale = SCALE
+        self._watching_rows = False
         #: The one big sentence, shown above the headline only while presenting.
         self.big_headline = QLabel()
         self.big_headline.setObjectName("presentation_headline")
         self.big_headline.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.big_headline.setWordWrap(True)
         self.big_headline.setTextFormat(Qt.TextFormat.RichText)
-        self.big_headline.hide()
+        self.big_headline.setProperty(HELP_SECTION_PROPERTY, "differ")  # F1 over it
+        self.big_headline.setToolTip("The fine figure from our own marks beside the coarse one "
+                                     "of the whole device, then throughput and step time."
+                                     + "\n\nPress F1 here: how to read it.")
+        #: On stage the tour caption and the big sentence span the full width, above the plots
+        #: and the scoreboard beside them: a top dock without a title bar, hidden at the desk.
+        self.stage_dock = QDockWidget("Stage headline", window)
+        self.stage_dock.setObjectName("stage_headline")
+        self.stage_dock.setTitleBarWidget(QWidget())
+        self.stage_dock.setFeatures(QDockWidget.DockWidgetFeature.NoDockWidgetFeatures)
+        body = QWidget()
+        self._stage_layout = QVBoxLayout(body)
+        self._stage_layout.setContentsMargins(6, 2, 6, 0)
+        self._stage_layout.setSpacing(4)
+        self._stage_layout.addWidget(self.big_headline)
+        self.stage_dock.setWidget(body)
+        body.installEventFilter(self)  # its text changed: fit the dock's height to it
+        window.addDockWidget(Qt.DockWidgetArea.TopDockWidgetArea, self.stage_dock)
+        self.stage_dock.hide()
         headline.sig_figures_shown.connect(self._show_figures)
         self._fullscreen = True
 
@@ -120,39 +174,118 @@ class PresentationMode(QObject):
             panels += [scoreboard.hint, scoreboard.pin_button]
         own_font = w.testAttribute(Qt.WidgetAttribute.WA_SetFont)
         splitter = self._splitter()
+        table = scoreboard.table if scoreboard is not None else None
         self._saved = _Saved(geometry=w.saveGeometry(), dock_state=w.saveState(),
                              splitter=splitter.sizes() if splitter else [],
                              size=w.size(), state=w.windowState(),
                              font=QFont(w.font()) if own_font else None,
-                             visible={p: p.isVisible() for p in panels})
+                             visible={p: p.isVisible() for p in panels},
+                             hidden_columns=[] if table is None else [
+                                 i for i in range(table.model().columnCount())
+                                 if table.isColumnHidden(i)])
         for panel in panels:
             panel.hide()
+        self.leave_action.setEnabled(True)
+        height = w.screen().geometry().height() if self._fullscreen else w.height()
+        self.scale = presentation_scale(height)
         timeline = getattr(w, "timeline", None)
         if timeline is not None:  # the utilization plot below shows the same seconds
             timeline.getPlotItem().hideAxis("bottom")
+            timeline.set_merged(True)
         utilization = getattr(w, "utilization", None)
         if utilization is not None:  # "seconds since start": the room goes to the plot
             utilization.plot.getPlotItem().getAxis("bottom").showLabel(False)
             utilization.set_compact(True)
+        self._saved.caption_home = self._caption_to_stage()
+        tour = getattr(w, "tour", None)
+        if tour is not None:
+            tour.compact = True
+        self.stage_dock.show()
         font = QFont(w.font())
-        font.setPointSizeF(font.pointSizeF() * SCALE)
+        font.setPointSizeF(font.pointSizeF() * self.scale)
         w.setFont(font)
         self.restyle()
         self.big_headline.show()
         if self.headline.figures is not None:
             self._show_figures(self.headline.figures)
+        redraw = getattr(w, "redraw_now", None)
+        if redraw is not None:  # regrouped lanes, the short captions (they set min widths)
+            redraw()
+        if table is not None:
+            self._scoreboard_beside_the_plots(scoreboard)
         if self._fullscreen:
             w.showFullScreen()
-        self._share_the_height()
-        # Again once the larger fonts have been laid out (the splitter sizes by old minimums).
-        QTimer.singleShot(0, self._share_the_height)
+        elif w.size() != self._saved.size:
+            w.resize(self._saved.size)  # a dock moved beside the plots may have widened it
+        self._share_the_space()
+        # Again once the larger fonts have been laid out (the splitter sizes by old minimums),
+        # and whenever the window is resized (a window manager takes a while to go full screen).
+        QTimer.singleShot(0, self._share_the_space)
+        w.installEventFilter(self)
         self.sig_active_changed.emit(True)
+
+    def _scoreboard_beside_the_plots(self, scoreboard: QWidget) -> None:
+        """On stage the scoreboard gets the plots' full height at their side, headline
+        columns only: under the plots it squeezed them into strips at 1280×720."""
+        w = self.window
+        table = scoreboard.table
+        titles = [table.model().headerData(i, Qt.Orientation.Horizontal)
+                  for i in range(table.model().columnCount())]
+        for i, title in enumerate(titles):
+            table.setColumnHidden(i, title not in STAGE_COLUMNS)
+        dock = scoreboard.parentWidget()
+        if isinstance(dock, QDockWidget):
+            w.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
+            dock.show()
+        if not self._watching_rows:  # a new row (a tour stage) may need wider columns
+            self._watching_rows = True
+            table.model().modelReset.connect(lambda: QTimer.singleShot(0, self._fit_scoreboard))
+
+    def _caption_to_stage(self) -> tuple[QBoxLayout, int] | None:
+        """Move the tour's caption above the big sentence; returns where it was."""
+        caption = getattr(getattr(self.window, "tour", None), "caption", None)
+        parent = caption.parentWidget() if caption is not None else None
+        home = parent.layout() if parent is not None else None
+        if not isinstance(home, QBoxLayout) or home is self._stage_layout:
+            return None
+        index = home.indexOf(caption)
+        self._stage_layout.insertWidget(0, caption)  # takes it out of ``home``
+        return home, index
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if not self.active:
+            return False
+        if watched is self.window and event.type() == QEvent.Type.Resize:
+            QTimer.singleShot(0, self._share_the_space)
+        elif watched is self.stage_dock.widget() and event.type() == QEvent.Type.LayoutRequest:
+            QTimer.singleShot(0, self._fit_stage)
+        return False
+
+    def _fit_stage(self) -> None:
+        """The stage dock exactly as tall as its wrapped text (caption and sentence)."""
+        if not self.active:
+            return
+        layout = self.stage_dock.widget().layout()
+        width = max(self.stage_dock.width(), 200)
+        height = (layout.totalHeightForWidth(width) if layout.hasHeightForWidth()
+                  else layout.totalSizeHint().height())
+        if height != self.stage_dock.height():
+            self.stage_dock.setFixedHeight(height)
 
     def _leave(self) -> None:
         saved, self._saved = self._saved, None
         assert saved is not None
         w = self.window
+        w.removeEventFilter(self)
+        self.leave_action.setEnabled(False)
         self.big_headline.hide()
+        self.stage_dock.hide()
+        tour = getattr(w, "tour", None)
+        if tour is not None:
+            tour.compact = False
+            if saved.caption_home is not None:
+                home, index = saved.caption_home
+                home.insertWidget(index, tour.caption)
         w.setFont(saved.font if saved.font is not None else QFont())
         if saved.font is None:
             w.setAttribute(Qt.WidgetAttribute.WA_SetFont, False)
@@ -165,6 +298,12 @@ class PresentationMode(QObject):
         timeline = getattr(w, "timeline", None)
         if timeline is not None:
             timeline.getPlotItem().showAxis("bottom")
+            timeline.set_merged(False)
+        scoreboard = getattr(w, "scoreboard", None)
+        if scoreboard is not None:
+            table = scoreboard.table
+            for i in range(table.model().columnCount()):
+                table.setColumnHidden(i, i in saved.hidden_columns)
         utilization = getattr(w, "utilization", None)
         if utilization is not None:
             utilization.plot.getPlotItem().getAxis("bottom").showLabel(True)
@@ -177,6 +316,9 @@ class PresentationMode(QObject):
         w.restoreGeometry(saved.geometry)
         if saved.state == Qt.WindowState.WindowNoState and w.size() != saved.size:
             w.resize(saved.size)  # the panels shown again may have nudged the layout
+        redraw = getattr(w, "redraw_now", None)
+        if redraw is not None:
+            redraw()
         self.sig_active_changed.emit(False)
 
     def _splitter(self) -> QSplitter | None:
@@ -185,33 +327,42 @@ class PresentationMode(QObject):
         parent = timeline.parentWidget() if timeline is not None else None
         return parent if isinstance(parent, QSplitter) else None
 
-    def _share_the_height(self) -> None:
-        """The timeline gets most of the plots' height (eight lanes whose names are twice as
-        tall); the scoreboard just tall enough for its rows (up to 7)."""
+    def _share_the_space(self) -> None:
+        """Timeline and utilization share the height evenly (four lanes vs one plot); the
+        scoreboard beside them is as wide as its columns, up to ``SCOREBOARD_SHARE``."""
         if not self.active:
             return
-        w = self.window
+        self._fit_stage()
         splitter = self._splitter()
         if splitter is not None:
             total = sum(splitter.sizes())
-            splitter.setSizes([total * 3 // 5, total - total * 3 // 5])
+            splitter.setSizes([total * 11 // 20, total - total * 11 // 20])
+        self._fit_scoreboard()
+
+    def _fit_scoreboard(self) -> None:
+        """The scoreboard dock as wide as its stage columns, up to ``SCOREBOARD_SHARE``."""
+        if not self.active:
+            return
+        w = self.window
         scoreboard = getattr(w, "scoreboard", None)
         dock = scoreboard.parentWidget() if scoreboard is not None else None
         if isinstance(dock, QDockWidget):
+            w.layout().activate()  # the dock must be placed in its new area to be resized
             table = scoreboard.table
-            rows = min(max(table.model().rowCount(), 2), 7)
-            height = (table.horizontalHeader().sizeHint().height()
-                      + rows * table.verticalHeader().defaultSectionSize()
-                      + table.horizontalScrollBar().sizeHint().height()
-                      + dock.fontMetrics().height() + 24)
-            w.resizeDocks([dock], [height], Qt.Orientation.Vertical)
+            table.resizeColumnsToContents()
+            header = table.horizontalHeader()
+            width = (sum(header.sectionSize(i) for i in range(header.count())
+                         if not table.isColumnHidden(i))
+                     + table.verticalScrollBar().sizeHint().width() + 16)
+            w.resizeDocks([dock], [min(width, int(w.width() * SCOREBOARD_SHARE))],
+                          Qt.Orientation.Horizontal)
 
     def restyle(self) -> None:
         """Apply the high-contrast twin of the current theme at presentation scale."""
         colors = DARK_CONTRAST if theme_manager().colors.dark else LIGHT_CONTRAST
         # The window's own palette: other windows (a replay, a comparison) keep the theme.
         self.window.setPalette(qpalette(colors))
-        style_window(self.window, colors, SCALE)
+        style_window(self.window, colors, self.scale)
         big = QFont(self.window.font())
         big.setPointSizeF(big.pointSizeF() * HEADLINE_FACTOR)
         big.setWeight(QFont.Weight.Bold)

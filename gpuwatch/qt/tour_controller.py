@@ -62,6 +62,8 @@ class TourController(QObject):
         self.caption.setStyleSheet(palette.TOUR_STYLE)
         self.caption.setWordWrap(True)
         self.caption.hide()
+        #: Presentation mode: the stage's sentence only; the progress line is desk detail.
+        self.compact = False
         self.timer = QTimer(self)
         self.timer.setInterval(tick_ms)
         self.timer.timeout.connect(self.tick)
@@ -150,8 +152,8 @@ class TourController(QObject):
             text = f"<b>{title}</b> — {_escape(stage.caption)}"
         else:
             text = f"<b>{title}</b>"
-        # <small> is relative to the caption's font, so presentation mode enlarges it too.
-        text += f"<br><small>{_escape(progress.message)}</small>"
+        if not self.compact:  # <small> is relative to the caption's font
+            text += f"<br><small>{_escape(progress.message)}</small>"
         if self.caption.text() != text:
             self.caption.setText(text)
         self.caption.show()
