@@ -143,3 +143,27 @@ def test_profiled_steps_are_left_out_of_every_scoreboard_figure() -> None:
     assert after.steady_steps == before.steady_steps - len(slow)
     assert after.samples_per_s == pytest.approx(3200.0)  # 32 samples per 10 ms, exactly
     assert min(before.window_rates) < 3000  # the window with the capture in it, now left out
+
+
+def test_nsight_command_runs_the_workload_headless_with_nvtx() -> None:
+    from gpuwatch.core.nsight_command import nsight_command
+    from gpuwatch.core.session import LaunchSpec
+
+    cmd = nsight_command(LaunchSpec(workload="mlp", device="cpu"),
+                         ["/opt/py 3/bin/python", "-m", "gpuwatch"], windows=False)
+    assert cmd == ("nsys profile --trace=cuda,nvtx,osrt --sample=none --force-overwrite=true "
+                   "--output=gpuwatch-mlp '/opt/py 3/bin/python' -m gpuwatch bench "
+                   "--workload mlp --device cuda --seconds 20")
+
+
+def test_nsight_command_for_a_script_keeps_its_arguments_and_quotes_for_windows() -> None:
+    from gpuwatch.core.nsight_command import nsight_command
+    from gpuwatch.core.session import LaunchSpec
+
+    spec = LaunchSpec(script="C:\\work\\my train.py", script_args=("--lr", "0.1"),
+                      device="cuda:1", python="C:\\py\\python.exe", seconds=30)
+    cmd = nsight_command(spec, ["C:\\apps\\gpuwatch.exe"], windows=True)
+    assert cmd.startswith("nsys profile --trace=cuda,nvtx,osrt ")
+    assert "--output=gpuwatch-my_train" in cmd
+    assert cmd.endswith('C:\\apps\\gpuwatch.exe run --headless --device cuda:1 --python '
+                        'C:\\py\\python.exe --seconds 30 "C:\\work\\my train.py" -- --lr 0.1')
