@@ -48,3 +48,34 @@ def test_every_headline_figure_links_to_its_section(show_window, qtbot):
         assert blocker.args == [section]
     qtbot.waitUntil(lambda: getattr(window, "help_dialog", None) is not None
                     and window.help_dialog.isVisible())
+
+
+def _top_heading(dialog) -> str:
+    """The text of the block at the top of the guide's viewport (where scrolling put it)."""
+    browser = dialog.browser
+    return browser.cursorForPosition(QPoint(4, 4)).block().text()
+
+
+def test_each_figures_question_mark_opens_the_guide_at_its_section(show_window, qtbot):
+    window = show_window(Session(sample_coarse=False))
+    bar = window.headline
+    titles = dict(SECTIONS)
+    for figure, section in ((bar.busy, "busy"), (bar.coarse, "nvml"), (bar.difference, "differ"),
+                            (bar.samples, "step")):
+        assert figure.help_button.isVisible() and figure.help_button.text() == "?"
+        QTest.mouseClick(figure.help_button, Qt.MouseButton.LeftButton)
+        dialog = window.help_dialog
+        qtbot.waitUntil(dialog.isVisible)
+        qtbot.waitUntil(lambda s=section: _top_heading(dialog) == titles[s])
+
+
+def test_f1_on_a_focused_question_mark_opens_its_section(show_window, qtbot):
+    window = show_window(Session(sample_coarse=False))
+    window.activateWindow()
+    button = window.headline.coarse.help_button
+    button.setFocus(Qt.FocusReason.TabFocusReason)
+    qtbot.waitUntil(button.hasFocus)
+    QTest.mouseMove(window.timeline)  # the mouse is over no figure: the focus decides
+    window.help_action.trigger()  # what F1 triggers (the key itself: test_qt_shortcuts)
+    qtbot.waitUntil(lambda: getattr(window, "help_dialog", None) is not None
+                    and _top_heading(window.help_dialog) == dict(SECTIONS)["nvml"])

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QMouseEvent
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from gpuwatch.qt.help_view import HELP_SECTION_PROPERTY, TOOLTIP_HINT
 
@@ -35,7 +35,8 @@ class HeadlineFigures:
 
 
 class _Figure(QWidget):
-    """A small caption above a large value; a click asks for its section of the guide."""
+    """A small caption (with a "?" button) above a large value; a click on the figure or its
+    "?", or F1 over it or with the "?" focused, asks for its section of the guide."""
 
     sig_clicked = Signal(str)
 
@@ -49,12 +50,31 @@ class _Figure(QWidget):
         layout.setSpacing(0)
         self.caption = QLabel(caption)
         self.caption.setStyleSheet("color: #666; font-size: 11px;")
+        #: The visible way in for someone who never hovers: Tab reaches it, Space opens help.
+        self.help_button = QToolButton()
+        self.help_button.setText("?")
+        self.help_button.setAutoRaise(True)
+        self.help_button.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.help_button.setToolTip("How to read this figure (opens the guide)")
+        self.help_button.setAccessibleName(f"Help: {caption}")
+        # Borderless and unpadded: six of them must not widen the bar past a 1280 px screen.
+        self.help_button.setStyleSheet("QToolButton { color: #666; font-size: 11px; "
+                                       "font-weight: 600; padding: 0px 1px; border: none; "
+                                       "max-width: 10px; }")
+        self.help_button.clicked.connect(
+            lambda: self.sig_clicked.emit(self.property(HELP_SECTION_PROPERTY)))
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.setSpacing(0)
+        top.addWidget(self.caption)
+        top.addWidget(self.help_button)
+        top.addStretch(1)
         self.value = QLabel(DASH)
         self.value.setStyleSheet(f"font-size: {size_px}px; font-weight: 600;")
         self.value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         # A sentence-long figure wraps rather than widen the window past a 1280 px screen.
         self.value.setWordWrap(wrap)
-        layout.addWidget(self.caption)
+        layout.addLayout(top)
         layout.addWidget(self.value)
 
     def set(self, text: str, tooltip: str | None = None) -> None:

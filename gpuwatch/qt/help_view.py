@@ -35,7 +35,7 @@ SECTIONS = (
 )
 HELP_SECTION_PROPERTY = "help_section"
 #: What every headline figure's tooltip ends with.
-TOOLTIP_HINT = "\n\nClick or press F1 here: how to read this."
+TOOLTIP_HINT = "\n\nClick, press F1 here or use its \"?\": how to read this."
 
 _TEXT = {
     "step": """A <b>step</b> runs from asking the loader for a batch to asking for the next one.
@@ -130,13 +130,15 @@ class HelpDialog(QDialog):
 
 
 def section_under_cursor() -> str | None:
-    """The help section of the widget under the mouse (e.g. a headline figure), if any."""
-    widget = QApplication.widgetAt(QCursor.pos())
-    while widget is not None:
-        section = widget.property(HELP_SECTION_PROPERTY)
-        if isinstance(section, str) and section:
-            return section
-        widget = widget.parentWidget()
+    """The help section of the widget under the mouse (e.g. a headline figure), else of the
+    focused one (e.g. a figure's "?" reached with Tab), if any."""
+    for start in (QApplication.widgetAt(QCursor.pos()), QApplication.focusWidget()):
+        widget = start
+        while widget is not None:
+            section = widget.property(HELP_SECTION_PROPERTY)
+            if isinstance(section, str) and section:
+                return section
+            widget = widget.parentWidget()
     return None
 
 
