@@ -40,8 +40,10 @@ def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> Spans:
         s, e = s[valid], e[valid]
     if s.size == 0:
         return _empty_spans(dtype)
-    order = np.argsort(s, kind="stable")
-    s, e = s[order].astype(dtype, copy=False), e[order].astype(dtype, copy=False)
+    if s.size > 1 and bool(np.any(s[1:] < s[:-1])):  # step marks come sorted: skip the sort
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+    s, e = s.astype(dtype, copy=False), e.astype(dtype, copy=False)
     run_end = np.maximum.accumulate(e)
     new = np.empty(s.size, bool)
     new[0] = True
@@ -61,8 +63,10 @@ def active_spans(view: StepsView) -> Spans:
     mask = np.asarray(view.has_device, bool)
     if not mask.any():
         return _empty_spans()
-    dev = view.device[mask]
-    return merge_intervals(dev[:, ACTIVE_FIRST], dev[:, ACTIVE_LAST])
+    first, last = view.device[:, ACTIVE_FIRST], view.device[:, ACTIVE_LAST]
+    if not mask.all():  # only the two columns are copied, never the whole mark matrix
+        first, last = first[mask], last[mask]
+    return merge_intervals(first, last)
 
 
 def gaps(s: np.ndarray, e: np.ndarray, min_ns: int = 0) -> Spans:
@@ -72,6 +76,15 @@ def gaps(s: np.ndarray, e: np.ndarray, min_ns: int = 0) -> Spans:
     g0, g1 = e[:-1], s[1:]
     keep = (g1 - g0) >= min_ns
     return g0[keep], g1[keep]
+
+
+def coverage_before(s: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Length of the *merged* spans ``(s, e)`` that lies before each time ``t``.
+
+    Monotone in ``t``, so the busy time of any window is a difference of two values: one call
+    over all pixel-column edges prices every column of a lane at once.
+    """
+    return _coverage(s, e, t)
 
 
 def _coverage(s: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:

@@ -104,34 +104,62 @@ class StepStore:
         ids = np.asarray(step, np.int64)
         marks = np.asarray(device, np.int64).reshape(len(step), N_MARKS)
         with self._lock:
-            order = self._order()
-            stored = self._step[order]
-            pos = np.searchsorted(stored, ids)
-            pos_c = np.minimum(pos, max(len(stored) - 1, 0))
-            found = (pos < len(stored)) & (stored[pos_c] == ids) if len(stored) else \
-                np.zeros(len(ids), bool)
-            rows = order[pos_c[found]]
-            self._device[rows] = marks[found]
-            self._has_device[rows] = True
+            n = min(self._count, self.capacity)
+            start = (self._count - n) % self.capacity
+            found = np.zeros(len(ids), bool)
+            # Marks arrive a batch or two after their steps: look among the newest rows first
+            # (a slice), and over the whole ring only for ids not found there.
+            for lo in dict.fromkeys((max(0, n - max(4096, 4 * len(ids))), 0)):
+                todo = ~found
+                stored = self._rows(self._step, start, lo, n)
+                if not todo.any() or not len(stored):
+                    break
+                pos = np.searchsorted(stored, ids[todo])
+                pos_c = np.minimum(pos, len(stored) - 1)
+                hit = (pos < len(stored)) & (stored[pos_c] == ids[todo])
+                rows = (start + lo + pos_c[hit]) % self.capacity
+                self._device[rows] = marks[todo][hit]
+                self._has_device[rows] = True
+                found[np.flatnonzero(todo)[hit]] = True
             return int(found.sum())
 
     def snapshot(self, since_ns: int | None = None, last: int | None = None) -> StepsView:
-        """Copy the steps that end at or after ``since_ns`` (all if None), at most ``last``."""
-        with self._lock:
-            order = self._order()
-            if since_ns is not None and len(order):
-                ends = self._host[order, -1]
-                order = order[np.searchsorted(ends, since_ns, side="left"):]
-            if last is not None:
-                order = order[-last:] if last > 0 else order[:0]
-            return StepsView(self._step[order], self._config[order], self._samples[order],
-                             self._host[order], self._device[order], self._has_device[order])
+        """Copy the steps that end at or after ``since_ns`` (all if None), at most ``last``.
 
-    def _order(self) -> np.ndarray:
-        """Ring indices of the stored rows, oldest first (caller holds the lock)."""
-        n = min(self._count, self.capacity)
-        start = (self._count - n) % self.capacity
-        return (start + np.arange(n)) % self.capacity
+        Copies are made from at most two slices of the ring (never a fancy index over every
+        row): the window redraws from this ~30 times a second over up to 10^5 steps.
+        """
+        with self._lock:
+            n = min(self._count, self.capacity)
+            start = (self._count - n) % self.capacity
+            lo = 0
+            if since_ns is not None and n:
+                lo = self._first_ending_at(start, n, since_ns)
+            if last is not None:
+                lo = max(lo, n - last) if last > 0 else n
+            return StepsView(*(self._rows(column, start, lo, n) for column in (
+                self._step, self._config, self._samples, self._host, self._device,
+                self._has_device)))
+
+    def _first_ending_at(self, start: int, n: int, since_ns: int) -> int:
+        """Logical index of the first stored step whose end mark is >= ``since_ns``."""
+        ends = self._host[:, -1]
+        head = min(n, self.capacity - start)  # rows before the ring wraps
+        k = int(np.searchsorted(ends[start:start + head], since_ns, side="left"))
+        if k < head:
+            return k
+        return head + int(np.searchsorted(ends[:n - head], since_ns, side="left"))
+
+    def _rows(self, column: np.ndarray, start: int, lo: int, hi: int) -> np.ndarray:
+        """A copy of logical rows ``[lo, hi)`` of a ring column whose oldest row is ``start``."""
+        a, b = start + lo, start + hi
+        cap = self.capacity
+        if b <= cap:
+            return column[a:b].copy()
+        if a >= cap:
+            return column[a - cap:b - cap].copy()
+        return np.concatenate((column[a:], column[:b - cap]))
+
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuwatch.core.analysis import busy_fraction
+from gpuwatch.core.analysis import busy_fraction, coverage_before, is_merged, merge_intervals
 from gpuwatch.core.store import StepsView
 from gpuwatch.protocol import PHASES
 
@@ -60,8 +60,13 @@ def column_occupancy(s: np.ndarray, e: np.ndarray, lo: int, hi: int, width_px: f
     """
     n_cols = max(int(np.ceil(width_px)), 1)
     edges = np.linspace(lo, hi, n_cols + 1)
-    s, e = clip_to_window(s, e, lo, hi)
-    frac = np.nan_to_num(np.asarray(busy_fraction(s, e, edges[:-1], edges[1:])))
+    if not is_merged(s, e):  # a phase's spans are disjoint already; merged device spans too
+        s, e = merge_intervals(s, e)
+    if hi <= lo or len(s) == 0:
+        return edges[:-1], edges[1:], np.zeros(n_cols)
+    # One pass over the spans for all columns: busy time before each edge, then differences.
+    covered = np.diff(coverage_before(s, e, edges))
+    frac = np.clip(covered / np.diff(edges), 0.0, 1.0)
     return edges[:-1], edges[1:], frac
 
 
