@@ -653,6 +653,12 @@ class Session:
                 pass
             elif self.error is not None:
                 self._state = SessionState.FAILED
+            elif self.hello is None and self.bye is None and not requested:
+                # Not even a runner: e.g. --python /bin/true exits 0 without a word.
+                python = (self.spec.python if self.spec else None) or launcher.default_python()
+                self._state = SessionState.FAILED
+                self.error = (f"the runner {how} before sending anything: is {python} a "
+                              f"Python interpreter with torch?")
             elif code == 0 or requested or self._script_exit_code() == code:
                 self._state = SessionState.FINISHED  # a script's own sys.exit(n) is no failure
             else:

@@ -8,6 +8,7 @@ can check afterwards, with psutil, that none of them is alive.
 
 from __future__ import annotations
 
+import contextlib
 import textwrap
 from pathlib import Path
 
@@ -112,7 +113,5 @@ def kill_all(out: Path) -> None:
     """Clean up after a failed test, so one failure does not leave processes behind."""
     for group in recorded_pids(out).values():
         for pid in group:
-            try:
+            with contextlib.suppress(psutil.Error):
                 psutil.Process(pid).kill()
-            except psutil.Error:
-                pass
