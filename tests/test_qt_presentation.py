@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from PySide6.QtGui import QGuiApplication, QImage, QPalette
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFontMetrics, QGuiApplication, QImage, QPalette
+from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QDockWidget
 
 from gpuwatch.core.session import Session
@@ -162,3 +164,95 @@ def test_presentation_shortens_the_utilization_legend_and_hides_its_notes(light,
     win.presentation.set_active(False)
     view.show_data(choice, empty, spans, 0)
     assert "(process tree" in view.legend_label.text() and not view.note_label.isHidden()
+
+
+def _dock_layout(win) -> dict:
+    return {d.objectName(): (d.isVisible(), win.dockWidgetArea(d))
+            for d in win.findChildren(QDockWidget)}
+
+
+@pytest.mark.parametrize("maximized", [False, True], ids=["normal", "maximized"])
+def test_f11_is_real_full_screen_and_esc_or_f11_return_to_the_previous_state(
+        light, show_window, qtbot, maximized):
+    win = show_window(Session())
+    win.activateWindow()
+    qtbot.waitUntil(win.isActiveWindow)
+    if maximized:
+        win.showMaximized()
+        qtbot.waitUntil(lambda: bool(win.windowState() & Qt.WindowState.WindowMaximized))
+    state, size, docks = win.windowState(), win.size(), _dock_layout(win)
+    for leave_key in (Qt.Key.Key_Escape, Qt.Key.Key_F11):
+        QTest.keyClick(win, Qt.Key.Key_F11)
+        qtbot.waitUntil(win.isFullScreen)
+        assert win.presentation.active  # (offscreen, the 800 px screen is under its minimum)
+        assert _dock_layout(win)["scoreboard"] == (True, Qt.DockWidgetArea.RightDockWidgetArea)
+        QTest.keyClick(win, leave_key)
+        assert not win.presentation.active
+        qtbot.waitUntil(lambda: win.windowState() == state)
+        assert _dock_layout(win) == docks
+        if not maximized:
+            assert win.size() == size
+    QTest.keyClick(win, Qt.Key.Key_Escape)  # at the desk Esc is not a way in
+    assert not win.presentation.active and not win.isFullScreen()
+
+
+def _lane_labels(win) -> list[str]:
+    return [label for _, label in win.timeline.getPlotItem().getAxis("left")._tickLevels[0]]
+
+
+@pytest.mark.parametrize("size", [(1280, 720), (3840, 2160)])
+def test_stage_layout_keeps_lanes_scoreboard_and_caption_readable(light, show_window, qtbot,
+                                                                   size):
+    from gpuwatch.core.tour import Stage, TourProgress
+    from gpuwatch.qt.presentation import STAGE_COLUMNS, presentation_scale
+    from gpuwatch.qt.timeline_view import MERGED_LANES
+
+    win = show_window(Session())
+    win.resize(*size)
+    qtbot.waitUntil(lambda: (win.width(), win.height()) == size)
+    font_pt = win.font().pointSizeF()
+    desk_lanes = _lane_labels(win)
+    assert len(desk_lanes) == 8  # seven phases and the device lane
+    caption = win.tour.caption
+    home = caption.parentWidget()
+    stage = Stage("workers", {}, "2 worker processes decode while the model trains")
+    progress = TourProgress(1, 6, stage, "transition", 0.0, None, "waiting for steady steps")
+    win.tour._show_progress(progress)
+    assert "waiting for steady steps" in caption.text()
+
+    win.presentation.set_active(True, fullscreen=False)
+    qtbot.waitUntil(lambda: win.scoreboard.parentWidget().width() > 250)
+    # Fonts grow with the screen: 2x on a 720 px projector, in proportion on 4K.
+    assert presentation_scale(size[1]) == pytest.approx(SCALE * size[1] / 720)
+    assert win.font().pointSizeF() == pytest.approx(font_pt * presentation_scale(size[1]))
+    # Three host lanes and the device lane, each row tall enough for a two-line name.
+    assert _lane_labels(win) == [name for name, _ in MERGED_LANES] + [desk_lanes[-1]]
+    axis = win.timeline.getPlotItem().getAxis("left")
+    line = QFontMetrics(axis.style["tickFont"]).lineSpacing()
+    row = win.timeline.getPlotItem().getViewBox().height() / 4
+    assert row >= 2 * line, (row, line)
+    # The scoreboard beside the plots, its stage columns whole (no cut-off column).
+    dock = win.scoreboard.parentWidget()
+    assert win.dockWidgetArea(dock) == Qt.DockWidgetArea.RightDockWidgetArea
+    table = win.scoreboard.table
+    shown = [table.model().headerData(i, Qt.Orientation.Horizontal)
+             for i in range(table.model().columnCount()) if not table.isColumnHidden(i)]
+    assert tuple(shown) == STAGE_COLUMNS
+    assert dock.geometry().left() >= win.centralWidget().geometry().right()
+    # The tour caption (compact: no progress line) above the big sentence, full width on top.
+    stage_dock = win.presentation.stage_dock
+    assert stage_dock.isVisible() and stage_dock.isAncestorOf(caption)
+    assert stage_dock.width() >= win.width() - 20
+    assert stage_dock.geometry().bottom() < win.centralWidget().geometry().top()
+    assert win.tour.compact
+    win.tour._show_progress(progress)
+    assert "waiting for steady steps" not in caption.text() and "workers" in caption.text()
+    body = stage_dock.widget()
+    assert body.height() >= body.layout().totalHeightForWidth(body.width())  # nothing cut
+    assert (win.width(), win.height()) == size
+
+    win.presentation.set_active(False)
+    assert caption.parentWidget() is home and not win.tour.compact
+    assert _lane_labels(win) == desk_lanes
+    assert not any(table.isColumnHidden(i) for i in range(table.model().columnCount()))
+    assert not stage_dock.isVisible()

@@ -14,7 +14,7 @@ from gpuwatch.qt.shortcuts import SHORTCUTS, ZOOM_LEVELS_S, apply_shortcuts
 
 CTRL = Qt.KeyboardModifier.ControlModifier
 #: Built by part A's presentation mode; the table lists it either way.
-OPTIONAL_ACTIONS = {"presentation.action"}
+OPTIONAL_ACTIONS = {"presentation.action", "presentation.leave_action"}
 
 
 @pytest.fixture

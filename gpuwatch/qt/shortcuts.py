@@ -39,7 +39,9 @@ class Shortcut:
 SHORTCUTS: tuple[Shortcut, ...] = (
     Shortcut(("Space",), "pause_view_action",
              "Pause / resume the view: the plots and figures freeze, the run goes on"),
-    Shortcut(("F11",), "presentation.action", "Presentation mode on / off"),
+    Shortcut(("F11",), "presentation.action",
+             "Presentation mode on / off (full screen; off returns to the window as it was)"),
+    Shortcut(("Esc",), "presentation.leave_action", "Leave presentation mode"),
     Shortcut(("Ctrl+S",), "record_action",
              "Save a recording: first press starts recording (what is on screen included), "
              "second press finishes the file"),
