@@ -45,6 +45,7 @@ from gpuwatch.qt import palette
 from gpuwatch.qt.change_markers import ChangeMarkers
 from gpuwatch.qt.headline_bar import HeadlineBar, HeadlineFigures
 from gpuwatch.qt.help_view import build_help_menu, open_help
+from gpuwatch.qt.kernel_lane import KernelCaptureControls
 from gpuwatch.qt.knob_panel import KnobPanel
 from gpuwatch.qt.log_pane import LogPane
 from gpuwatch.qt.presentation import PresentationMode
@@ -201,6 +202,8 @@ class MainWindow(QMainWindow):
         self._set_caption(None, dense=False)
         self._sync_state()
         self._build_desk_menus()
+        #: Toolbar "Capture kernels", the kernel lane under the timeline, Help ▸ Nsight command.
+        self.kernel_capture = KernelCaptureControls(self, splitter)
 
         self.timer = QTimer(self)
         self.timer.setInterval(REDRAW_MS)
