@@ -1,0 +1,118 @@
+"""The kernel lane and the "Capture kernels" action, fed like the link thread feeds a Session.
+
+The CUDA window below is SIMULATED (hand-written kernels, streams and geometry; no GPU here).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from PySide6.QtGui import QGuiApplication
+
+from gpuwatch import protocol
+from gpuwatch.core.nsight_command import gpuwatch_argv, nsight_command
+from gpuwatch.core.session import LaunchSpec, Session, SessionState
+
+K, CPY, OP = (protocol.KERNEL_KINDS.index(k) for k in ("kernel", "memcpy", "cpu_op"))
+MS = 1_000_000
+
+
+class FakeLink:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    def send(self, kind: str, **fields: Any) -> bool:
+        self.sent.append((kind, fields))
+        return True
+
+
+def kernels_message(t0: int, device: str = "cuda") -> dict[str, Any]:
+    """SIMULATED window of 3 steps from ``t0``: two kernels (one under-filled) and a copy."""
+    kind = [K, K, CPY] if device == "cuda" else [OP, OP, OP]
+    return {"kind": "kernels", "status": "ok", "device": device, "steps": [11, 12, 13],
+            "perturbed": [10, 11, 12, 13], "t0_ns": t0, "t1_ns": t0 + 30 * MS,
+            "names": ["gemm", "relu", "Memcpy HtoD"], "type": kind, "name": [0, 1, 2],
+            "stream": [7, 7, 7], "start": [t0 + 1 * MS, t0 + 5 * MS, t0 + 10 * MS],
+            "end": [t0 + 4 * MS, t0 + 6 * MS, t0 + 12 * MS], "launch": [t0, t0, t0],
+            "blocks_per_sm": [4.0, 0.5, None], "grid": [None] * 3, "block": [None] * 3,
+            "dropped": 0}
+
+
+@pytest.fixture
+def window(show_window):
+    return show_window(Session(sample_coarse=False))
+
+
+def running(session: Session) -> FakeLink:
+    link = FakeLink()
+    session.hello = {"device": {"kind": "cuda", "name": "simulated GPU"}, "workload": "mlp"}
+    session._link = link  # type: ignore[assignment]
+    session._state = SessionState.RUNNING
+    return link
+
+
+def test_lane_is_hidden_until_a_capture_and_action_needs_a_run(window, qtbot) -> None:
+    controls = window.kernel_capture
+    assert not controls.lane.isVisible()
+    assert not controls.action.isEnabled()  # nothing is running
+    assert not controls.capture()
+    assert "no training run" in window.statusBar().currentMessage()
+
+
+def test_capture_asks_the_runner_and_the_window_shows_in_the_lane(window, qtbot) -> None:
+    session: Session = window.session
+    link = running(session)
+    controls = window.kernel_capture
+    qtbot.waitUntil(controls.action.isEnabled, timeout=5000)
+    controls.step_actions[5].trigger()
+    controls.action.trigger()
+    assert link.sent == [("capture", {"steps": 5})]
+    qtbot.waitUntil(lambda: controls.action.text() == "Capturing…", timeout=5000)
+    assert not controls.action.isEnabled() and controls.lane.isVisible()
+
+    session._dispatch_kind(kernels_message(session.t0_ns + 2_000 * MS))  # SIMULATED CUDA
+    qtbot.waitUntil(lambda: controls.lane.summary != "", timeout=5000)
+    lane = controls.lane
+    assert lane.event_bars["kernel"].count() == 2 and lane.event_bars["memcpy"].count() == 1
+    assert lane.window_bars.count() == 1
+    assert [t.toPlainText() for t in lane.labels] == [
+        "profiled: busy 20%, 2 kernels, 1 under-filled"]
+    assert "left out of the scoreboard" in lane.toolTip()
+    assert "1 under-filled (<1 block/SM" in lane.summary
+    qtbot.waitUntil(controls.action.isEnabled, timeout=5000)
+    assert session.kernel_windows()[0].perturbed == (10, 11, 12, 13)
+
+
+def test_cpu_window_is_labelled_cpu_ops(window, qtbot) -> None:
+    session: Session = window.session
+    session._dispatch_kind(kernels_message(session.t0_ns, device="cpu"))
+    lane = window.kernel_capture.lane
+    qtbot.waitUntil(lane.isVisible, timeout=5000)
+    assert lane.event_bars["cpu_op"].count() == 3
+    ticks = lane.getPlotItem().getAxis("left")._tickLevels[0]
+    assert ticks[0][1] == "CPU ops\n(profiled)"
+    assert "CPU ops" in lane.labels[0].toPlainText()
+
+
+def test_a_failed_capture_is_shown_in_the_status_bar(window, qtbot) -> None:
+    session: Session = window.session
+    running(session)
+    window.kernel_capture.capture(3)
+    session._dispatch_kind({"kind": "kernels", "status": "failed", "device": "cuda",
+                            "error": "the profiler could not start (RuntimeError: CUPTI)",
+                            "steps": [], "perturbed": [], "names": [], "type": [],
+                            "name": [], "stream": [], "start": [], "end": []})
+    qtbot.waitUntil(lambda: "could not start" in window.statusBar().currentMessage(),
+                    timeout=5000)
+    assert window.kernel_capture.action.isEnabled()
+
+
+def test_copy_nsight_command_puts_the_command_on_the_clipboard(window) -> None:
+    command = window.kernel_capture.copy_nsight_command()
+    spec = LaunchSpec(workload=window.workload_combo.currentText(),
+                      device=str(window.device_combo.currentData()))
+    assert command == nsight_command(spec, gpuwatch_argv())
+    assert QGuiApplication.clipboard().text() == command
+    help_menu = next(a.menu() for a in window.menuBar().actions() if "Help" in a.text())
+    assert window.kernel_capture.nsight_action in help_menu.actions()
