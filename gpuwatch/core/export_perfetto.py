@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from gpuwatch.core.analysis import active_spans, gaps
-from gpuwatch.core.recording_reader import Recording
-from gpuwatch.protocol import ACTIVE_FIRST, ACTIVE_LAST, PHASES
+from gpuwatch.core.kernel_window import KernelWindow
+from gpuwatch.core.recording_reader import Recording, kernel_windows
+from gpuwatch.protocol import ACTIVE_FIRST, ACTIVE_LAST, KERNEL_KINDS, PHASES
 
 PID = 1
 STEPS_TID = 1
@@ -28,6 +29,10 @@ SEGMENTS_TID = 2
 PHASE_TIDS = {phase: 10 + i for i, phase in enumerate(PHASES)}
 DEVICE_TID = 20
 GAPS_TID = 21
+#: Kernel capture windows (shaded "profiled"), then one track per stream (or CPU thread) of
+#: their events, from ``KERNEL_TID`` on: events of two streams may overlap, of one never.
+CAPTURE_TID = 22
+KERNEL_TID = 100
 #: Track names in their display order (``thread_sort_index``).
 TRACKS: tuple[tuple[int, str], ...] = (
     (SEGMENTS_TID, "configurations"),
@@ -41,11 +46,14 @@ TRACKS: tuple[tuple[int, str], ...] = (
 def perfetto_trace(recording: Recording) -> dict[str, Any]:
     """The trace as a JSON-ready dict: ``{"traceEvents": [...], "displayTimeUnit": "ms"}``."""
     t0 = recording.t0_ns
+    windows = kernel_windows(recording)
+    streams = _kernel_streams(windows)
     timed = [*_step_events(recording, t0), *_segment_events(recording, t0),
              *_device_events(recording, t0), *_counter_events(recording, t0),
-             *_change_instants(recording, t0)]
+             *_change_instants(recording, t0), *_kernel_events(windows, streams, t0)]
     timed.sort(key=lambda e: e["ts"])  # stable: a track's events keep their order
-    return {"traceEvents": [*_metadata(recording), *timed], "displayTimeUnit": "ms"}
+    return {"traceEvents": [*_metadata(recording), *_kernel_metadata(windows, streams),
+                            *timed], "displayTimeUnit": "ms"}
 
 
 def write_perfetto(recording: Recording, out: str | Path) -> None:
@@ -118,6 +126,54 @@ def _device_events(recording: Recording, t0: int) -> Iterator[dict[str, Any]]:
     yield from _complete(GAPS_TID, "device", "gap",
                          ((a, b, {"ms": (b - a) / 1e6}) for a, b in
                           zip(g0.tolist(), g1.tolist(), strict=True)), t0)
+
+
+def _kernel_streams(windows: list[KernelWindow]) -> dict[tuple[str, int], int]:
+    """(device, stream or thread id) -> track id, in order of first appearance."""
+    streams: dict[tuple[str, int], int] = {}
+    for window in windows:
+        for stream in window.stream[window.device_mask()].tolist():
+            streams.setdefault((window.device, int(stream)), KERNEL_TID + len(streams))
+    return streams
+
+
+def _kernel_metadata(windows: list[KernelWindow], streams: dict[tuple[str, int], int]
+                     ) -> list[dict[str, Any]]:
+    if not windows:
+        return []
+    tracks = [(CAPTURE_TID, "kernel capture windows (profiled)")]
+    tracks += [(tid, f"kernels: stream {stream}" if device == "cuda"
+                else f"CPU ops (profiled): thread {stream}")
+               for (device, stream), tid in streams.items()]
+    events = []
+    for index, (tid, label) in enumerate(tracks, start=len(TRACKS)):
+        events.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": tid, "ts": 0,
+                       "args": {"name": label}})
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": PID, "tid": tid, "ts": 0,
+                       "args": {"sort_index": index}})
+    return events
+
+
+def _kernel_events(windows: list[KernelWindow], streams: dict[tuple[str, int], int],
+                   t0: int) -> Iterator[dict[str, Any]]:
+    """Each window as a span, and its events on their stream's track (overlaps cut)."""
+    yield from _complete(CAPTURE_TID, "kernels", "profiled window",
+                         ((w.t0_ns, w.t1_ns, {"steps": list(w.steps),
+                                              "perturbed": list(w.perturbed)})
+                          for w in windows), t0)
+    for (device, stream), tid in streams.items():
+        rows = []
+        for w in windows:
+            if w.device != device:
+                continue
+            for i in np.flatnonzero(w.device_mask() & (w.stream == stream)).tolist():
+                rows.append((int(w.start[i]), int(w.end[i]), w.names[int(w.name[i])],
+                             KERNEL_KINDS[int(w.kind[i])]))
+        rows.sort()
+        for event in _complete(tid, "kernels", "event",
+                               ((s, e, {"name": n, "kind": k}) for s, e, n, k in rows), t0):
+            event["name"] = event["args"].pop("name")
+            yield event
 
 
 def _segment_events(recording: Recording, t0: int) -> Iterator[dict[str, Any]]:

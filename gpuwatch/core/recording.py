@@ -230,6 +230,7 @@ class Recorder:
                 items.append(({"kind": "device_marks",
                                "step": view.step[part][has].tolist(),
                                "device": view.device[part][has].tolist()}, t_ns))
+        items += [(w.to_message(), w.t1_ns) for w in session.kernel_windows()]
         items[1:] = sorted(items[1:], key=lambda item: item[1])  # the hello stays first
         return items
 
@@ -262,10 +263,13 @@ class Recorder:
     def _write_guarded(self, batch: list[tuple[dict[str, Any], int]], *, final: bool) -> None:
         try:
             self._write(batch, final=final)
-        except (sqlite3.Error, OSError) as exc:
+        except Exception as exc:  # a bug too must stop the recording loudly, not kill the thread
             with contextlib.suppress(sqlite3.Error):
                 if self._conn is not None and self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
+            if not isinstance(exc, (sqlite3.Error, OSError)):
+                log.exception("recording to %s failed", self.path)
+                exc = f"internal error: {type(exc).__name__}: {exc}"
             self._fail(f"recording to {self.path} stopped ({exc}); the run goes on")
 
     def _fail(self, message: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuwatch.core.kernel_window import KernelWindow, KernelWindowError
 from gpuwatch.core.recording import (
     DEVICE_COLUMNS,
     MARK_COLUMNS,
@@ -92,6 +93,22 @@ class Recording:
                 message = {**body, "kind": kind}
             out.append((t_ns, message))
         return out
+
+
+def kernel_windows(recording: Recording) -> list[KernelWindow]:
+    """The recording's kernel capture windows that succeeded (``kernels`` rows of ``events``),
+    in arrival order; a malformed one is skipped, as a live session drops it."""
+    windows = []
+    for _, _, kind, body in recording._events:
+        if kind != "kernels":
+            continue
+        try:
+            window = KernelWindow.from_message(body)
+        except KernelWindowError:
+            continue
+        if window.ok:
+            windows.append(window)
+    return windows
 
 
 def open_recording(path: str | Path) -> Recording:

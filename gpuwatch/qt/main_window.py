@@ -362,6 +362,10 @@ class MainWindow(QMainWindow):
         lines = self.session.drain_log()
         if lines:
             self.log_pane.append_lines(lines, self.session.t0_ns)
+        recorder = getattr(self, "recorder", None)
+        if recorder is not None and recorder.error:  # e.g. a full disk: say so now
+            self._stop_recording()
+            self._show_error("Recording stopped", recorder.error)
         self._sync_state()
         live = self.session.state in ACTIVE_STATES
         now_ns = self._now_ns(live)

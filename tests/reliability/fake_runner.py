@@ -2,7 +2,7 @@
 
 Started by a Session through a wrapper "interpreter" (``conftest.fake_python``) as
 ``fake_runner.py -m gpuwatch.runner --connect ADDRESS --workload MODE ...``: the workload name
-picks what it does. Starts in a fraction of a second, so link faults and load are cheap to test.
+(or ``$GPUWATCH_FAKE_MODE``, for script mode) picks what it does. Starts in a fraction of a second, so link faults and load are cheap to test.
 
 Modes:
   ``v99``      hello with protocol 99, then waits for stop.
@@ -64,7 +64,7 @@ def garbage(conn) -> None:
 def main() -> int:
     args = sys.argv[1:]
     address = args[args.index("--connect") + 1]
-    mode = args[args.index("--workload") + 1]
+    mode = os.environ.get("GPUWATCH_FAKE_MODE") or args[args.index("--workload") + 1]
     conn = Client(address, authkey=bytes.fromhex(os.environ["GPUWATCH_AUTHKEY"]))
     stop = threading.Event()
     lock = threading.Lock()
