@@ -167,3 +167,58 @@ def test_nsight_command_for_a_script_keeps_its_arguments_and_quotes_for_windows(
     assert "--output=gpuwatch-my_train" in cmd
     assert cmd.endswith('C:\\apps\\gpuwatch.exe run --headless --device cuda:1 --python '
                         'C:\\py\\python.exe --seconds 30 "C:\\work\\my train.py" -- --lr 0.1')
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["from-start", "started-mid-run"])
+def test_windows_are_recorded_replayed_and_exported(tmp_path, late: bool) -> None:
+    from waiting import wait_until
+
+    from gpuwatch.core.export_perfetto import KERNEL_TID, perfetto_trace
+    from gpuwatch.core.recording import Recorder
+    from gpuwatch.core.recording_reader import kernel_windows, open_recording
+    from gpuwatch.core.replay import ReplaySession
+    from gpuwatch.core.session import Session
+
+    session = Session(sample_coarse=False)
+    path = tmp_path / "k.gpuwatch"
+    recorder = Recorder(path, session, flush_s=0.05)
+    if not late:
+        recorder.start()
+    session._dispatch({"kind": "hello", "protocol": 1, "pid": 1, "workload": "mlp",
+                       "device": {"kind": "cuda", "name": "simulated GPU"}, "versions": {},
+                       "knobs": [], "config": {"values": {}, "warmup_steps": 0}})
+    t0 = session.t0_ns
+    marks = [[t0 + i * 1000 + k * 100 for k in range(7)] for i in range(8)]
+    session._dispatch({"kind": "steps", "step": list(range(8)), "config": [0] * 8,
+                       "samples": [4] * 8, "host": marks})
+    # SIMULATED CUDA window over steps 3..4 on two streams (overlapping across streams).
+    message = window([(K, 7, t0 + 3100, t0 + 3300, t0 + 3050, 0.5),
+                      (CPY, 9, t0 + 3200, t0 + 3600, t0 + 3150, None),
+                      (K, 7, t0 + 4100, t0 + 4400, t0 + 3900, 8.0)],
+                     t0=t0 + 3000, t1=t0 + 5000)
+    session._dispatch(message)
+    if late:
+        recorder.start()
+    wait_until(lambda: recorder.steps_written == 8, 10, "the steps written")
+    recorder.close()
+
+    recording = open_recording(path)
+    [stored] = kernel_windows(recording)
+    live = session.kernel_windows()[0]
+    assert stored.summary() == live.summary()
+    assert stored.perturbed == (2, 3, 4)
+    replay = ReplaySession(recording)
+    assert [w.summary() for w in replay.kernel_windows()] == [live.summary()]
+
+    trace = perfetto_trace(recording)["traceEvents"]
+    names = {e["args"]["name"] for e in trace if e.get("name") == "thread_name"}
+    assert {"kernel capture windows (profiled)", "kernels: stream 7",
+            "kernels: stream 9"} <= names
+    kernels = [e for e in trace if e.get("ph") == "X" and e["tid"] >= KERNEL_TID]
+    assert sorted(e["name"] for e in kernels) == ["a", "a", "b"]
+    by_track: dict[int, list[dict[str, Any]]] = {}
+    for e in kernels:
+        by_track.setdefault(e["tid"], []).append(e)
+    for events in by_track.values():
+        for a, b in zip(events, events[1:], strict=False):
+            assert a["ts"] + a["dur"] <= b["ts"] + 1e-6

@@ -166,6 +166,25 @@ class KernelWindow:
             grid=_dims(m.get("grid"), n), block=_dims(m.get("block"), n),
             dropped=int(m.get("dropped", 0)))
 
+    def to_message(self) -> dict[str, Any]:
+        """The ``kernels`` message this window was built from (a recording started mid-run
+        writes the windows the session already holds this way)."""
+        message: dict[str, Any] = {
+            "kind": "kernels", "status": self.status, "device": self.device,
+            "steps": list(self.steps), "perturbed": list(self.perturbed), "t0_ns": self.t0_ns,
+            "t1_ns": self.t1_ns, "covered_t1_ns": self.covered_t1_ns, "dropped": self.dropped,
+            "names": list(self.names), "type": self.kind.tolist(), "name": self.name.tolist(),
+            "stream": self.stream.tolist(), "start": self.start.tolist(),
+            "end": self.end.tolist(),
+            "launch": [None if v < 0 else v for v in self.launch.tolist()],
+            "blocks_per_sm": [v if np.isfinite(v) else None
+                              for v in self.blocks_per_sm.tolist()],
+            "grid": [None if g is None else list(g) for g in self.grid],
+            "block": [None if b is None else list(b) for b in self.block]}
+        if self.error:
+            message["error"] = self.error
+        return message
+
     def device_mask(self) -> np.ndarray:
         """Events that occupy the device: GPU activities on CUDA, CPU ops on a CPU."""
         return self.kind != CPU_OP if self.device == "cuda" else self.kind == CPU_OP
