@@ -2,7 +2,8 @@
 
 Started by a Session through a wrapper "interpreter" (``conftest.fake_python``) as
 ``fake_runner.py -m gpuwatch.runner --connect ADDRESS --workload MODE ...``: the workload name
-(or ``$GPUWATCH_FAKE_MODE``, for script mode) picks what it does. Starts in a fraction of a second, so link faults and load are cheap to test.
+(or ``$GPUWATCH_FAKE_MODE``, for script mode) picks what it does. Starts in a fraction of a
+second, so link faults and load are cheap to test.
 
 Modes:
   ``v99``      hello with protocol 99, then waits for stop.

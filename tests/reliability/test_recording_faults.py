@@ -16,7 +16,6 @@ from argparse import Namespace
 from pathlib import Path
 
 import pytest
-from waiting import wait_until
 
 from gpuwatch.core import recording as recording_module
 from gpuwatch.core.headless import HeadlessOptions, run_headless
