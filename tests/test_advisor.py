@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from fake_knob_session import KNOBS, knob
 
-from gpuwatch.core.advisor import RULE_IDS, RULES, Context, advise
-from gpuwatch.core.segments import SegmentStats
+from gpuwatch.core.advisor import RULE_IDS, RULES, Context, Finding, advise, share
+from gpuwatch.core.segments import Refusal, SegmentStats
 
 VALUES = {k["name"]: k["default"] for k in KNOBS}
 
@@ -212,3 +212,64 @@ def test_bench_report_prints_the_breakdowns_then_the_findings() -> None:
     data = json.loads(render(BenchReport({}, "vision", 4, [unmeasured]), "json"))
     assert data["segments"][0]["breakdown"] is None
     assert data["segments"][0]["idle_causes"] is None and data["findings"] == []
+
+
+@pytest.mark.timeout(600)
+def test_naive_vision_on_a_cpu_waits_for_input_and_the_applied_fix_is_measured() -> None:
+    """End to end: a real CPU runner; the advice is applied through Session.set_knobs."""
+    from waiting import wait_until
+
+    from gpuwatch.core.advisor import context_of
+    from gpuwatch.core.session import LaunchSpec, Session, SessionState
+
+    session = Session(sample_coarse=False)
+    try:
+        session.start(LaunchSpec(workload="vision", device="cpu"))
+        wait_until(lambda: session.hello is not None or session.state is SessionState.FAILED,
+                   240, "the runner's hello")
+        assert session.hello is not None, session.error
+
+        def advice() -> list:
+            return advise(session.scoreboard(), context_of(session))
+
+        def baseline_measured() -> bool:
+            rows = session.scoreboard()
+            return bool(rows) and len(rows[-1].window_rates) >= 2 and bool(advice())
+
+        wait_until(baseline_measured, 300, "two steady seconds of the naive loop")
+        top = advice()[0]
+        cores = session.hello["device"]["cores"]
+        assert top.rule == "input-bound", [f.title for f in advice()]
+        assert top.suggestion == {"num_workers": min(cores, 16)}
+        assert f"this machine has {cores} core" in top.title
+
+        request = session.set_knobs(top.suggestion)
+        assert request is not None
+        applied: dict[int, str] = {}
+
+        def outcome() -> Finding | None:
+            answer = session.answer(request)
+            if answer is None:
+                return None
+            assert not isinstance(answer, Refusal), answer
+            applied[answer.id] = top.quantity
+            found = advise(session.scoreboard(), context_of(session), applied)
+            return next((f for f in found if f.rule in ("change-outcome", "change-worse")),
+                        None)
+
+        wait_until(outcome, 300, "the new configuration's steady figures")
+        rows = session.scoreboard()  # one snapshot for the finding and the figures
+        result = next(f for f in advise(rows, context_of(session), applied)
+                      if f.rule in ("change-outcome", "change-worse"))
+        before, after = share(rows[0], "input wait"), share(rows[-1], "input wait")
+        assert before is not None and after is not None
+        move = f"num_workers 0→{min(cores, 16)}"
+        if result.rule == "change-outcome":  # the expected case: it helped (or was noise)
+            assert result.title.startswith(f"{move}: ")
+            assert f"input wait {100 * before:.0f}%→{100 * after:.0f}%" in result.title
+        else:  # a machine loaded by others can make two workers cost more than they save
+            assert f"made things worse: {move} cost " in result.title
+        assert "samples/s" in result.evidence
+        assert after < before  # workers take the decode off the training loop
+    finally:
+        session.close()

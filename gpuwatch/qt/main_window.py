@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from gpuwatch.core.analysis import active_spans, headline
+from gpuwatch.core.gap_causes import caused_idle, reconfiguring_steps
 from gpuwatch.core.outcome import describe, facts_from
 from gpuwatch.core.recording import SUFFIX, Recorder, RecordingError
 from gpuwatch.core.recording_reader import open_recording
@@ -42,7 +43,9 @@ from gpuwatch.core.replay import READ_ONLY, ReplaySession
 from gpuwatch.core.session import ACTIVE_STATES, LaunchSpec, LogLine, Session, SessionState
 from gpuwatch.protocol import WORKLOADS
 from gpuwatch.qt import palette
+from gpuwatch.qt.advisor_view import AdvisorView
 from gpuwatch.qt.change_markers import ChangeMarkers
+from gpuwatch.qt.gap_tint import legend as gap_legend
 from gpuwatch.qt.headline_bar import HeadlineBar, HeadlineFigures
 from gpuwatch.qt.help_view import build_help_menu, open_help
 from gpuwatch.qt.kernel_lane import KernelCaptureControls
@@ -187,6 +190,15 @@ class MainWindow(QMainWindow):
             lambda text: self.statusBar().showMessage(text, 15_000))
         self.tour.active_changed.connect(
             lambda on: self.knob_panel.set_locked(TOUR_LOCK_HINT if on else None))
+        # The advisor sits above the knobs: why the device waits, and the knob to flip.
+        self.advisor = AdvisorView(session)
+        advisor_dock = self._dock("Advisor", "advisor", self.advisor)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, advisor_dock)
+        self.splitDockWidget(advisor_dock, knob_dock, Qt.Orientation.Vertical)
+        self.advisor.status_message.connect(
+            lambda text: self.statusBar().showMessage(text, 15_000))
+        self.tour.active_changed.connect(
+            lambda on: self.advisor.set_locked(TOUR_LOCK_HINT if on else None))
 
         self._build_status_bar()
         self._build_file_menu()
@@ -386,6 +398,7 @@ class MainWindow(QMainWindow):
             rows = session.scoreboard()
             self.scoreboard.show_rows(rows)
             self.knob_panel.refresh(rows)
+            self.advisor.refresh(rows)
             changes = session.config_changes()
             for markers in (self.timeline_markers, self.utilization_markers):
                 markers.update(session.hello, changes, rows, session.t0_ns, now_ns)
@@ -458,6 +471,9 @@ class MainWindow(QMainWindow):
         active = active_spans(steps)
         self.timeline.set_device_kind(session.device_kind)
         self.timeline.show_steps(steps, active, session.t0_ns, lo_ns, hi_ns)
+        reconfiguring = reconfiguring_steps(steps, session.config_changes())
+        self.timeline.show_gap_causes(caused_idle(steps, None, reconfiguring), session.t0_ns,
+                                      lo_ns, hi_ns)
         self.utilization.show_data(choice, coarse, active, session.t0_ns)
         self._set_caption(session.device_kind, self.timeline.dense)
 
@@ -555,7 +571,7 @@ class MainWindow(QMainWindow):
         text = ("<b>Timeline</b> — " + ("" if stage else
                                          "host phases from perf_counter marks; device lane: ")
                 + palette.swatch(palette.DEVICE_ACTIVE, device) + "&nbsp;&nbsp;"
-                + palette.swatch(palette.GAP, "idle gap"))
+                + gap_legend(self.timeline.causes_shown))
         if dense and not stage:
             text += "&nbsp;&nbsp;<i>(dense: bar height = share of each pixel column)</i>"
         if self.timeline_caption.text() != text:
@@ -568,6 +584,9 @@ class MainWindow(QMainWindow):
         self.run_bar.addSeparator()
         self.run_bar.addAction(self.presentation.action)
         menu.addAction(self.presentation.action)
+        panels = menu.addMenu("Panels")
+        for dock in self.findChildren(QDockWidget):
+            panels.addAction(dock.toggleViewAction())
         themes = menu.addMenu("Theme")
         group = QActionGroup(self)
         manager = theme_manager()
@@ -636,6 +655,7 @@ class MainWindow(QMainWindow):
             action.setEnabled(False)
         self.record_action.setToolTip("A replay is already a recording")
         self.knob_panel.set_locked(READ_ONLY)
+        self.advisor.set_locked(READ_ONLY)
         knob_dock.setWindowTitle(f"Knobs ({READ_ONLY})")
         # The toolbar names what was recorded (a built-in workload or a script's file name).
         recorded = (replay.recording.hello or {}).get("workload")

@@ -14,9 +14,11 @@ from PySide6.QtCore import QRectF
 from PySide6.QtGui import QPainterPath
 
 from gpuwatch.core.analysis import gaps
+from gpuwatch.core.gap_causes import CAUSES, CausedIdle
 from gpuwatch.core.store import StepsView
 from gpuwatch.protocol import ALL_PHASES
 from gpuwatch.qt import palette
+from gpuwatch.qt.gap_tint import CAUSE_COLORS, present_causes, tint_spans
 from gpuwatch.qt.spans import clip_to_window, column_occupancy, is_dense, phase_spans
 
 #: Host lanes as (name, phases drawn in it), top to bottom, above the device lane (which sits
@@ -115,6 +117,14 @@ class TimelineView(pg.PlotWidget):
         self.device_bars.setZValue(2)
         self.addItem(self.gap_bars)
         self.addItem(self.device_bars)
+        #: Idle gaps tinted by cause (``show_gap_causes``), drawn over the plain gap tint.
+        self.cause_bars: dict[str, SpanBars] = {}
+        for cause in CAUSES:
+            bars = SpanBars(brush=CAUSE_COLORS[cause], name=f"idle: {cause}")
+            bars.setZValue(1.5)
+            self.cause_bars[cause] = bars
+            self.addItem(bars)
+        self.causes_shown: tuple[str, ...] = ()  # for the legend, most visible first
         self.dense = False  # last redraw aggregated per pixel column
         self._device_kind: str | None = "unset"
         self.set_device_kind(None)
@@ -208,6 +218,23 @@ class TimelineView(pg.PlotWidget):
             g0, g1 = gaps(s, e)
         pad = (1 - BAR_HEIGHT) / 4
         self.gap_bars.set_spans(to_s(g0), to_s(g1), y - pad, BAR_HEIGHT + 2 * pad)
+
+    def show_gap_causes(self, idle: CausedIdle, t0_ns: int, lo_ns: int, hi_ns: int) -> None:
+        """Tint the device lane's idle gaps by cause (call right after ``show_steps``).
+
+        The tint takes the plain gap tint's place and geometry; dense views get one colour
+        per pixel column, the cause with most idle time in it.
+        """
+        width_px = max(self.plot_item.getViewBox().width(), 100.0)
+        spans = tint_spans(idle, lo_ns, hi_ns, dense=self.dense, width_px=width_px)
+        y, height = self.gap_bars.opts["y0"], self.gap_bars.opts["height"]
+        px_ns = (hi_ns - lo_ns) / width_px
+        for cause, (s, e) in spans.items():
+            self.cause_bars[cause].set_spans((s - t0_ns) / 1e9,
+                                             (np.maximum(e, s + px_ns) - t0_ns) / 1e9,
+                                             y, height)
+        self.causes_shown = present_causes(spans)
+        self.gap_bars.setVisible(not self.causes_shown)  # the tint replaces the plain one
 
 
 def style_plot(widget: pg.PlotWidget) -> None:

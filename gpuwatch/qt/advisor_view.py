@@ -1,0 +1,215 @@
+"""The Advisor dock: why the device waits, what to flip, and what the flip measurably did.
+
+Refreshed with the scoreboard (~2 Hz) from its rows: the newest steady segment's step-time
+breakdown and idle causes on top, then the ranked findings of ``gpuwatch.core.advisor``,
+each with its evidence and an Apply button that sends the suggestion through
+``Session.set_knobs``. An applied finding is remembered with the configuration it created,
+so once that segment is steady the advisor reports the change in the quantity it was about.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gpuwatch.core.advisor import Finding, advise, context_of
+from gpuwatch.core.segments import ConfigChange, Refusal, SegmentStats
+from gpuwatch.core.session import ACTIVE_STATES, SessionError
+from gpuwatch.core.step_breakdown import idle_summary, summary
+from gpuwatch.qt import palette
+
+HINT_NO_RUN = ("Start a run: the advisor reads each configuration's steady steps and says why "
+               "the device waits and which knob to try.")
+_SMALL = "font-size: 11px;"
+def _esc(text: str) -> str:
+    return html.escape(text, quote=False)
+
+
+_KIND_MARK = {"fix": "▶", "worse": "⚠", "outcome": "✔", "ok": "✔"}
+
+
+class FindingCard(QFrame):
+    """One finding: the sentence, its evidence, an Apply button and what became of it."""
+
+    def __init__(self, view: AdvisorView) -> None:
+        super().__init__()
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.finding: Finding | None = None
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 4, 6, 4)
+        layout.setSpacing(2)
+        self.title = QLabel()
+        self.title.setWordWrap(True)
+        self.title.setTextFormat(Qt.TextFormat.PlainText)
+        self.evidence = QLabel()
+        self.evidence.setWordWrap(True)
+        self.evidence.setTextFormat(Qt.TextFormat.PlainText)
+        self.evidence.setStyleSheet(f"color: {palette.NOTE_TEXT}; {_SMALL}")
+        self.apply_button = QPushButton()
+        self.apply_button.clicked.connect(lambda: view.apply(self.finding))
+        self.status = QLabel()
+        self.status.setWordWrap(True)
+        self.status.setTextFormat(Qt.TextFormat.PlainText)
+        self.status.setStyleSheet(_SMALL)
+        for widget in (self.title, self.evidence, self.apply_button, self.status):
+            layout.addWidget(widget)
+
+    def show_finding(self, finding: Finding, status: str, locked: str | None) -> None:
+        self.finding = finding
+        text = f"{_KIND_MARK.get(finding.kind, '')} {finding.title}".strip()
+        if self.title.text() != text:
+            self.title.setText(text)
+        bold = "font-weight: bold;" if finding.kind in ("fix", "worse") else ""
+        if self.title.styleSheet() != bold:
+            self.title.setStyleSheet(bold)
+        evidence = f"evidence: {finding.evidence} · rule {finding.rule}"
+        if self.evidence.text() != evidence:
+            self.evidence.setText(evidence)
+        self.apply_button.setVisible(bool(finding.suggestion))
+        verb = "Revert" if finding.kind == "worse" else "Apply"
+        self.apply_button.setText(f"{verb}: {finding.apply_text}")
+        self.apply_button.setEnabled(bool(finding.suggestion) and locked is None
+                                     and not status)
+        self.apply_button.setToolTip(locked or f"send {finding.apply_text} to the run; the "
+                                               f"advisor then reports what it changed")
+        self.status.setVisible(bool(status))
+        if self.status.text() != status:
+            self.status.setText(status)
+
+
+class AdvisorView(QWidget):
+    """The advisor's findings for ``session`` (a Session, a replay, or a test's stand-in)."""
+
+    #: A sentence for the status bar (a refused or failed Apply).
+    status_message = Signal(str)
+
+    def __init__(self, session: Any) -> None:
+        super().__init__()
+        self.session = session
+        self.findings: list[Finding] = []
+        self.cards: list[FindingCard] = []
+        #: config id → quantity of the finding whose Apply created it (for its outcome)
+        self.applied: dict[int, str] = {}
+        self._pending: dict[int, Finding] = {}  # request id → finding
+        self._status: dict[tuple[str, str], str] = {}  # (rule, apply text) → what happened
+        self._locked: str | None = None
+        self._hello: object = None
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        # Everything scrolls, so the dock can be narrow (presentation doubles the fonts on a
+        # 1280 px projector) without the window growing.
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        holder = QWidget()
+        self._list = QVBoxLayout(holder)
+        self._list.setContentsMargins(4, 2, 4, 2)
+        self._list.setSpacing(4)
+        self.summary = QLabel(HINT_NO_RUN)
+        self.summary.setWordWrap(True)
+        self.summary.setTextFormat(Qt.TextFormat.RichText)
+        self._list.addWidget(self.summary)
+        self._list.addStretch(1)
+        scroll.setWidget(holder)
+        outer.addWidget(scroll, 1)
+
+    def set_locked(self, reason: str | None) -> None:
+        """No Apply while the tour drives the knobs, or in a replay (``reason`` says why)."""
+        self._locked = reason
+        self._show()
+
+    def refresh(self, rows: Sequence[SegmentStats]) -> None:
+        """New scoreboard rows (call at the scoreboard's ~2 Hz)."""
+        session = self.session
+        if session.hello is not self._hello:  # a new run: forget the last one's requests
+            self._hello = session.hello
+            self.applied.clear()
+            self._pending.clear()
+            self._status.clear()
+        self._collect_answers()
+        self.findings = advise(rows, context_of(session), self.applied) \
+            if session.hello else []
+        self._show_summary(rows)
+        self._show()
+
+    def apply(self, finding: Finding | None) -> None:
+        """Send a finding's suggestion to the run, as the knob panel would."""
+        if finding is None or not finding.suggestion or self._locked:
+            return
+        key = (finding.rule, finding.apply_text)
+        try:
+            request = self.session.set_knobs(dict(finding.suggestion))
+        except SessionError as exc:
+            self._status[key] = f"Not applied: {exc}"
+            self.status_message.emit(f"Advisor: {exc}")
+        else:
+            if request is None:
+                self._status[key] = "Already set: nothing to send."
+            else:
+                self._pending[request] = finding
+                self._status[key] = f"Sent {finding.apply_text}; waiting for the runner…"
+        self._show()
+
+    def _collect_answers(self) -> None:
+        for request, finding in list(self._pending.items()):
+            answer = self.session.answer(request)
+            if answer is None:
+                if self.session.state not in ACTIVE_STATES:
+                    del self._pending[request]
+                    self._status[(finding.rule, finding.apply_text)] = \
+                        "No answer: the run has ended."
+                continue
+            del self._pending[request]
+            key = (finding.rule, finding.apply_text)
+            if isinstance(answer, Refusal):
+                self._status[key] = f"Refused: {answer.message}"
+                self.status_message.emit(f"Advisor change refused: {answer.message}")
+            elif isinstance(answer, ConfigChange):
+                self.applied[answer.id] = finding.quantity
+                self._status.pop(key, None)
+
+    def _show_summary(self, rows: Sequence[SegmentStats]) -> None:
+        session = self.session
+        if not session.hello:
+            text = _esc(HINT_NO_RUN)
+        elif not rows:
+            text = "Waiting for the first steps…"
+        else:
+            latest = rows[-1]
+            kind = (session.hello.get("device") or {}).get("kind")
+            if latest.breakdown is None or latest.idle_causes is None or not latest.steady:
+                text = (f"Measuring <b>{_esc(latest.label)}</b>: findings once its "
+                        f"steady steps are in (transition steps are left out).")
+                waiting = [self._status[k] for k in self._status]
+                if self.applied.get(latest.config_id) is not None or waiting:
+                    text += "<br>" + _esc(waiting[-1] if waiting else
+                                          "Applied: measuring what it changed…")
+            else:
+                text = (f"<b>{_esc(latest.label)}</b>: "
+                        f"{_esc(summary(latest.breakdown, kind))}<br>"
+                        f"{_esc(idle_summary(latest.idle_causes))}")
+        if self.summary.text() != text:
+            self.summary.setText(text)
+
+    def _show(self) -> None:
+        while len(self.cards) < len(self.findings):
+            card = FindingCard(self)
+            self._list.insertWidget(len(self.cards) + 1, card)  # after the summary
+            self.cards.append(card)
+        for card, finding in zip(self.cards, self.findings, strict=False):
+            status = self._status.get((finding.rule, finding.apply_text), "")
+            card.show_finding(finding, status, self._locked)
+            card.show()
+        for card in self.cards[len(self.findings):]:
+            card.hide()

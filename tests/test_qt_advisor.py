@@ -1,0 +1,103 @@
+"""The Advisor dock over a fake session (findings, Apply sends the set, refused/applied,
+outcome, locked), and gaps tinted by cause on the window's timeline."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from fake_knob_session import FakeSession
+from test_advisor import row
+
+from gpuwatch.core.session import Session
+from gpuwatch.qt.advisor_view import HINT_NO_RUN, AdvisorView
+
+
+@pytest.fixture
+def advisor(qtbot):
+    session = FakeSession()
+    view = AdvisorView(session)
+    qtbot.addWidget(view)
+    view.resize(320, 600)
+    view.show()
+    qtbot.waitExposed(view)
+    return session, view
+
+
+def naive_rows():
+    return [dataclasses.replace(row(0, data=62, kernel=38), label="baseline")]
+
+
+def test_shows_the_input_finding_and_apply_sends_the_set(advisor, qtbot) -> None:
+    session, view = advisor
+    view.refresh(naive_rows())
+    card = view.cards[0]
+    assert card.isVisible()
+    assert card.title.text() == ("▶ 62% of each step waits for input; try num_workers=2 "
+                                 "(this machine has 2 cores)")
+    assert "input wait: 62% of each step" in card.evidence.text()
+    assert "rule input-bound" in card.evidence.text()
+    assert "of 62.0 ms idle per step: 62.0 input" in view.summary.text()
+    assert "62.0 data loading, 38.0 compute" in view.summary.text()
+    assert card.apply_button.text() == "Apply: num_workers=2"
+    card.apply_button.click()
+    assert session.sent == [(1, {"num_workers": 2}, None)]
+    assert "waiting for the runner" in card.status.text()
+    assert not card.apply_button.isEnabled()  # one request at a time
+
+    change = session.apply(1)
+    new = dataclasses.replace(row(change.id, data=8, kernel=92, rate=170),
+                              label="num_workers=2", changed={"num_workers": 2},
+                              settings={**row().settings, "num_workers": 2})
+    measuring = dataclasses.replace(new, samples_per_s=None, breakdown=None, idle_causes=None)
+    view.refresh([*naive_rows(), measuring])
+    assert view.applied == {change.id: "input wait"}
+    assert "Measuring <b>num_workers=2</b>" in view.summary.text()
+    assert not any(c.isVisible() for c in view.cards)
+
+    view.refresh([*naive_rows(), new])
+    top = view.cards[0]
+    assert top.title.text() == "✔ num_workers 0→2: 1.70× samples/s; input wait 62%→8%"
+    assert top.apply_button.isHidden()
+
+
+def test_a_refused_apply_says_why(advisor) -> None:
+    session, view = advisor
+    view.refresh(naive_rows())
+    view.cards[0].apply_button.click()
+    session.refuse(1, "num_workers must be at most 1 here")
+    view.refresh(naive_rows())
+    assert view.cards[0].status.text() == "Refused: num_workers must be at most 1 here"
+
+
+def test_locked_sends_nothing_and_no_run_shows_the_hint(advisor) -> None:
+    session, view = advisor
+    view.set_locked("The tour is driving the knobs")
+    view.refresh(naive_rows())
+    button = view.cards[0].apply_button
+    assert not button.isEnabled() and button.toolTip() == "The tour is driving the knobs"
+    view.apply(view.findings[0])
+    assert session.sent == []
+    empty = AdvisorView(FakeSession(knobs=None))
+    empty.refresh([])
+    assert empty.summary.text() == HINT_NO_RUN and empty.findings == []
+
+
+def test_window_has_an_advisor_dock_in_the_view_menu_and_tints_gaps(show_window, qtbot):
+    from test_qt_window import feed_cpu_run
+
+    win = show_window(Session(sample_coarse=False))
+    dock = win.advisor.parentWidget()
+    assert dock.windowTitle() == "Advisor" and dock.isVisible()
+    view_menu = next(a.menu() for a in win.menuBar().actions() if a.text() == "&View")
+    panels = next(a.menu() for a in view_menu.actions() if a.text() == "Panels")
+    assert "Advisor" in [a.text() for a in panels.actions()]
+
+    feed_cpu_run(win.session)
+    timeline = win.timeline
+    # 100 synthetic CPU steps: data (input) and sync/overhead gaps around each compute span.
+    qtbot.waitUntil(lambda: timeline.cause_bars["input"].count() == 100, timeout=10_000)
+    assert timeline.causes_shown[0] == "input"
+    assert not timeline.gap_bars.isVisible()  # the cause tint replaces the plain one
+    qtbot.waitUntil(lambda: "idle, by cause:" in win.timeline_caption.text(), timeout=10_000)
+    assert "input" in win.timeline_caption.text()
