@@ -57,7 +57,7 @@ def test_frozen_without_any_torch_python_says_how_to_get_torch(tmp_path, monkeyp
     monkeypatch.setattr(interpreters, "discover", lambda: [])
     opened = []
     result = self_test.run_self_test(None, None, tmp_path / "r.json",
-                                     lambda session: opened.append(session))
+                                     opened.append)
     assert not result.ok and not opened  # nothing to launch, so no window either
     assert "No Python with torch was found" in result.message
     assert json.loads((tmp_path / "r.json").read_text())["frozen"] is True

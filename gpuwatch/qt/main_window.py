@@ -48,6 +48,7 @@ from gpuwatch.qt.change_markers import ChangeMarkers
 from gpuwatch.qt.gap_tint import legend as gap_legend
 from gpuwatch.qt.headline_bar import HeadlineBar, HeadlineFigures
 from gpuwatch.qt.help_view import build_help_menu, open_help
+from gpuwatch.qt.interpreter_picker import InterpreterChoice, needs_choice
 from gpuwatch.qt.kernel_lane import KernelCaptureControls
 from gpuwatch.qt.knob_panel import KnobPanel
 from gpuwatch.qt.log_pane import LogPane
@@ -146,6 +147,9 @@ class MainWindow(QMainWindow):
         self.banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.banner.hide()
         layout.addWidget(self.banner)
+        #: Run → Choose Python…, and the frozen app's search for a Python with torch.
+        self.interpreter = InterpreterChoice(self)
+        layout.addWidget(self.interpreter.banner)
         self.tour = TourController(session, self, self._log_gui)
         #: ``gpuwatch --tour``: begin the tour as soon as a run is up (for talks and demos).
         self._tour_pending = bool(getattr(options, "tour", False))
@@ -158,6 +162,7 @@ class MainWindow(QMainWindow):
         self.presentation = PresentationMode(self, self.headline)  # its sentence: a top dock
         layout.addWidget(self.headline)
         self.timeline_caption = QLabel()
+        self.timeline_caption.setWordWrap(True)  # a long legend wraps, never widens the window
         layout.addWidget(self.timeline_caption)
         self.timeline = TimelineView()
         self.utilization = UtilizationView()
@@ -289,6 +294,7 @@ class MainWindow(QMainWindow):
     def _build_desk_menus(self) -> None:
         """View keys, Settings and Help menus, the shortcut table; then the saved layout."""
         build_view_actions(self)
+        self.interpreter.build_menu()
         build_settings_menu(self, self.settings)
         build_help_menu(self)
         apply_shortcuts(self)
@@ -311,9 +317,21 @@ class MainWindow(QMainWindow):
     def follow(self) -> bool:
         return self.follow_action.isChecked()
 
+    @property
+    def python(self) -> str | None:
+        """The training interpreter of the next Start (None: gpuwatch's own Python)."""
+        return self._python
+
+    @python.setter
+    def python(self, value: str | None) -> None:
+        self._python = value
+
     def start_run(self) -> None:
         """Start the selected workload (no-op while a run is in progress)."""
         if self.session.state in ACTIVE_STATES:
+            return
+        if needs_choice(self):  # the installed app has no Python: find one, then start
+            self.interpreter.find_then(self.start_run)
             return
         device = self.device_combo.currentData() or "auto"
         if self.script_spec is not None:
