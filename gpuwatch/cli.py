@@ -73,13 +73,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_look_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
-    """``--presentation`` and ``--theme``: how a window looks (also in its screenshots)."""
+    """``--presentation``, ``--theme`` and ``--window-size``: how a window looks (also in its
+    screenshots)."""
     parser.add_argument("--presentation", dest=f"{prefix}presentation", action="store_true",
                         help="open in presentation mode (full screen, large fonts, high "
                              "contrast; with --screenshot: a 1280×720 picture of it)")
     parser.add_argument("--theme", dest=f"{prefix}theme", choices=THEMES, metavar="THEME",
                         help="light, dark or system (default: the theme chosen in View → "
                              "Theme, else the system's)")
+    parser.add_argument("--window-size", dest=f"{prefix}window_size", type=_window_size,
+                        metavar="WxH", help="open the window at this size, e.g. 1280x720 or "
+                                            "3840x2160 (with --presentation: presented in a "
+                                            "window of that size instead of full screen)")
 
 
 def _add_demo_options(parser: argparse.ArgumentParser, prefix: str) -> None:
@@ -194,6 +199,17 @@ def _positive_seconds(text: str) -> float:
     if not 0 < value < 86400:
         raise argparse.ArgumentTypeError("seconds must be between 0 and 86400")
     return value
+
+
+def _window_size(text: str) -> tuple[int, int]:
+    """``1280x720`` → (1280, 720)."""
+    width, sep, height = text.lower().replace("×", "x").partition("x")
+    if not (sep and width.strip().isdigit() and height.strip().isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 1280x720")
+    size = int(width), int(height)
+    if not all(200 <= n <= 16384 for n in size):
+        raise argparse.ArgumentTypeError("width and height must be between 200 and 16384")
+    return size
 
 
 def _python_path(text: str) -> str:
@@ -353,7 +369,7 @@ def _run(args: argparse.Namespace) -> int:
         demo_seconds=args.run_demo_seconds, screenshot=args.run_screenshot, script=script,
         script_args=tuple(args.script_args), cwd=os.getcwd(), seconds=args.run_seconds,
         record=args.record, presentation=args.run_presentation or args.presentation,
-        theme=args.run_theme or args.theme)
+        theme=args.run_theme or args.theme, window_size=args.run_window_size or args.window_size)
     return _open_window(window)
 
 
@@ -377,7 +393,8 @@ def _replay(args: argparse.Namespace) -> int:
         tour=False, demo_seconds=demo_seconds, screenshot=screenshot,
         recording=recordings[0], compare=recordings[1] if len(recordings) > 1 else None,
         presentation=args.replay_presentation or args.presentation,
-        theme=args.replay_theme or args.theme)
+        theme=args.replay_theme or args.theme,
+        window_size=args.replay_window_size or args.window_size)
     return _open_window(window)
 
 

@@ -256,3 +256,42 @@ def test_stage_layout_keeps_lanes_scoreboard_and_caption_readable(light, show_wi
     assert _lane_labels(win) == desk_lanes
     assert not any(table.isColumnHidden(i) for i in range(table.model().columnCount()))
     assert not stage_dock.isVisible()
+
+
+def test_window_size_pictures_presentation_at_4k_from_the_cli(light, tmp_path):
+    from gpuwatch.cli import main
+
+    shot = tmp_path / "present-4k.png"
+    code = main(["--no-start", "--device", "cpu", "--presentation", "--window-size", "3840x2160",
+                 "--demo-seconds", "0.5", "--screenshot", str(shot)])
+    assert code == 0
+    image = QImage(str(shot))
+    assert (image.width(), image.height()) == (3840, 2160)
+
+
+@pytest.mark.parametrize("text", ["big", "1280x", "10x10", "1280x720x3"])
+def test_a_bad_window_size_is_one_clear_error(text, capsys):
+    from gpuwatch.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--window-size", text])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--window-size" in err and "Traceback" not in err
+
+
+def test_a_marker_born_while_presenting_gets_the_stage_look(light, show_window, qtbot):
+    import pyqtgraph as pg
+
+    from gpuwatch.qt import palette
+    from gpuwatch.qt.theme import LIGHT_CONTRAST
+
+    win = show_window(Session())
+    win.presentation.set_active(True, fullscreen=False)
+    line = pg.InfiniteLine(pos=1.0, pen=pg.mkPen(palette.MARKER, width=1))
+    win.timeline.addItem(line)  # as ChangeMarkers does when a knob changes mid-talk
+    scale = win.presentation.scale
+    qtbot.waitUntil(lambda: line.pen.widthF() == pytest.approx(scale))
+    assert line.pen.color() == LIGHT_CONTRAST.color(palette.MARKER)
+    win.presentation.set_active(False)
+    assert line.pen.widthF() == 1.0  # the desk look again (the window restyles every item)

@@ -117,15 +117,16 @@ def _remember_interpreter(options: Any, settings: Settings) -> None:
 def apply_look(window: MainWindow, options: Any) -> None:
     """``--theme`` (else the remembered theme) and ``--presentation`` on a shown window.
 
-    With ``--screenshot``, presentation mode keeps a fixed 1280×720 window instead of going
-    full screen, so the picture is the same on every machine.
+    With ``--window-size`` or ``--screenshot``, presentation mode keeps a window of that size
+    (else 1280×720) instead of going full screen, so the picture is the same on every machine.
     """
     theme_manager().set_mode(getattr(options, "theme", None) or Settings().theme)
     if getattr(options, "presentation", False):
-        shot = getattr(options, "screenshot", None) is not None
-        if shot:
-            window.resize(*PRESENTATION_SIZE)
-        window.presentation.set_active(True, fullscreen=not shot)
+        size = getattr(options, "window_size", None)
+        fixed = size is not None or getattr(options, "screenshot", None) is not None
+        if fixed:
+            window.resize(*(size or PRESENTATION_SIZE))
+        window.presentation.set_active(True, fullscreen=not fixed)
 
 
 def run_window(options: Any) -> int:
@@ -144,7 +145,9 @@ def run_window(options: Any) -> int:
     recording = getattr(options, "recording", None)  # gpuwatch replay: an opened Recording
     session = Session() if recording is None else ReplaySession(recording)
     window = MainWindow(session, options)
-    if getattr(options, "screenshot", None) or not window.settings.has_window():
+    if getattr(options, "window_size", None):
+        window.resize(*options.window_size)
+    elif getattr(options, "screenshot", None) or not window.settings.has_window():
         window.resize(*DEFAULT_SIZE)  # screenshots are reproducible, not the user's layout
     window.show()
     apply_look(window, options)

@@ -28,7 +28,15 @@ from PySide6.QtWidgets import (
 
 from gpuwatch.qt.headline_bar import DASH, HeadlineBar, HeadlineFigures
 from gpuwatch.qt.help_view import HELP_SECTION_PROPERTY
-from gpuwatch.qt.theme import DARK_CONTRAST, LIGHT_CONTRAST, qpalette, style_window, theme_manager
+from gpuwatch.qt.theme import (
+    DARK_CONTRAST,
+    LIGHT_CONTRAST,
+    ThemeColors,
+    qpalette,
+    style_new_items,
+    style_window,
+    theme_manager,
+)
 
 #: Fonts and lines grow by this much: what "readable from the back" needs on a projector...
 SCALE = 2.0
@@ -37,6 +45,8 @@ SCALE = 2.0
 PROJECTOR_HEIGHT = 720
 #: Scoreboard columns kept on stage (the rest are desk detail); it sits beside the plots.
 STAGE_COLUMNS = ("stage", "samples/s", "speedup")
+#: How often items added to the plots while presenting are given its look (ms).
+NEWCOMERS_MS = 300
 #: The scoreboard's share of the width on stage, at most.
 SCOREBOARD_SHARE = 0.4
 #: Docks hidden while presenting (by object name): detail for the desk, noise on stage.
@@ -115,6 +125,10 @@ class PresentationMode(QObject):
         #: Font and line scale while presenting (``presentation_scale`` of the screen).
         self.scale = SCALE
         self._watching_rows = False
+        #: Plot items born while presenting (change markers, kernel windows) get its look.
+        self._newcomers = QTimer(self)
+        self._newcomers.setInterval(NEWCOMERS_MS)
+        self._newcomers.timeout.connect(self._style_newcomers)
         #: The one big sentence, shown above the headline only while presenting.
         self.big_headline = QLabel()
         self.big_headline.setObjectName("presentation_headline")
@@ -222,6 +236,7 @@ class PresentationMode(QObject):
         # and whenever the window is resized (a window manager takes a while to go full screen).
         QTimer.singleShot(0, self._share_the_space)
         w.installEventFilter(self)
+        self._newcomers.start()
         self.sig_active_changed.emit(True)
 
     def _scoreboard_beside_the_plots(self, scoreboard: QWidget) -> None:
@@ -277,6 +292,7 @@ class PresentationMode(QObject):
         assert saved is not None
         w = self.window
         w.removeEventFilter(self)
+        self._newcomers.stop()
         self.leave_action.setEnabled(False)
         self.big_headline.hide()
         self.stage_dock.hide()
@@ -328,15 +344,21 @@ class PresentationMode(QObject):
         return parent if isinstance(parent, QSplitter) else None
 
     def _share_the_space(self) -> None:
-        """Timeline and utilization share the height evenly (four lanes vs one plot); the
-        scoreboard beside them is as wide as its columns, up to ``SCOREBOARD_SHARE``."""
+        """Timeline and utilization share their height about evenly (four lanes vs one plot);
+        the scoreboard beside them is as wide as its columns, up to ``SCOREBOARD_SHARE``."""
         if not self.active:
             return
         self._fit_stage()
+        w = self.window
         splitter = self._splitter()
-        if splitter is not None:
-            total = sum(splitter.sizes())
-            splitter.setSizes([total * 11 // 20, total - total * 11 // 20])
+        lanes = splitter.indexOf(w.timeline) if splitter is not None else -1
+        plot = splitter.indexOf(getattr(w, "utilization", None)) if splitter is not None else -1
+        if lanes >= 0 and plot >= 0:  # other panes (a kernel lane) keep their height
+            sizes = splitter.sizes()
+            pair = sizes[lanes] + sizes[plot]
+            sizes[lanes] = pair * 11 // 20
+            sizes[plot] = pair - sizes[lanes]
+            splitter.setSizes(sizes)
         self._fit_scoreboard()
 
     def _fit_scoreboard(self) -> None:
@@ -359,7 +381,7 @@ class PresentationMode(QObject):
 
     def restyle(self) -> None:
         """Apply the high-contrast twin of the current theme at presentation scale."""
-        colors = DARK_CONTRAST if theme_manager().colors.dark else LIGHT_CONTRAST
+        colors = self._colors()
         # The window's own palette: other windows (a replay, a comparison) keep the theme.
         self.window.setPalette(qpalette(colors))
         style_window(self.window, colors, self.scale)
@@ -368,6 +390,13 @@ class PresentationMode(QObject):
         big.setWeight(QFont.Weight.Bold)
         self.big_headline.setFont(big)
         self.big_headline.setStyleSheet(f"color: {colors.text}; padding: 4px;")
+
+    def _style_newcomers(self) -> None:
+        if self.active:
+            style_new_items(self.window, self._colors(), self.scale)
+
+    def _colors(self) -> ThemeColors:
+        return DARK_CONTRAST if theme_manager().colors.dark else LIGHT_CONTRAST
 
     def _show_figures(self, figures: HeadlineFigures) -> None:
         if self.active:

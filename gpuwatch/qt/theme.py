@@ -198,8 +198,21 @@ def style_plot_widget(plot: pg.PlotWidget, colors: ThemeColors, scale: float = 1
         style_plot_item(child, colors, scale)
 
 
+def style_new_items(window: QWidget, colors: ThemeColors, scale: float) -> int:
+    """Style the plot items added since the window was styled at this look (e.g. a change
+    marker born while presenting); returns how many there were."""
+    count = 0
+    for plot in window.findChildren(pg.PlotWidget):
+        for item in plot.getPlotItem().getViewBox().addedItems:
+            if item.__dict__.get("_gpuwatch_look") != (colors.name, scale):
+                style_plot_item(item, colors, scale)
+                count += 1
+    return count
+
+
 def style_plot_item(item: object, colors: ThemeColors, scale: float = 1.0) -> None:
     """Re-colour (and widen) one plot item from its remembered base pen/brush."""
+    item.__dict__["_gpuwatch_look"] = (colors.name, scale)
     if isinstance(item, (pg.PlotCurveItem, pg.InfiniteLine)):
         attr = "opts" if isinstance(item, pg.PlotCurveItem) else None
         pen = _remember(item, "pen", lambda i: pg.mkPen(i.opts["pen"] if attr else i.pen))
