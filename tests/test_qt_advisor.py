@@ -101,3 +101,18 @@ def test_window_has_an_advisor_dock_in_the_view_menu_and_tints_gaps(show_window,
     assert not timeline.gap_bars.isVisible()  # the cause tint replaces the plain one
     qtbot.waitUntil(lambda: "idle, by cause:" in win.timeline_caption.text(), timeout=10_000)
     assert "input" in win.timeline_caption.text()
+
+
+def test_scoreboard_tooltip_shows_the_breakdown_and_idle_causes(qtbot) -> None:
+    from PySide6.QtCore import Qt
+
+    from gpuwatch.qt.scoreboard_view import COLUMNS, ScoreboardView
+
+    session = FakeSession()
+    view = ScoreboardView(session)
+    qtbot.addWidget(view)
+    view.show_rows(naive_rows())
+    column = [c.title for c in COLUMNS].index("input wait %")
+    tip = view.model.data(view.model.index(0, column), Qt.ItemDataRole.ToolTipRole)
+    assert "of 100.0 ms per step: 62.0 data loading, 38.0 compute" in tip
+    assert "of 62.0 ms idle per step: 62.0 input" in tip

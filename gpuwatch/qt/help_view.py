@@ -31,6 +31,7 @@ SECTIONS = (
     ("scoreboard", "The scoreboard"),
     ("transitions", "Transitions"),
     ("knobs", "The knobs"),
+    ("advisor", "The advisor: why it waits, what to flip"),
     ("keys", "Keyboard shortcuts"),
 )
 HELP_SECTION_PROPERTY = "help_section"
@@ -80,6 +81,16 @@ its cost (rebuild or compile seconds). A knob that cannot work here is disabled 
 reason; a refused value snaps back with a message, and training goes on. The tour flips the
 usual fixes one after another. Knobs are remembered when the window closes and offered, never
 applied silently: Settings → Apply last session's knobs.""",
+    "advisor": """The <b>Advisor</b> panel reads the newest configuration's steady steps. On top,
+its <b>step-time breakdown</b> (per step: kernel — "compute" on a CPU —, memcpy, data loading,
+CPU/launch, sync, other; it sums to the step time) and its <b>idle time by cause</b> ("of 31 ms
+idle per step: 30 input, 1 sync"). Below, ranked <b>findings</b>: a plain sentence, the evidence
+(the measured quantity and its value, and the rule that fired) and an <b>Apply</b> button that
+sends the suggested knob value, as the knob panel would. A knob the runner reports unusable here
+is never suggested. Once the new configuration is steady the advisor says what the change
+measurably did ("num_workers 0→2: 1.7× samples/s; input wait 62%→8%"), or that it made things
+worse, with a Revert button. When the device is idle less than 10% of each step it says so:
+nothing is wrong. The rules, thresholds and reasons are in docs/advisor.md.""",
 }
 
 

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from gpuwatch.core.segments import MIN_STEADY_STEPS, SegmentStats, describe_change
+from gpuwatch.core.step_breakdown import idle_summary, summary
 from gpuwatch.qt import palette
 
 NA = "n/a"
@@ -98,6 +99,8 @@ class ScoreboardModel(QAbstractTableModel):
         #: The view's font: bold/italic rows derive from it, so they grow with it
         #: (presentation mode) instead of staying at the application's default size.
         self.base_font = QFont()
+        #: "cuda" or "cpu": the breakdown says "kernel" on a GPU, "compute" on a CPU.
+        self.device_kind: str | None = None
 
     def set_rows(self, rows: Sequence[SegmentStats], baseline_id: int | None) -> None:
         rows = list(rows)
@@ -152,6 +155,9 @@ class ScoreboardModel(QAbstractTableModel):
         if column.title == "stage":
             lines.append(f"config {row.config_id}: {row.steps} steps, "
                          f"{row.steady_steps} steady")
+        if column.title in ("stage", "busy %", "input wait %") and row.breakdown and \
+                row.idle_causes:  # where the step time goes, and why the device idles
+            lines += [summary(row.breakdown, self.device_kind), idle_summary(row.idle_causes)]
         return "\n".join(lines)
 
     def headerData(self, section: int, orientation: Qt.Orientation,
@@ -215,6 +221,7 @@ class ScoreboardView(QWidget):
         """New rows from ``session.scoreboard()`` (call at ~2 Hz)."""
         selected = self.selected_config_id()
         count_before = self.model.rowCount()
+        self.model.device_kind = ((self.session.hello or {}).get("device") or {}).get("kind")
         self.model.set_rows(rows, self.session.baseline_id)
         if self.model.rowCount() != count_before:
             self.table.resizeColumnsToContents()
