@@ -318,3 +318,16 @@ def test_nvtx_ranges_wrap_each_phase_and_never_leak() -> None:
     backend.begin(2)  # a dropped step (script mode) must not leave its range open
     assert stack == []
     assert backend.kind == "host"
+
+
+def test_a_window_too_big_for_one_message_keeps_the_earliest_events_that_fit() -> None:
+    from gpuwatch.runner.kernel_capture import fit_message
+
+    events = [FakeKinetoEvent(f"aten::op{i % 50}", "cpu_op", i * 10, i * 10 + 5, 1)
+              for i in range(2000)]
+    message = fit_message(events, budget=20_000, device="cpu", offset_ns=OFFSET, t0_ns=0,
+                          t1_ns=20_000, steps=[1], perturbed=[0, 1])
+    kept = len(message["start"])
+    assert 0 < kept < 2000 and message["dropped"] == 2000 - kept
+    assert len(json.dumps(message, separators=(",", ":"))) <= 20_000
+    assert message["covered_t1_ns"] == kept * 10  # the first dropped event's start

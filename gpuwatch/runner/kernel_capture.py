@@ -25,10 +25,13 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from gpuwatch.protocol import KERNEL_KINDS, MAX_CAPTURE_STEPS
+from gpuwatch.protocol import KERNEL_KINDS, MAX_CAPTURE_STEPS, MAX_MESSAGE_BYTES
 
-#: Events per ``kernels`` message (~100 bytes each: well under the 4 MiB message cap).
-MAX_EVENTS = 20_000
+#: Events per ``kernels`` message (~45 bytes each on a CPU, ~120 with CUDA geometry); a
+#: message that would still pass ``MESSAGE_BUDGET`` bytes keeps fewer (``fit_message``).
+MAX_EVENTS = 50_000
+#: Bytes a ``kernels`` message may take, below ``protocol.MAX_MESSAGE_BYTES``.
+MESSAGE_BUDGET = MAX_MESSAGE_BYTES * 3 // 4
 #: Longer names (templated C++ kernels) are cut: the name table is sent once per window.
 MAX_NAME_CHARS = 300
 #: Clock pairs sampled per window; the narrowest one gives the epoch → perf_counter offset.
@@ -150,6 +153,19 @@ def window_message(events: Iterable[KinetoEvent], *, device: str, offset_ns: int
         out["block"] = [b for _, b, _ in geometry]
         out["blocks_per_sm"] = [s for _, _, s in geometry]
     return out
+
+
+def fit_message(events: list[KinetoEvent], *, budget: int = MESSAGE_BUDGET,
+                **fields: Any) -> dict[str, Any]:
+    """``window_message`` with as many events as fit ``budget`` bytes of JSON."""
+    limit = fields.pop("max_events", MAX_EVENTS)
+    while True:
+        message = window_message(events, max_events=limit, **fields)
+        size = len(json.dumps(message, separators=(",", ":")))
+        n = len(message["start"])
+        if size <= budget or n == 0:
+            return message
+        limit = max(0, min(n - 1, int(n * budget / size * 0.95)))
 
 
 def _outermost(rows: list[tuple[int, int, int, int, str, str, int]], order: list[int]
@@ -286,8 +302,8 @@ class KernelCapture:
         try:
             events = prof.profiler.kineto_results.events()
             active = list(range(self._first_step + 1, self._first_step + 1 + self._steps))
-            self._message = window_message(
-                events, device=self.device, offset_ns=epoch_offset(self._wall, self._clock),
+            self._message = fit_message(
+                list(events), device=self.device, offset_ns=epoch_offset(self._wall, self._clock),
                 t0_ns=self._t0_ns, t1_ns=self._t1_ns, steps=active,
                 perturbed=[self._first_step, *active])
         except Exception as exc:
