@@ -35,6 +35,16 @@ def load_average() -> str:
         return "n/a"
 
 
+def isolate_user_dirs() -> None:
+    """Point gpuwatch's settings and log folders at a temporary folder (unless set), so a
+    bench run never reads or changes the user's window layout or remembered choices."""
+    import tempfile
+
+    base = tempfile.mkdtemp(prefix="gpuwatch-bench-user-")
+    os.environ.setdefault("GPUWATCH_SETTINGS_DIR", os.path.join(base, "settings"))
+    os.environ.setdefault("GPUWATCH_LOG_DIR", os.path.join(base, "logs"))
+
+
 def header(title: str, extra: Sequence[str] = ()) -> str:
     """Title, UTC time, machine, Python (and torch if it is already imported), load."""
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")

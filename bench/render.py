@@ -248,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="1600x900", help="window size WxH")
     args = parser.parse_args(argv)
     width, height = (int(v) for v in args.size.split("x"))
+    machine.isolate_user_dirs()
     app = create_app()
     print(machine.header("gpuwatch drawing cost (bench/render.py)",
                          [f"SIMULATED telemetry into the real Session + MainWindow, offscreen, "

@@ -1,0 +1,188 @@
+"""How fast gpuwatch starts and answers a loader change (``python bench/startup.py``).
+
+Issue 9, budget 5. Three figures, each from fresh processes, best and median of several:
+
+* ``gpuwatch --version`` (the console script, as a user types it), next to ``python -c pass``
+  (the interpreter's own start, a floor no code of ours can go under);
+* the window: from the ``gpuwatch`` process's creation to the window shown and to its first
+  redraw, and to the runner's ``hello`` (the runner imports torch; the window must not wait
+  for it), plus whether ``torch`` was ever imported in the GUI process;
+* a knob change ``num_workers`` 0→2 on a running CPU workload: from ``set_knobs`` to the end
+  of the first step trained under the new configuration (the runner's own marks, on the
+  shared ``perf_counter_ns`` axis), with the runner's ``apply_s`` beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import machine
+
+from gpuwatch.core.session import LaunchSpec, Session, SessionState
+
+BIN = Path(sys.executable).parent
+
+#: Runs the real ``gpuwatch`` command (window + runner) and reports, as one JSON line, when
+#: (seconds since the process was created) the window was shown, first redrawn, and the
+#: runner said hello; then closes the window.
+WINDOW_PROBE = textwrap.dedent("""
+    import json, os, sys, time
+    import psutil
+    born = psutil.Process().create_time()
+    def since_start():
+        return time.time() - born
+    marks = {}
+    from gpuwatch.qt import main_window
+    original_show, original_tick = main_window.MainWindow.show, main_window.MainWindow._tick
+    def show(self):
+        original_show(self)
+        marks.setdefault("shown", since_start())
+        marks.setdefault("torch_at_show", "torch" in sys.modules)
+    def tick(self):
+        original_tick(self)
+        marks.setdefault("first_frame", since_start())
+        if self.session.hello is not None and "hello" not in marks:
+            marks["hello"] = since_start()
+            marks["torch_in_gui"] = "torch" in sys.modules
+            self.close()
+    main_window.MainWindow.show = show
+    main_window.MainWindow._tick = tick
+    from gpuwatch.cli import main
+    code = main(["--workload", "mlp", "--device", "cpu"])
+    marks["torch_at_exit"] = "torch" in sys.modules
+    print("MARKS " + json.dumps(marks), flush=True)
+""")
+
+
+def gpuwatch_command() -> list[str]:
+    script = shutil.which("gpuwatch", path=str(BIN))
+    return [script] if script else [sys.executable, "-m", "gpuwatch"]
+
+
+def wall_of(command: list[str], runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def window_marks(runs: int) -> list[dict[str, float]]:
+    results = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(prefix="gpuwatch-startup-") as home:
+            env = {**os.environ, "QT_QPA_PLATFORM": "offscreen",
+                   "GPUWATCH_SETTINGS_DIR": str(Path(home) / "settings"),
+                   "GPUWATCH_LOG_DIR": str(Path(home) / "logs")}
+            done = subprocess.run([sys.executable, "-c", WINDOW_PROBE], env=env,
+                                  capture_output=True, text=True, timeout=180, check=False)
+        line = next((ln for ln in done.stdout.splitlines() if ln.startswith("MARKS ")), None)
+        if line is None:
+            raise RuntimeError(f"the window probe failed:\n{done.stderr[-2000:]}")
+        results.append(json.loads(line[len("MARKS "):]))
+    return results
+
+
+def wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def knob_changes(workload: str, changes: int, steady_s: float) -> list[dict[str, float]]:
+    """Alternate num_workers 0→2 and back on one run; time each 0→2 to its first step."""
+    session = Session(sample_coarse=False)
+    session.start(LaunchSpec(workload=workload, device="cpu"))
+    out = []
+    try:
+        wait(lambda: session.steps.count > 5, 180, "the first steps")
+        for _ in range(changes):
+            for target in (2, 0):
+                time.sleep(steady_s)  # a few steady steps under the current setting
+                t_set = time.perf_counter_ns()
+                request = session.set_knobs({"num_workers": target})
+                wait(lambda r=request: session.answer(r) is not None, 120, "the config answer")
+                change = session.answer(request)
+                assert change is not None and hasattr(change, "id"), f"refused: {change}"
+                new_id = change.id
+
+                def first_new_step(new_id: int = new_id, t_set: int = t_set) -> int | None:
+                    view = session.steps.snapshot(since_ns=t_set)
+                    rows = (view.config == new_id).nonzero()[0]
+                    return int(view.host[rows[0], -1]) if len(rows) else None
+
+                wait(lambda: first_new_step() is not None, 120, "a step under the new config")
+                end_ns = first_new_step()
+                assert end_ns is not None
+                if target == 2:
+                    out.append({"first_step_s": (end_ns - t_set) / 1e9,
+                                "apply_s": change.apply_s,
+                                "set_to_apply_s": (change.t_ns - t_set) / 1e9})
+    finally:
+        session.stop()
+        session.wait_ended(60)
+        session.close()
+    if session.state is SessionState.FAILED:
+        raise RuntimeError(f"the run failed: {session.error}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7, help="repetitions of --version")
+    parser.add_argument("--window-runs", type=int, default=3)
+    parser.add_argument("--changes", type=int, default=3, help="num_workers 0→2 changes")
+    parser.add_argument("--workload", default="vision", help="workload for the knob change")
+    args = parser.parse_args(argv)
+    print(machine.header("gpuwatch start-up (bench/startup.py)"))
+
+    floor = wall_of([sys.executable, "-c", "pass"], args.runs)
+    version = wall_of([*gpuwatch_command(), "--version"], args.runs)
+    print(f"\npython -c pass            best {min(floor):.3f} s, median "
+          f"{statistics.median(floor):.3f} s")
+    print(f"gpuwatch --version        best {min(version):.3f} s, median "
+          f"{statistics.median(version):.3f} s   (budget <= 0.5 s)")
+    sys.stdout.flush()
+
+    marks = window_marks(args.window_runs)
+    print(f"\nwindow (gpuwatch --workload mlp --device cpu, {args.window_runs} runs; seconds "
+          "since the process was created)")
+    for key, label in (("shown", "window shown"), ("first_frame", "first redraw"),
+                       ("hello", "runner hello (torch imported there)")):
+        print(f"  {label:38s} {machine.spread([m[key] for m in marks], '{:.2f}')}")
+    print(f"  window shown <= 2 s before the runner is up: "
+          f"{'met' if max(m['shown'] for m in marks) <= 2.0 else 'MISSED'}; runner up "
+          f"{machine.spread([m['hello'] - m['shown'] for m in marks], '{:.2f}')} s after it")
+    torch_seen = any(m.get("torch_in_gui") or m.get("torch_at_exit") for m in marks)
+    print(f"  torch imported in the GUI process: {'YES (a bug)' if torch_seen else 'never'}")
+    sys.stdout.flush()
+
+    changes = knob_changes(args.workload, args.changes, steady_s=2.0)
+    print(f"\nknob change num_workers 0→2 on {args.workload} (CPU), {len(changes)} changes on "
+          "one run")
+    first = [c["first_step_s"] for c in changes]
+    print(f"  set -> first step under it ends   {machine.spread(first)} s   (budget <= 3 s)")
+    print(f"  runner's apply_s                  "
+          f"{machine.spread([c['apply_s'] for c in changes], '{:.3f}')} s")
+    print(f"  set -> runner applies (t_ns)      "
+          f"{machine.spread([c['set_to_apply_s'] for c in changes], '{:.3f}')} s")
+    print(f"\n# load average at the end: {machine.load_average()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
