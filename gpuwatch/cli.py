@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from gpuwatch import __version__
-from gpuwatch.protocol import WORKLOADS
+from gpuwatch.protocol import MAX_CAPTURE_STEPS, WORKLOADS
 
 EXIT_USAGE = 2
 #: Report formats of ``gpuwatch bench`` (kept here so parsing imports nothing heavy).
@@ -161,6 +161,9 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
                        help="write the report to FILE instead of stdout")
     bench.add_argument("--record", dest="bench_record", type=Path, metavar="FILE",
                        help="also record the whole run to FILE (.gpuwatch; must not exist)")
+    bench.add_argument("--capture", type=_capture_steps, metavar="N",
+                       help="add a kernel window of N steps (torch.profiler) to each stage "
+                            "once it is steady; its steps are left out of the figures")
     stages = bench.add_mutually_exclusive_group()
     stages.add_argument("--tour", action="store_true",
                         help="the built-in tour: baseline, workers, pinned memory, batched "
@@ -189,6 +192,17 @@ def _device(text: str) -> str:
             value.startswith("cuda:") and value[5:].isdigit()):
         return value
     raise argparse.ArgumentTypeError(f"{text!r} is not a device: use auto, cpu, cuda or cuda:N")
+
+
+def _capture_steps(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of steps") from None
+    if not 1 <= value <= MAX_CAPTURE_STEPS:
+        raise argparse.ArgumentTypeError(f"a kernel window covers 1 to {MAX_CAPTURE_STEPS} "
+                                         f"steps, not {value}")
+    return value
 
 
 def _positive_seconds(text: str) -> float:
@@ -308,7 +322,7 @@ def _bench(args: argparse.Namespace) -> int:
                            device=args.bench_device or args.device or "auto",
                            python=args.bench_python or args.python,
                            seconds=args.seconds, tour=args.tour, groups=groups,
-                           record=args.bench_record)
+                           record=args.bench_record, capture=args.capture)
     outcome = run_bench(options)
     report = outcome.report
     # A usage error prints one line; a failed or interrupted run still shows what it measured.

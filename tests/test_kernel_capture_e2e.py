@@ -74,3 +74,22 @@ def test_cpu_capture_window_on_vision(session: Session) -> None:
     assert row.steady_steps == row.steps - warmup - len(profiled)
     session.stop()
     assert session.wait_ended(60)
+
+
+def test_bench_capture_adds_a_kernel_window_to_each_stage() -> None:
+    import io
+
+    from gpuwatch.core.bench import BenchOptions, run_bench
+    from gpuwatch.core.bench_report import render
+
+    outcome = run_bench(BenchOptions(workload="vision", device="cpu", seconds=3.0, capture=3),
+                        progress=io.StringIO())
+    assert outcome.exit_code == 0, outcome.error
+    report = outcome.report
+    assert report is not None
+    [segment] = report.to_json()["segments"]
+    window = segment["kernel_window"]
+    assert window["device"] == "cpu" and len(window["steps"]) == 3
+    assert 0 < window["busy_fraction"] < 1 and window["kernels"] > 0
+    assert segment["samples_per_s"] is not None  # from the unprofiled steady steps
+    assert "## Kernel windows" in render(report, "md")

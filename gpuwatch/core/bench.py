@@ -15,12 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
+
 from gpuwatch.core.advisor import advise, context_of
 from gpuwatch.core.bench_report import BenchReport, clean_segment, machine_from_hello
+from gpuwatch.core.kernel_window import KernelWindow, describe
 from gpuwatch.core.knob_values import KnobValueError
 from gpuwatch.core.progress_line import ProgressLine, stop_run
 from gpuwatch.core.recording import Recorder, RecordingError
-from gpuwatch.core.session import LaunchSpec, Session, SessionState
+from gpuwatch.core.session import LaunchSpec, Session, SessionError, SessionState
 from gpuwatch.core.tour import Conductor, Skipped, Stage, plan_stages, plan_tour
 
 #: The runner imports torch and builds its workload first; a cold start can be slow.
@@ -41,6 +44,9 @@ class BenchOptions:
     groups: Sequence[Sequence[str]] = field(default_factory=list)
     #: ``--record FILE``: the whole run to a recording (refused if FILE exists).
     record: Path | None = None
+    #: ``--capture N``: a kernel window of N steps in each stage, once it has been steady for
+    #: half of ``seconds`` (its profiled steps are left out of the stage's figures).
+    capture: int | None = None
 
 
 @dataclass
@@ -82,7 +88,7 @@ def run_bench(options: BenchOptions, *, progress: TextIO | None = None,
         stages, skipped = _plan(session, options, hello)
         conductor = Conductor(session, stages, min_steady_s=options.seconds)
         _announce(out, hello, stages, skipped, options.seconds)
-        runner_errors = _conduct(session, conductor, out, tick_s)
+        runner_errors = _conduct(session, conductor, out, tick_s, options)
         if conductor.failed is not None:
             code = EXIT_USAGE if conductor.refusal is not None else EXIT_FAILED
             message = conductor.failed
@@ -155,13 +161,16 @@ def _announce(out: ProgressLine, hello: dict[str, Any], stages: Sequence[Stage],
         out.line(f"  skipped {item.label}: {item.reason}")
 
 
-def _conduct(session: Session, conductor: Conductor, out: ProgressLine, tick_s: float
-             ) -> list[str]:
+def _conduct(session: Session, conductor: Conductor, out: ProgressLine, tick_s: float,
+             options: BenchOptions | None = None) -> list[str]:
     """Tick until the tour ends; returns the runner's error lines (first line of each)."""
     announced = -1
     errors: list[str] = []
+    captured: set[int] = set()
     while True:
         progress = conductor.tick()
+        if options is not None and options.capture:
+            _capture_when_steady(session, conductor, options, captured, out)
         errors += [line.text.splitlines()[0] for line in session.drain_log()
                    if line.level == "error" and line.source == "runner" and line.text]
         if progress.index != announced and progress.state not in ("done", "failed") \
@@ -175,6 +184,43 @@ def _conduct(session: Session, conductor: Conductor, out: ProgressLine, tick_s: 
         time.sleep(tick_s)
 
 
+def _capture_when_steady(session: Session, conductor: Conductor, options: BenchOptions,
+                         captured: set[int], out: ProgressLine) -> None:
+    """Ask for the current stage's kernel window once it has been steady for half a stage."""
+    stages = conductor.stage_configs()
+    if not stages or session.capturing or options.capture is None:
+        return
+    config_id = stages[-1][1]
+    if config_id in captured:
+        return
+    row = next((r for r in session.scoreboard() if r.config_id == config_id), None)
+    if row is None or not row.steady or row.steady_s < options.seconds / 2:
+        return
+    captured.add(config_id)
+    try:
+        session.request_capture(options.capture)
+    except SessionError as exc:
+        out.line(f"  no kernel window for this stage: {exc}")
+
+
+def stage_windows(session: Session) -> dict[int, KernelWindow]:
+    """The first kernel window of each configuration (all its recorded steps under it)."""
+    view = session.steps.snapshot()
+    out: dict[int, KernelWindow] = {}
+    for window in session.kernel_windows():
+        configs = set(view.config[np.isin(view.step, window.steps)].tolist())
+        if len(configs) == 1:
+            out.setdefault(configs.pop(), window)
+    return out
+
+
+def window_json(window: KernelWindow) -> dict[str, Any]:
+    """The ``kernel_window`` object of a bench segment (docs/knobs.md §5)."""
+    summary = window.summary()
+    return {"steps": list(window.steps), "device": window.device, **summary.to_json(),
+            "text": describe(summary, window.device)}
+
+
 def build_report(session: Session, conductor: Conductor, skipped: Sequence[Skipped],
                  options: BenchOptions) -> BenchReport:
     """The scoreboard rows of the stages reached, in stage order, labelled by stage, and the
@@ -184,11 +230,14 @@ def build_report(session: Session, conductor: Conductor, skipped: Sequence[Skipp
     segments = []
     staged = [rows[c] for _, c in conductor.stage_configs() if c in rows]
     findings = [f.to_json() for f in advise(staged, context_of(session))]
+    windows = stage_windows(session) if options.capture else {}
     for stage, config_id in conductor.stage_configs():
         row = rows.get(config_id)
         segment = row.to_json() if row is not None else {
             "settings": stage.values, "changed": stage.changes, "steps": 0, "steady_steps": 0}
         segment["label"] = stage.label
+        if config_id in windows:
+            segment["kernel_window"] = window_json(windows[config_id])
         segments.append(clean_segment(segment))
     return BenchReport(
         machine=machine_from_hello(hello), workload=hello.get("workload", options.workload),

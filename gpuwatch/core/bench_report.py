@@ -30,7 +30,7 @@ MACHINE_KEYS = ("device", "device_kind", "os", "python", "torch", "cuda", "drive
 SEGMENT_KEYS = ("label", "settings", "changed", "samples_per_s", "step_ms_p50", "step_ms_p95",
                 "busy_share", "input_wait_share", "coarse_util", "coarse_source",
                 "energy_j_per_step", "speedup", "steps", "steady_steps", "transition_s",
-                "idle_causes", "breakdown")
+                "idle_causes", "breakdown", "kernel_window")
 #: ms per steady step, keyed by cause / category (docs/advisor.md); null when not steady.
 _MS_DICT_KEYS = {"idle_causes": CAUSES, "breakdown": CATEGORIES}
 _FLOAT_KEYS = frozenset({"samples_per_s", "step_ms_p50", "step_ms_p95", "busy_share",
@@ -189,6 +189,11 @@ def render_markdown(report: BenchReport) -> str:
     if why:
         out += ["", "## Where the time goes (ms per steady step)", ""]
         out += [f"- {line}" for line in why]
+    kernels = [f"{s['label']}: {s['kernel_window']['text']}" for s in report.segments
+               if isinstance(s.get("kernel_window"), Mapping)]
+    if kernels:
+        out += ["", "## Kernel windows (profiled steps, left out of the figures above)", ""]
+        out += [f"- {line}" for line in kernels]
     out += ["", "## Advisor", ""]
     out += [f"{i}. {line}" for i, line in enumerate(finding_lines(report), 1)] or \
         ["- no finding: no stage was steady long enough"]
