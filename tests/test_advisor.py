@@ -273,3 +273,33 @@ def test_naive_vision_on_a_cpu_waits_for_input_and_the_applied_fix_is_measured()
         assert after < before  # workers take the decode off the training loop
     finally:
         session.close()
+
+
+def _capture(kernel_wait_ms: float = 0.0, underfilled_share: float | None = None):
+    """A SIMULATED kernel capture summary (hand-made numbers, not a GPU measurement)."""
+    from gpuwatch.core.kernel_window import IdleBreakdown, WindowSummary
+
+    return WindowSummary(
+        window_ns=100_000_000, busy_ns=60_000_000, busy_fraction=0.6, kernels=500, copies=2,
+        launch_gaps=499, launch_gap_median_ns=20.0, launch_gap_total_ns=40_000_000,
+        underfilled=300 if underfilled_share else 0, underfilled_busy_share=underfilled_share,
+        geometry_known=500, idle=IdleBreakdown(0, int(kernel_wait_ms * 1e6), 0),
+        stream_busy_ns={7: 60_000_000}, dropped=0)
+
+
+def test_capture_rules_use_hta_kernel_wait_and_launch_geometry_on_cuda() -> None:
+    knobs = [*KNOBS, knob("batch_size", "int", "loader", 64, min=1, max=4096)]
+    values = {**VALUES, "batch_size": 64}
+    busy = row(kernel=95, other=5)
+    cuda = Context(knobs, values, "cuda", 8, capture=_capture(kernel_wait_ms=25))
+    found = advise([busy], cuda)
+    wait = next(f for f in found if f.rule == "capture-kernel-wait")
+    assert wait.suggestion == {"compile": "reduce-overhead"} and wait.value == 0.25
+    assert "kernel wait: 25.00 ms of a 100.0 ms capture window" in wait.evidence
+    full = Context(knobs, values, "cuda", 8, capture=_capture(underfilled_share=0.8))
+    under = next(f for f in advise([busy], full) if f.rule == "capture-underfilled")
+    assert under.suggestion == {"batch_size": 128}
+    quiet = Context(knobs, values, "cuda", 8, capture=_capture(kernel_wait_ms=1))
+    assert not {"capture-kernel-wait", "capture-underfilled"} & set(rules(advise([busy], quiet)))
+    on_cpu = Context(knobs, values, "cpu", 2, capture=_capture(kernel_wait_ms=25))
+    assert "capture-kernel-wait" not in rules(advise([busy], on_cpu))

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuwatch.core.kernel_window import WindowSummary
 from gpuwatch.core.knob_values import KnobValueError, check_usable, schema_by_name
 from gpuwatch.core.segments import SegmentStats, format_value
 
@@ -68,6 +69,13 @@ RULES: tuple[Rule, ...] = (
     Rule("channels-last", "device busy share with AMP on and channels_last off",
          "≥ 50 %", "channels_last = on (vision)",
          "NHWC lets mixed-precision convolutions pick faster kernels"),
+    Rule("capture-kernel-wait", "kernel capture (CUDA): HTA kernel wait (gaps under 30 ns "
+         "between back-to-back kernels launched in time) ÷ window", "≥ 10 %",
+         "compile = reduce-overhead (CUDA graphs), else default",
+         "launch overhead between many small kernels: graphs replay them in one launch"),
+    Rule("capture-underfilled", "kernel capture (CUDA): busy time in kernels with < 1 block "
+         "per SM ÷ busy time", "≥ 50 %", "batch_size × 2",
+         "a kernel with fewer blocks than SMs cannot fill the GPU; bigger batches give more"),
     Rule("device-bound", "device idle (all causes) ÷ step time", "< 10 %", "—",
          "nothing in the input, sync or launch path is holding the device back"),
 )
@@ -80,6 +88,8 @@ LAUNCH_SHARE = 0.15
 PRECISION_BUSY = 0.70
 CHANNELS_LAST_BUSY = 0.50
 IDLE_OK = 0.10
+KERNEL_WAIT_SHARE = 0.10
+UNDERFILLED_SHARE = 0.50
 BATCHED_LOG_EVERY = 50
 
 
@@ -117,6 +127,8 @@ class Context:
     values: Mapping[str, Any] = field(default_factory=dict)
     device_kind: str | None = None
     cores: int | None = None
+    #: The newest kernel capture window taken under the configuration in force, if any.
+    capture: WindowSummary | None = None
 
 
 def context_of(session: Any) -> Context:
@@ -125,7 +137,20 @@ def context_of(session: Any) -> Context:
     cores = device.get("cores")
     return Context(knobs=session.knobs, values=session.config_values(),
                    device_kind=device.get("kind"),
-                   cores=cores if isinstance(cores, int) and cores > 0 else None)
+                   cores=cores if isinstance(cores, int) and cores > 0 else None,
+                   capture=_current_capture(session))
+
+
+def _current_capture(session: Any) -> WindowSummary | None:
+    """The newest capture window taken after the newest configuration change (a session
+    that cannot capture, such as a test's stand-in, has none)."""
+    windows = getattr(session, "kernel_windows", None)
+    changes = session.config_changes()
+    if windows is None or not changes:
+        return None
+    since = changes[-1].t_ns
+    current = [w for w in windows() if w.ok and w.t0_ns >= since]
+    return current[-1].summary() if current else None
 
 
 # ---- Measured quantities -----------------------------------------------------------------
@@ -301,6 +326,42 @@ def _device_rules(row: SegmentStats, knobs: _Knobs, ctx: Context) -> list[Findin
     return out
 
 
+def _capture_rules(row: SegmentStats, knobs: _Knobs, ctx: Context) -> list[Finding]:
+    """HTA's categories and launch geometry from a kernel capture (CUDA only: on a CPU every
+    gap between ops is host wait by definition, which the phase rules already cover)."""
+    cap = ctx.capture
+    if cap is None or ctx.device_kind != "cuda" or not cap.window_ns:
+        return []
+    out = []
+    wait = cap.idle.kernel_wait_ns / cap.window_ns
+    if wait >= KERNEL_WAIT_SHARE and knobs.get("compile", "off") == "off":
+        mode = next((m for m in ("reduce-overhead", "default") if knobs.usable("compile", m)),
+                    None)
+        if mode is not None:
+            out.append(Finding(
+                "capture-kernel-wait", "fix",
+                f"In the kernel capture the GPU waits {_pct(wait)} of the time between "
+                f"back-to-back kernels (launch overhead); try compile={mode}"
+                + (" (CUDA graphs)" if mode == "reduce-overhead" else ""),
+                f"kernel wait: {cap.idle.kernel_wait_ns / 1e6:.2f} ms of a "
+                f"{cap.window_ns / 1e6:.1f} ms capture window ({row.label})",
+                "kernel wait", wait, {"compile": mode}, wait, row.config_id))
+    under = cap.underfilled_busy_share
+    batch = knobs.get("batch_size")
+    if under is not None and under >= UNDERFILLED_SHARE and isinstance(batch, int):
+        bigger = knobs.clamp("batch_size", 2 * batch)
+        if bigger > batch and knobs.usable("batch_size", bigger):
+            out.append(Finding(
+                "capture-underfilled", "fix",
+                f"{_pct(under)} of GPU busy time runs kernels with fewer blocks than SMs (they "
+                f"cannot fill the GPU); try batch_size={bigger}",
+                f"under-filled kernels: {cap.underfilled} of {cap.geometry_known} with launch "
+                f"geometry, {_pct(under)} of busy time ({row.label})",
+                "under-filled kernels", under, {"batch_size": bigger}, under / 2,
+                row.config_id))
+    return out
+
+
 def _spread(row: SegmentStats) -> float:
     rates = np.asarray(row.window_rates[-8:], float)
     if rates.size < 2 or not np.all(rates > 0):
@@ -374,4 +435,5 @@ def advise(rows: Sequence[SegmentStats], ctx: Context,
     findings += _input_rules(latest, knobs, ctx)
     findings += _loop_rules(latest, knobs, ctx)
     findings += _device_rules(latest, knobs, ctx)
+    findings += _capture_rules(latest, knobs, ctx)
     return sorted(findings, key=lambda f: -f.impact)
