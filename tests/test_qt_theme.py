@@ -150,3 +150,62 @@ def test_markers_made_after_a_switch_to_dark_are_dark(light, qtbot):
     expected = light.colors.color(palette.MARKER)
     assert expected != pg.mkColor(palette.MARKER)  # dark really remaps the marker colour
     assert markers.lines[0].pen.color().rgb() == expected.rgb()
+
+
+def _pixel(plot, x: float, y: float):
+    """The colour the plot shows at data point (x, y), from a grab of the widget."""
+    from PySide6.QtCore import QPointF
+
+    vb = plot.getPlotItem().getViewBox()
+    at = plot.mapFromScene(vb.mapViewToScene(QPointF(x, y)))
+    return plot.grab().toImage().pixelColor(at.x(), at.y()).name()
+
+
+def test_the_desktop_turning_dark_re_themes_every_view_live(light, show_window, qtbot,
+                                                            monkeypatch):
+    from PySide6.QtCore import Qt
+
+    from gpuwatch.qt import palette
+    from gpuwatch.qt import theme as theme_module
+    from gpuwatch.qt.help_view import open_help
+
+    monkeypatch.setattr(theme_module, "system_is_dark", lambda: False)
+    light.set_mode("system")
+    win = show_window(Session())
+    help_dialog = open_help(win)
+    qtbot.waitUntil(lambda: win.timeline._shade.count() > 0)  # the first redraw is done
+    timeline = win.timeline
+    empty_lane = (timeline.getPlotItem().getViewBox().viewRange()[0][0] + 1.0, 6.0)  # "h2d"
+    assert _pixel(timeline, *empty_lane) == LIGHT.plot_background.lower()
+
+    monkeypatch.setattr(theme_module, "system_is_dark", lambda: True)
+    QGuiApplication.styleHints().colorSchemeChanged.emit(Qt.ColorScheme.Dark)
+
+    assert light.colors is DARK and win.isVisible()  # the same window, no restart
+    assert _pixel(timeline, *empty_lane) == DARK.plot_background.lower()
+    assert _plot_background(win.utilization.plot) == DARK.plot_background.lower()
+    device = timeline.device_bars.opts["brush"].color()
+    assert device.name() == DARK.color(palette.DEVICE_ACTIVE).name() != palette.DEVICE_ACTIVE
+    assert timeline.phase_bars["data"].opts["brush"].color().name() == (
+        palette.PHASE_COLORS["data"].lower())  # the colour-blind-safe set reads on both
+    for widget in (win.knob_panel, win.scoreboard.table, help_dialog.browser):  # (posted)
+        qtbot.waitUntil(lambda w=widget: w.palette().color(QPalette.ColorRole.Base).name()
+                        == DARK.base.lower())
+    assert "#b4b4b4" in win.headline.busy.help_button.styleSheet().lower()
+
+    monkeypatch.setattr(theme_module, "system_is_dark", lambda: False)
+    QGuiApplication.styleHints().colorSchemeChanged.emit(Qt.ColorScheme.Light)
+    assert _pixel(timeline, *empty_lane) == LIGHT.plot_background.lower()
+    assert timeline.device_bars.opts["brush"].color().name() == palette.DEVICE_ACTIVE.lower()
+
+
+def test_a_theme_picked_while_presenting_restyles_the_stage(light, show_window):
+    win = show_window(Session())
+    win.presentation.set_active(True, fullscreen=False)
+    assert win.palette().color(QPalette.ColorRole.Window).name() == "#ffffff"
+    win.theme_actions["dark"].trigger()
+    assert win.palette().color(QPalette.ColorRole.Window).name() == "#000000"
+    assert _plot_background(win.timeline) == "#000000"
+    assert win.presentation.big_headline.styleSheet().startswith("color: #FFFFFF")
+    win.presentation.set_active(False)
+    assert _plot_background(win.timeline) == DARK.plot_background.lower()
