@@ -163,7 +163,6 @@ class MainWindow(QMainWindow):
         layout.addWidget(self.headline)
         self.timeline_caption = QLabel()
         self.timeline_caption.setWordWrap(True)  # a long legend wraps, never widens the window
-        self.timeline_caption.setWordWrap(True)  # a long legend wraps, never widens the window
         layout.addWidget(self.timeline_caption)
         self.timeline = TimelineView()
         self.utilization = UtilizationView()
