@@ -331,3 +331,10 @@ def test_a_window_too_big_for_one_message_keeps_the_earliest_events_that_fit() -
     assert 0 < kept < 2000 and message["dropped"] == 2000 - kept
     assert len(json.dumps(message, separators=(",", ":"))) <= 20_000
     assert message["covered_t1_ns"] == kept * 10  # the first dropped event's start
+
+
+def test_simulated_cuda_window_reaches_the_last_kernel_that_ran_after_the_host() -> None:
+    events = [FakeKinetoEvent("late_kernel", "kernel", 350, 480, 7, 1)]  # SIMULATED
+    message = window_message(events, device="cuda", offset_ns=OFFSET, t0_ns=0, t1_ns=400,
+                             steps=[1], perturbed=[0, 1])
+    assert message["t1_ns"] == message["covered_t1_ns"] == 480

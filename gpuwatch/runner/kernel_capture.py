@@ -14,7 +14,9 @@ What goes out is one ``kernels`` message (protocol.py): on CUDA the kernels, mem
 memsets with their stream, launch time (the correlated runtime call) and launch geometry from
 ``metadata_json()``; on a CPU the outermost CPU ops of each thread (nested ops add nothing to
 busy time and would overlap on a lane). At most ``MAX_EVENTS`` events, the earliest; the rest
-are counted in ``dropped``. A window that cannot start or be read ends as ``status: failed``
+are counted in ``dropped``. The window is ``[t0_ns, t1_ns]``: from the first recorded step's
+start to the boundary after the last one, on CUDA extended to the last device event's end (the
+GPU runs behind the host). A window that cannot start or be read ends as ``status: failed``
 with one sentence, and training goes on.
 """
 
@@ -131,8 +133,11 @@ def window_message(events: Iterable[KinetoEvent], *, device: str, offset_ns: int
     if not cuda:
         order = _outermost(rows, order)
     dropped = max(0, len(order) - max_events)
-    covered = rows[order[max_events]][0] if dropped else t1_ns
+    first_dropped = rows[order[max_events]][0] if dropped else None
     order = order[:max_events]
+    if cuda and order:  # the device runs behind the host: its last kernels end after t1
+        t1_ns = max(t1_ns, *(rows[i][1] for i in order))
+    covered = t1_ns if first_dropped is None else first_dropped
     names: dict[str, int] = {}
     out: dict[str, Any] = {
         "status": "ok", "device": device, "steps": steps, "perturbed": perturbed,
