@@ -98,3 +98,24 @@ def test_ctrl_q_quits(window, qtbot):
     QTest.keyClick(window, Qt.Key.Key_Q, CTRL)
     qtbot.waitUntil(lambda: not window.isVisible())
     assert window.session.state.name == "IDLE"
+
+
+def _menu_actions(menu) -> list:
+    """Every visible action of a menu and its submenus."""
+    found = []
+    for action in menu.actions():
+        if action.isVisible() and not action.isSeparator():
+            found.append(action)
+            if action.menu() is not None:
+                found += _menu_actions(action.menu())
+    return found
+
+
+def test_every_toolbar_action_can_be_found_in_a_menu(window):
+    in_menus = [a for top in window.menuBar().actions() for a in _menu_actions(top.menu())]
+    on_toolbar = [a for a in window.run_bar.actions() if a.text() and not a.isSeparator()]
+    assert {a.text() for a in on_toolbar} >= {"Start", "Follow", "Tour", "Present"}
+    for action in on_toolbar:
+        assert action in in_menus, action.text()
+    panels = [a.text() for a in in_menus if a.text() in ("Log", "Scoreboard", "Knobs")]
+    assert panels and "Stage headline" not in {a.text() for a in in_menus}

@@ -56,7 +56,7 @@ from gpuwatch.qt.presentation import PresentationMode
 from gpuwatch.qt.replay_bar import ReplayBar
 from gpuwatch.qt.scoreboard_view import ScoreboardView
 from gpuwatch.qt.settings import Settings, build_settings_menu, remember
-from gpuwatch.qt.shortcuts import apply_shortcuts, build_view_actions
+from gpuwatch.qt.shortcuts import apply_shortcuts, build_run_menu, build_view_actions
 from gpuwatch.qt.spans import busy_percent_over, weighted_mean
 from gpuwatch.qt.theme import MODES as THEME_MODES
 from gpuwatch.qt.theme import theme_manager
@@ -221,6 +221,7 @@ class MainWindow(QMainWindow):
         self._build_desk_menus()
         #: Toolbar "Capture kernels", the kernel lane under the timeline, Help ▸ Nsight command.
         self.kernel_capture = KernelCaptureControls(self, splitter)
+        build_run_menu(self)  # the run toolbar's actions in the Run menu too
 
         self.timer = QTimer(self)
         self.timer.setInterval(REDRAW_MS)

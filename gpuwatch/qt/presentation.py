@@ -154,6 +154,7 @@ class PresentationMode(QObject):
         body.installEventFilter(self)  # its text changed: fit the dock's height to it
         window.addDockWidget(Qt.DockWidgetArea.TopDockWidgetArea, self.stage_dock)
         self.stage_dock.hide()
+        self.stage_dock.toggleViewAction().setVisible(False)  # not a panel of View ▸ Panels
         headline.sig_figures_shown.connect(self._show_figures)
         self._fullscreen = True
 

@@ -1,6 +1,6 @@
 """The keyboard: one table of shortcuts that both installs them and lists them in Help,
 plus the view actions only the keyboard (and the View menu) drive: pause the view, zoom
-the time axis, quit.
+the time axis, quit; and the Run menu's copy of the run toolbar.
 
 Ctrl+S is "save a recording": it toggles File → Record. The first press starts recording
 (what the window already holds is written too), the second finishes the file and the status
@@ -109,6 +109,20 @@ def build_view_actions(window: Any) -> None:
     file_menu = find_menu(window, "&File")
     file_menu.addSeparator()
     file_menu.addAction(window.quit_action)
+
+
+def build_run_menu(window: Any) -> None:
+    """Run ▸ Start/Stop, Follow, Tour, Capture kernels: the run toolbar's actions in a menu
+    too, where a first-time user looks for them (above what the menu already holds)."""
+    actions = [window.start_action, window.follow_action, window.tour.action]
+    capture = getattr(getattr(window, "kernel_capture", None), "action", None)
+    if isinstance(capture, QAction):
+        actions.append(capture)
+    menu = find_menu(window, "&Run")
+    first = menu.actions()[0] if menu.actions() else None
+    menu.insertActions(first, actions)  # type: ignore[arg-type]
+    if first is not None:
+        menu.insertSeparator(first)
 
 
 def set_view_paused(window: Any, paused: bool) -> None:
