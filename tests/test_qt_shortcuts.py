@@ -119,3 +119,17 @@ def test_every_toolbar_action_can_be_found_in_a_menu(window):
         assert action in in_menus, action.text()
     panels = [a.text() for a in in_menus if a.text() in ("Log", "Scoreboard", "Knobs")]
     assert panels and "Stage headline" not in {a.text() for a in in_menus}
+
+
+def test_workload_and_device_can_be_chosen_from_the_run_menu(window):
+    run = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Run")
+    workload = next(a.menu() for a in run.actions() if a.text() == "Workload")
+    workload.aboutToShow.emit()
+    choices = {a.text(): a for a in workload.actions()}
+    assert set(choices) == {"vision", "mlp", "gpt"} and choices["vision"].isChecked()
+    choices["mlp"].trigger()
+    assert window.workload_combo.currentText() == "mlp"
+    device = next(a.menu() for a in run.actions() if a.text() == "Device")
+    device.aboutToShow.emit()
+    assert [a.text() for a in device.actions()][:2] == ["auto", "cpu"]
+    assert next(a for a in device.actions() if a.text() == "cpu").isChecked()

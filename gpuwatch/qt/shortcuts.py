@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QApplication, QMainWindow, QMenu
+from PySide6.QtWidgets import QApplication, QComboBox, QMainWindow, QMenu
 
 #: Visible window lengths Ctrl+= / Ctrl+- step through (seconds).
 ZOOM_LEVELS_S = (5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -112,17 +112,42 @@ def build_view_actions(window: Any) -> None:
 
 
 def build_run_menu(window: Any) -> None:
-    """Run ▸ Start/Stop, Follow, Tour, Capture kernels: the run toolbar's actions in a menu
-    too, where a first-time user looks for them (above what the menu already holds)."""
+    """Run ▸ Workload, Device, Start/Stop, Follow, Tour, Capture kernels: the run toolbar in a
+    menu too, where a first-time user looks for it (above what the menu already holds)."""
+    menu = find_menu(window, "&Run")
+    first = menu.actions()[0] if menu.actions() else None
+    if getattr(window, "script_spec", None) is None:  # a script takes the workload's place
+        menu.insertMenu(first, combo_menu("Workload", window.workload_combo, menu))
+    menu.insertMenu(first, combo_menu("Device", window.device_combo, menu))
     actions = [window.start_action, window.follow_action, window.tour.action]
     capture = getattr(getattr(window, "kernel_capture", None), "action", None)
     if isinstance(capture, QAction):
         actions.append(capture)
-    menu = find_menu(window, "&Run")
-    first = menu.actions()[0] if menu.actions() else None
     menu.insertActions(first, actions)  # type: ignore[arg-type]
+    menu.insertSeparator(window.start_action)
     if first is not None:
         menu.insertSeparator(first)
+
+
+def combo_menu(title: str, combo: QComboBox, parent: QMenu) -> QMenu:
+    """A submenu mirroring a toolbar combo box (its choices, the current one checked, enabled
+    as the combo is), refreshed each time it opens."""
+    menu = QMenu(title, parent)
+    menu.setToolTipsVisible(True)
+
+    def fill() -> None:
+        menu.clear()
+        for i in range(combo.count()):
+            action = menu.addAction(combo.itemText(i))
+            action.setCheckable(True)
+            action.setChecked(i == combo.currentIndex())
+            action.setEnabled(combo.isEnabled())
+            action.setToolTip(combo.toolTip())
+            action.triggered.connect(lambda _=False, i=i: combo.setCurrentIndex(i))
+
+    menu.aboutToShow.connect(fill)
+    fill()
+    return menu
 
 
 def set_view_paused(window: Any, paused: bool) -> None:
