@@ -6,6 +6,7 @@ streams, launch times and geometry are written by hand to give exact expected fi
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -220,5 +221,5 @@ def test_windows_are_recorded_replayed_and_exported(tmp_path, late: bool) -> Non
     for e in kernels:
         by_track.setdefault(e["tid"], []).append(e)
     for events in by_track.values():
-        for a, b in zip(events, events[1:], strict=False):
+        for a, b in itertools.pairwise(events):
             assert a["ts"] + a["dur"] <= b["ts"] + 1e-6

@@ -30,7 +30,7 @@ MACHINE_KEYS = ("device", "device_kind", "os", "python", "torch", "cuda", "drive
 SEGMENT_KEYS = ("label", "settings", "changed", "samples_per_s", "step_ms_p50", "step_ms_p95",
                 "busy_share", "input_wait_share", "coarse_util", "coarse_source",
                 "energy_j_per_step", "speedup", "steps", "steady_steps", "transition_s",
-                "idle_causes", "breakdown", "kernel_window")
+                "idle_causes", "breakdown")
 #: ms per steady step, keyed by cause / category (docs/advisor.md); null when not steady.
 _MS_DICT_KEYS = {"idle_causes": CAUSES, "breakdown": CATEGORIES}
 _FLOAT_KEYS = frozenset({"samples_per_s", "step_ms_p50", "step_ms_p95", "busy_share",
@@ -94,6 +94,8 @@ def clean_segment(segment: Mapping[str, Any]) -> dict[str, Any]:
         out[key] = value
     out["settings"] = dict(out["settings"] or {})
     out["changed"] = dict(out["changed"] or {})
+    if isinstance(segment.get("kernel_window"), Mapping):  # only with ``bench --capture``
+        out["kernel_window"] = dict(segment["kernel_window"])
     return out
 
 
