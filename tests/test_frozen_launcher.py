@@ -88,3 +88,11 @@ def test_frozen_runner_env_cleans_first_then_adds_the_runner_source(frozen, tmp_
         [sys.executable, "-c", "import gpuwatch.runner; print(gpuwatch.runner.__file__)"],
         env=env, capture_output=True, text=True, check=True, cwd=tmp_path)
     assert Path(out.stdout.strip()).is_relative_to(frozen / launcher.FROZEN_RUNNER_SOURCE)
+
+
+def test_frozen_doctor_without_python_is_one_line_not_a_traceback(frozen, capsys):
+    from gpuwatch.core.doctor import run_doctor
+
+    assert run_doctor(None) == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out == [out[0]] and "--python PATH" in out[0]

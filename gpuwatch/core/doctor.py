@@ -119,7 +119,12 @@ def report(python: str) -> tuple[list[tuple[str, str]], bool]:
 
 
 def run_doctor(python: str | None) -> int:
-    rows, ok = report(python or launcher.default_python())
+    try:
+        python = python or launcher.default_python()
+    except launcher.NoInterpreterError as exc:  # the installed app has no Python of its own
+        print(f"gpuwatch doctor: {exc}")  # noqa: T201 - the command's output
+        return 1
+    rows, ok = report(python)
     width = max(len(topic) for topic, _ in rows)
     for topic, finding in rows:
         print(f"{topic.ljust(width)}  {finding}")  # noqa: T201 - the command's output
