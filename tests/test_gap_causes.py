@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuwatch.core.gap_causes import CAUSES, caused_idle, pieces, reconfiguring_steps
+from gpuwatch.core.gap_causes import CAUSES, caused_idle, reconfiguring_steps, time_split
 from gpuwatch.core.segments import ConfigChange
 from gpuwatch.core.store import StepsView
 
@@ -122,7 +122,7 @@ def test_selected_rows_only_and_empty_views() -> None:
     rows = np.asarray([False, True, True, False])
     assert totals_ms(caused_idle(v, rows))["input"] == pytest.approx(20)
     empty = StepsView.empty()
-    assert len(pieces(empty)) == 0
+    assert time_split(empty).wall_ns == 0
     assert set(caused_idle(empty).totals_ns().values()) == {0.0}
     assert len(caused_idle(v, np.zeros(4, bool))) == 0
 
@@ -136,9 +136,46 @@ def test_spans_of_a_cause_merge_touching_pieces() -> None:
     assert set(CAUSES) == {"input", "copy", "sync", "launch", "reconfigure", "other"}
 
 
-def test_pieces_partition_the_step_windows_exactly() -> None:
+def test_device_states_partition_the_step_windows_exactly() -> None:
     host = [[0, 10, 11, 13, 15, 16, 26], [27, 37, 38, 40, 42, 43, 53]]
     device = [[0, 10.5, 11.5, 18, 23, 25.9, 26], [27, 37.5, 38.5, 45, 50, 52.9, 53]]
-    p = pieces(view_of(host, device))
-    assert np.all(p.end > p.start) and np.all(p.start[1:] >= p.end[:-1])
-    assert (p.end - p.start).sum() == 53 * MS  # step 0 to step 1's start, then step 1
+    split = time_split(view_of(host, device))
+    assert split.wall_ns == 53 * MS  # step 0 to step 1's start, then step 1
+    assert split.device_ns.sum() == pytest.approx(split.wall_ns)
+    assert split.device_ns.tolist() == pytest.approx([22.2 * MS, 2 * MS, 28.8 * MS, 0])
+    s, e = split.idle_start, split.idle_end
+    assert np.all(e > s) and np.all(s[1:] >= e[:-1])  # sorted, disjoint
+
+
+def test_no_device_marks_yet_is_all_unknown() -> None:
+    v = cpu_steps(3)
+    v = StepsView(v.step, v.config, v.samples, v.host, v.device * 0, np.zeros(3, bool))
+    split = time_split(v)
+    assert split.device_ns[3] == split.wall_ns > 0  # all DEVICE_UNKNOWN
+    assert len(caused_idle(v)) == 0
+
+
+def test_pieces_agree_with_a_point_by_point_reference() -> None:
+    rng = np.random.default_rng(7)
+    n = 40
+    durations = rng.integers(0, 4, size=(n, 7)) * MS  # many ties and empty phases
+    starts = np.cumsum(np.r_[0, durations.sum(axis=1)[:-1]])
+    host = np.empty((n, 7), np.int64)
+    host[:, 0] = starts
+    host[:, 1:] = starts[:, None] + np.cumsum(durations[:, :6], axis=1)
+    device = np.maximum.accumulate((host + rng.integers(0, 3, (n, 1)) * MS).reshape(-1))
+    v = StepsView(np.arange(n), np.zeros(n, np.int32), np.ones(n, np.int32), host,
+                  device.reshape(n, 7), rng.random(n) > 0.2)
+    split = time_split(v)
+    hb, db = host.reshape(-1), device.reshape(n, 7)
+    marked = set(np.flatnonzero(v.has_device).tolist())
+    for t in np.arange(hb[0], hb[-1], MS // 4):  # every quarter ms of the run
+        host_k = int(np.searchsorted(hb, t, side="right")) - 1
+        rows = [r for r in marked if db[r, 0] <= t < db[r, -1] or
+                (r + 1 in marked and db[r, -1] <= t < db[r + 1, 0])]
+        phase = int(np.searchsorted(db[rows[0]], t, side="right")) - 1 if rows else None
+        idle_ref = phase in (0, 5, 6)  # data, sync, between steps
+        holding = np.flatnonzero((split.idle_start <= t) & (t < split.idle_end))
+        assert len(holding) == int(idle_ref), (t, phase)
+        if idle_ref:
+            assert split.idle_host[holding[0]] == host_k % 7, t

@@ -11,8 +11,8 @@ Two piecewise-constant timelines are laid over each other on the ``perf_counter_
   between marks is idle. Time not covered by marks (a step whose device marks never came)
   is *unknown*, never idle. On a CPU the device marks are the host marks.
 
-Cutting both at every boundary gives elementary pieces with one host and one device state
-each. A device-idle piece takes its cause from the host phase it overlaps: ``data`` → input,
+Every stretch of device idle time is cut at the host boundaries, and each part takes its
+cause from the host phase it overlaps: ``data`` → input,
 ``h2d`` → copy, ``sync`` → sync, ``forward``/``backward``/``optimizer`` → launch (the host
 is busy issuing work and the device has none queued), loop overhead → other. **Overlaps:**
 a gap that spans several host phases is split at their boundaries and each part gets the
@@ -21,8 +21,9 @@ needed among them); the one overlay is a knob change being applied — the loop 
 which the runner applied it and the new configuration's transition steps — which takes
 priority over every phase: **reconfigure**.
 
-Everything is vectorised: two sorted boundary arrays are merged (a near-linear timsort of
-two runs) and labelled with ``searchsorted``; no Python loop runs over steps.
+Everything is vectorised: runs of one device state become spans, and each idle span finds
+the host intervals it overlaps with two ``searchsorted``; no Python loop runs over steps
+(``bench/gap_causes_speed.py`` prints what it costs).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpuwatch.core.analysis import merge_intervals
+from gpuwatch.core.analysis import busy_fraction, merge_intervals
 from gpuwatch.core.store import StepsView
 from gpuwatch.protocol import ALL_PHASES, N_MARKS, PHASES
 
@@ -72,27 +73,32 @@ def cause_of_host_state(host_state: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class Pieces:
-    """Elementary intervals inside the selected steps' host windows, each in one state."""
+class TimeSplit:
+    """The selected steps' host windows split by device state (ns).
 
-    start: np.ndarray
-    end: np.ndarray
-    host: np.ndarray  # host state: ALL_PHASES index, HOST_RECONFIGURE
-    device: np.ndarray  # DEVICE_* state
+    Device idle time comes as intervals cut at the host boundaries, each with the host state
+    active then; busy and unknown device time only as totals (nothing draws them per host
+    phase, and splitting them would cost a piece per phase and step).
+    """
 
-    def __len__(self) -> int:
-        return int(self.start.shape[0])
+    idle_start: np.ndarray
+    idle_end: np.ndarray
+    idle_host: np.ndarray  # host state of each idle interval
+    device_ns: np.ndarray  # (N_DEVICE,) total per device state inside the host windows
+    host_ns: np.ndarray  # (N_HOST,) total per host state (HOST_NONE: 0, outside windows)
 
-    def matrix(self) -> np.ndarray:
-        """Time in ns per (device state, host state): shape ``(N_DEVICE, N_HOST)``."""
-        flat = self.device.astype(np.int64) * N_HOST + self.host
-        weights = (self.end - self.start).astype(np.float64)
-        return np.bincount(flat, weights, N_DEVICE * N_HOST).reshape(N_DEVICE, N_HOST)
+    @property
+    def wall_ns(self) -> float:
+        return float(self.host_ns.sum())
+
+    def idle_by_host(self) -> np.ndarray:
+        """Idle ns per host state, shape ``(N_HOST,)``."""
+        return np.bincount(self.idle_host.astype(np.int64),
+                           (self.idle_end - self.idle_start).astype(np.float64), N_HOST)
 
     def idle(self) -> CausedIdle:
-        """The device-idle pieces with their causes."""
-        keep = self.device == DEVICE_IDLE
-        return CausedIdle(self.start[keep], self.end[keep], cause_of_host_state(self.host[keep]))
+        """The device-idle intervals with their causes."""
+        return CausedIdle(self.idle_start, self.idle_end, cause_of_host_state(self.idle_host))
 
 
 @dataclass(frozen=True)
@@ -160,44 +166,65 @@ def device_timeline(view: StepsView) -> tuple[np.ndarray, np.ndarray]:
     return bounds, states
 
 
-def _state_at(bounds: np.ndarray, states: np.ndarray, t: np.ndarray, outside: int
-              ) -> np.ndarray:
-    """State of the interval holding each piece start ``t``; ``outside`` beyond the marks."""
-    k = np.searchsorted(bounds, t, side="right") - 1
-    inside = (k >= 0) & (k < len(states))
-    out = np.full(t.shape, outside, np.int8)
-    out[inside] = states[k[inside]]
-    return out
+def _runs(bounds: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Spans of consecutive intervals ``[bounds[k], bounds[k+1]]`` where ``mask[k]``."""
+    edges = np.diff(np.concatenate(([0], mask.astype(np.int8), [0])))
+    first, stop = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    return bounds[first], bounds[stop]
 
 
-def pieces(view: StepsView, rows: np.ndarray | None = None,
-           reconfiguring: np.ndarray | None = None) -> Pieces:
-    """Host and device timelines cut into pieces of one state each (host windows only).
+def _split_by_host(a: np.ndarray, b: np.ndarray, hb: np.ndarray, hs: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cut sorted, disjoint spans at the host boundaries: ``(start, end, host state)`` of
+    each part inside a host window (parts outside every window are dropped)."""
+    k0 = np.maximum(np.searchsorted(hb, a, side="right") - 1, 0)
+    k1 = np.minimum(np.searchsorted(hb, b, side="left"), len(hs))
+    counts = np.maximum(k1 - k0, 0)
+    span = np.repeat(np.arange(len(a)), counts)
+    k = np.repeat(k0 - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+    s, e = np.maximum(a[span], hb[k]), np.minimum(b[span], hb[k + 1])
+    state = hs[k]
+    keep = (e > s) & (state != HOST_NONE)
+    return s[keep], e[keep], state[keep]
+
+
+def time_split(view: StepsView, rows: np.ndarray | None = None,
+               reconfiguring: np.ndarray | None = None) -> TimeSplit:
+    """Device state over the selected steps' host windows; idle time cut by host phase.
 
     The device timeline uses every marked step of ``view`` (work of a neighbouring step may
     run on the device during a selected step); the host windows are the selected steps'.
+    Cost: a few passes over the marks and two ``searchsorted`` per idle span; no sort.
     """
     hb, hs = host_timeline(view, rows, reconfiguring)
+    host_ns = np.bincount(hs.astype(np.int64), np.diff(hb).astype(np.float64), N_HOST) \
+        if len(hb) >= 2 else np.zeros(N_HOST)
+    host_ns[HOST_NONE] = 0.0
+    device_ns = np.zeros(N_DEVICE)
     if len(hb) < 2:
         e = np.empty(0, np.int64)
-        return Pieces(e, e.copy(), np.empty(0, np.int8), np.empty(0, np.int8))
-    if _device_is_host(view):  # CPU: the host intervals are the pieces (no merge needed)
-        keep = (hb[1:] > hb[:-1]) & (hs != HOST_NONE)
+        return TimeSplit(e, e.copy(), np.empty(0, np.int8), device_ns, host_ns)
+    if _device_is_host(view):  # CPU: the host intervals are the device's own
         device = np.tile(_DEVICE_OF_PHASE, len(hb) // N_MARKS + 1)[:len(hs)]
-        return Pieces(hb[:-1][keep], hb[1:][keep], hs[keep], device[keep])
+        inside = hs != HOST_NONE
+        widths = np.diff(hb).astype(np.float64)
+        device_ns = np.bincount(device[inside].astype(np.int64), widths[inside], N_DEVICE)
+        idle = inside & (device == DEVICE_IDLE) & (widths > 0)
+        return TimeSplit(hb[:-1][idle], hb[1:][idle], hs[idle], device_ns, host_ns)
     db, ds = device_timeline(view)
-    lo, hi = hb[0], hb[-1]
-    db_in = db[(db > lo) & (db < hi)]
-    edges = np.sort(np.concatenate((hb, db_in)), kind="stable")  # two sorted runs: ~linear
-    s, e = edges[:-1], edges[1:]
-    keep = e > s
-    s, e = s[keep], e[keep]
-    host = _state_at(hb, hs, s, HOST_NONE)
-    inside = host != HOST_NONE
-    s, e, host = s[inside], e[inside], host[inside]
-    device = _state_at(db, ds, s, DEVICE_UNKNOWN) if len(db) >= 2 else \
-        np.full(s.shape, DEVICE_UNKNOWN, np.int8)
-    return Pieces(s, e, host, device)
+    w0, w1 = _runs(hb, hs != HOST_NONE)  # the host windows (a few runs of steps)
+    if len(db) >= 2:
+        for state in (DEVICE_COPY, DEVICE_KERNEL):
+            a, b = _runs(db, ds == state)
+            covered = busy_fraction(a, b, w0, w1) * (w1 - w0)
+            device_ns[state] = float(np.nansum(covered))
+        a, b = _runs(db, ds == DEVICE_IDLE)
+    else:
+        a = b = np.empty(0, np.int64)
+    s, e, host = _split_by_host(a, b, hb, hs)
+    device_ns[DEVICE_IDLE] = float((e - s).sum())
+    device_ns[DEVICE_UNKNOWN] = max(0.0, float(host_ns.sum()) - device_ns[:DEVICE_UNKNOWN].sum())
+    return TimeSplit(s, e, host, device_ns, host_ns)
 
 
 def _device_is_host(view: StepsView) -> bool:
@@ -208,7 +235,7 @@ def _device_is_host(view: StepsView) -> bool:
 def caused_idle(view: StepsView, rows: np.ndarray | None = None,
                 reconfiguring: np.ndarray | None = None) -> CausedIdle:
     """The device's idle time during the selected steps, each interval with its cause."""
-    return pieces(view, rows, reconfiguring).idle()
+    return time_split(view, rows, reconfiguring).idle()
 
 
 def reconfiguring_steps(view: StepsView, changes: Iterable[ConfigChange]) -> np.ndarray:

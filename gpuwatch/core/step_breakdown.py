@@ -16,8 +16,8 @@ next id — goes to exactly one category, by priority (device work first, as the
 * ``other``: the device idles during loop overhead or a knob change being applied, or its
   state is unknown (a step whose device marks never arrived).
 
-Built on the pieces of ``gap_causes`` (one host and one device state each), so the idle part
-of this breakdown is exactly the gap-cause split of the same steps.
+Built on ``gap_causes.time_split``, so the idle part of this breakdown is exactly the
+gap-cause split of the same steps.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ import numpy as np
 from gpuwatch.core.gap_causes import (
     CAUSES,
     DEVICE_COPY,
-    DEVICE_IDLE,
     DEVICE_KERNEL,
     DEVICE_UNKNOWN,
     HOST_NONE,
     HOST_RECONFIGURE,
     N_HOST,
+    TimeSplit,
     cause_of_host_state,
-    pieces,
+    time_split,
 )
 from gpuwatch.core.store import StepsView
 from gpuwatch.protocol import ALL_PHASES
@@ -68,25 +68,25 @@ class StepBreakdown:
         return sum(self.idle_causes.values())
 
 
-def from_matrix(matrix: np.ndarray, steps: int) -> StepBreakdown:
-    """The breakdown of a ``gap_causes.Pieces.matrix()`` covering ``steps`` steps."""
-    per_step = matrix / (steps * 1e6) if steps else matrix * 0.0
-    idle_row = per_step[DEVICE_IDLE]
+def from_split(split: TimeSplit, steps: int) -> StepBreakdown:
+    """The per-step breakdown of a ``gap_causes.TimeSplit`` covering ``steps`` steps."""
+    scale = 1.0 / (steps * 1e6) if steps else 0.0
+    idle_by_host = split.idle_by_host() * scale
     causes = dict.fromkeys(CAUSES, 0.0)
-    cause_idx = cause_of_host_state(np.arange(N_HOST))
-    for host_state in range(N_HOST):
+    for host_state, cause in enumerate(cause_of_host_state(np.arange(N_HOST))):
         if host_state != HOST_NONE:
-            causes[CAUSES[cause_idx[host_state]]] += float(idle_row[host_state])
+            causes[CAUSES[cause]] += float(idle_by_host[host_state])
+    device = split.device_ns * scale
     categories = dict.fromkeys(CATEGORIES, 0.0)
-    categories["kernel"] = float(per_step[DEVICE_KERNEL].sum())
-    categories["memcpy"] = float(per_step[DEVICE_COPY].sum())
-    categories["other"] = float(per_step[DEVICE_UNKNOWN].sum())
+    categories["kernel"] = float(device[DEVICE_KERNEL])
+    categories["memcpy"] = float(device[DEVICE_COPY])
+    categories["other"] = float(device[DEVICE_UNKNOWN])
     for cause, ms in causes.items():
         categories[_CATEGORY_OF_CAUSE[cause]] += ms
-    columns = per_step.sum(axis=0)
-    phases = {name: float(columns[i]) for i, name in enumerate(ALL_PHASES)}
-    phases["other"] += float(columns[HOST_RECONFIGURE])
-    return StepBreakdown(steps=steps, wall_ms=float(per_step.sum()), categories=categories,
+    host = split.host_ns * scale
+    phases = {name: float(host[i]) for i, name in enumerate(ALL_PHASES)}
+    phases["other"] += float(host[HOST_RECONFIGURE])
+    return StepBreakdown(steps=steps, wall_ms=split.wall_ns * scale, categories=categories,
                          idle_causes=causes, host_phases=phases)
 
 
@@ -94,7 +94,7 @@ def step_breakdown(view: StepsView, rows: np.ndarray | None = None,
                    reconfiguring: np.ndarray | None = None) -> StepBreakdown:
     """The breakdown over the selected steps of ``view`` (default: all of them)."""
     sel = np.ones(len(view), bool) if rows is None else np.asarray(rows, bool)
-    return from_matrix(pieces(view, sel, reconfiguring).matrix(), int(sel.sum()))
+    return from_split(time_split(view, sel, reconfiguring), int(sel.sum()))
 
 
 def summary(categories: dict[str, float], device_kind: str | None) -> str:
