@@ -13,6 +13,7 @@ import dataclasses
 import enum
 import logging
 import os
+import re
 import threading
 import time
 import traceback
@@ -586,7 +587,7 @@ class Session:
             return
         for raw in proc.stdout:
             text = raw.decode("utf-8", "replace").rstrip()
-            if text:
+            if text and not is_profiler_noise(text):
                 self._log_line("info", "runner", text)
 
     def _watch_process(self) -> None:
@@ -721,6 +722,18 @@ def stall_notice(seconds: float) -> str:
     return (f"{STALL_PREFIX} {seconds:g} s: the training loop may be hung (a deadlock, a "
             f"stuck DataLoader worker) or one step is very slow (e.g. a compile); Stop ends "
             f"the run and keeps what was received")
+
+
+#: What torch.profiler's C++ side prints on every kernel capture and means nothing to a user:
+#: Kineto's USDT start/stop probes, and a CUDA build on a machine without a GPU failing to count
+#: devices (notes/measurement.md, addendum).
+_PROFILER_NOISE = re.compile(r"^(USDT:.*\] profiler_(start|stop)$"
+                             r"|ERROR:.*gpuGetDeviceCount failed with code 35$)")
+
+
+def is_profiler_noise(line: str) -> bool:
+    """A runner output line from the profiler's start/stop that is harmless (not shown)."""
+    return _PROFILER_NOISE.match(line) is not None
 
 
 def no_step_notice(seconds: float) -> str:
