@@ -16,6 +16,7 @@ from argparse import Namespace
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from gpuwatch.core import recording as recording_module
 from gpuwatch.core.headless import HeadlessOptions, run_headless
@@ -59,6 +60,8 @@ def test_a_writer_killed_at_any_moment_leaves_a_readable_recording(
     recording = open_recording(record)  # raises RecordingError if the file were broken
     steps = recording.steps.step
     assert list(steps) == list(range(len(steps))), "a prefix of the run, without holes"
+    if after_s >= 0.8:  # batches are committed every 50 ms: by now some must be in the file
+        assert len(steps) > 0, "nothing was committed before the kill"
 
 
 def _full_after_first_batch():
@@ -90,6 +93,35 @@ def test_a_full_disk_is_reported_headless_and_the_run_goes_on(
            f"({FULL}); the run goes on" in err.getvalue()
     assert "was stopped after 1.5 s" in out.getvalue(), "the run itself went on to its end"
     open_recording(tmp_path / "full.gpuwatch")  # what was committed stays readable
+
+
+def test_an_unexpected_error_in_the_writer_stops_the_recording_with_a_message(
+        tmp_path: Path, fake_python: str, monkeypatch) -> None:
+    """A bug (not a disk error) must not kill the writer thread silently while the queue
+    fills and drops everything after it."""
+    from gpuwatch.core.recording import Recorder
+
+    def broken(recorder, batch, *, final):
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(Recorder, "_write", broken)
+    session = Session(sample_coarse=False)
+    recorder = Recorder(tmp_path / "bug.gpuwatch", session, flush_s=0.05)
+    recorder.start()
+    try:
+        session.start(_fake_spec(fake_python))
+        wait_until(lambda: recorder.error is not None, 10, "the recorder to report the bug")
+        assert "internal error: TypeError: a bug" in recorder.error
+        assert "the run goes on" in recorder.error
+    finally:
+        recorder.close()
+        session.close()
+
+
+def _fake_spec(fake_python: str):
+    from gpuwatch.core.session import LaunchSpec
+
+    return LaunchSpec(workload="rate:500", device="cpu", python=fake_python)
 
 
 def _window(qtbot, session: Session, fake_python: str):
