@@ -116,3 +116,19 @@ def test_scoreboard_tooltip_shows_the_breakdown_and_idle_causes(qtbot) -> None:
     tip = view.model.data(view.model.index(0, column), Qt.ItemDataRole.ToolTipRole)
     assert "of 100.0 ms per step: 62.0 data loading, 38.0 compute" in tip
     assert "of 62.0 ms idle per step: 62.0 input" in tip
+
+
+def test_a_layout_saved_before_the_advisor_existed_does_not_hide_it(show_window, qtbot):
+    from gpuwatch.qt.settings import Settings
+
+    old = show_window(Session(sample_coarse=False))
+    dock = old.advisor.parentWidget()
+    dock.setObjectName("not_yet_invented")  # the layout an older gpuwatch saved
+    dock.hide()
+    Settings().save_window(old)
+    upgraded = show_window(Session(sample_coarse=False))
+    assert upgraded.advisor.parentWidget().isVisible()
+    upgraded.advisor.parentWidget().hide()  # the user closes it: that is remembered
+    Settings().save_window(upgraded)
+    again = show_window(Session(sample_coarse=False))
+    assert not again.advisor.parentWidget().isVisible()

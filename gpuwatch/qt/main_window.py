@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import platformdirs
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
@@ -301,6 +301,20 @@ class MainWindow(QMainWindow):
         apply_shortcuts(self)
         self.headline.sig_help_requested.connect(lambda section: open_help(self, section))
         self.settings.restore_window(self)
+        self._show_docks_new_to_the_saved_layout()
+
+    def _show_docks_new_to_the_saved_layout(self) -> None:
+        """Restoring a layout saved before a dock existed (the Advisor) hides that dock: show
+        it, so an upgrade does not hide it; a dock the user closed stays closed."""
+        state = QSettings(str(self.settings.path), QSettings.Format.IniFormat).value(
+            "window/state")
+        if not isinstance(state, QByteArray):
+            return
+        saved = bytes(state.data())  # Qt stores each dock's object name as UTF-16
+        for dock in self.findChildren(QDockWidget):
+            name = dock.objectName()
+            if name in ("advisor",) and name.encode("utf-16-be") not in saved:
+                dock.show()
 
     def _build_status_bar(self) -> None:
         status = self.statusBar()
