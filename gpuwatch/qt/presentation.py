@@ -3,10 +3,11 @@
 On: full screen, every font and plot line at ``SCALE``× (window font, style-sheet font
 sizes, axis tick fonts, pen widths) on a 720-pixel-high screen and proportionally more on a
 taller one, so the stage looks the same on a 1280×720 projector and on 4K; a high-contrast
-palette; the secondary panels (log, knobs, status details) hidden; the host phases in three
-lanes instead of seven; the scoreboard beside the plots with its headline columns only; and
-one big sentence on top built from the very figures the headline bar shows. Off (F11 again,
-or Esc): everything exactly as it was (fonts, panels, docks, window state, geometry, theme).
+palette; the secondary panels (log, knobs, advisor, menu and status bars) hidden; the host
+phases in three lanes instead of seven; the scoreboard beside the plots with its headline
+columns only; and across the top the tour's caption and one big sentence built from the very
+figures the headline bar shows. Off (F11 again, or Esc): everything exactly as it was (fonts,
+panels, docks, window state, geometry, theme).
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ class PresentationMode(QObject):
         self._newcomers = QTimer(self)
         self._newcomers.setInterval(NEWCOMERS_MS)
         self._newcomers.timeout.connect(self._style_newcomers)
-        #: The one big sentence, shown above the headline only while presenting.
+        #: The one big sentence, shown (in the stage dock) only while presenting.
         self.big_headline = QLabel()
         self.big_headline.setObjectName("presentation_headline")
         self.big_headline.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -370,7 +371,7 @@ class PresentationMode(QObject):
         scoreboard = getattr(w, "scoreboard", None)
         dock = scoreboard.parentWidget() if scoreboard is not None else None
         if isinstance(dock, QDockWidget):
-            w.layout().activate()  # the dock must be placed in its new area to be resized
+            w.layout().activate()  # place the moved dock now, or resizeDocks may be dropped
             table = scoreboard.table
             table.resizeColumnsToContents()
             header = table.horizontalHeader()
