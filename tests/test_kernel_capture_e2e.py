@@ -97,3 +97,40 @@ def test_bench_capture_adds_a_kernel_window_to_each_stage() -> None:
     assert 0 < window["busy_fraction"] < 1 and window["kernels"] > 0
     assert segment["samples_per_s"] is not None  # from the unprofiled steady steps
     assert "## Kernel windows" in render(report, "md")
+
+
+SCRIPT = """
+import torch
+
+model = torch.nn.Linear(32, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+while True:  # endless: the session stops it
+    loss = model(torch.randn(64, 32)).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_capture_works_in_script_mode(session: Session, tmp_path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    session.start(LaunchSpec(script=str(script), device="cpu", cwd=str(tmp_path)))
+    wait_until(lambda: session.steps.count >= 20 or session.state is SessionState.FAILED,
+               120, "the script's steps")
+    assert session.state is SessionState.RUNNING, session.error
+    session.request_capture(4)
+    wait_until(lambda: session.kernel_windows() or session.capture_error is not None, 120,
+               "a kernel window")
+    assert session.capture_error is None, session.capture_error
+    [window] = session.kernel_windows()
+    assert window.ok and len(window.steps) == 4
+    assert {"aten::linear", "aten::mean"} & set(window.names)
+    wait_until(lambda: session.steps.count > window.steps[-1] + 1, 60, "the window's steps")
+    view = session.steps.snapshot()
+    host = view.host[np.isin(view.step, window.steps)]
+    assert len(host) == 4
+    assert int(host[0, 0]) <= int(window.start.min())
+    assert int(window.end.max()) <= int(host[-1, -1])
+    session.stop()
+    assert session.wait_ended(60)
