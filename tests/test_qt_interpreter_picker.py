@@ -111,6 +111,7 @@ def test_frozen_start_without_any_torch_python_shows_how_to_get_torch(
     assert "No Python with torch was found" in window.interpreter.banner.text()
     assert "Open recording" in window.interpreter.banner.text()
     assert window.session.state is SessionState.IDLE  # nothing launched, no crash
+    assert window.statusBar().currentMessage() == "no Python with torch found"
     assert window.python is None
 
 

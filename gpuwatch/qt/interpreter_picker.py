@@ -329,9 +329,11 @@ class InterpreterChoice(QObject):
 
     def show_no_torch(self) -> None:
         text = html.escape(interpreters.NO_TORCH_HELP).replace(
-            "Run → Choose Python….", "<a href='choose'>Run → Choose Python…</a>")
+            "Run → Choose Python….",
+            "<a href='choose' style='color:#FFFFFF'>Run → Choose Python…</a>")
         self.banner.setText(text)
         self.banner.show()
+        self.window.statusBar().showMessage("no Python with torch found", 30_000)
 
 
 def needs_choice(window: Any) -> bool:

@@ -92,6 +92,15 @@ exit 0
 HOOK
   chmod 0755 "$deb_root/DEBIAN/$script"
 done
+cat > "$deb_root/DEBIAN/prerm" <<'HOOK'
+#!/bin/sh
+set -e
+# A training Python run as root compiles the runner's source in place: remove its caches,
+# or dpkg could not remove /opt/gpuwatch.
+if [ -d /opt/gpuwatch ]; then find /opt/gpuwatch -name __pycache__ -type d -prune -exec rm -rf {} +; fi
+exit 0
+HOOK
+chmod 0755 "$deb_root/DEBIAN/prerm"
 deb="$out/gpuwatch_${version}_${arch}.deb"
 # xz: the smallest .deb; smoke.sh passes gzip (much faster, same content).
 dpkg-deb --root-owner-group "-Z${DEB_COMPRESSION:-xz}" --build "$deb_root" "$deb" >/dev/null
