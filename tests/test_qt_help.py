@@ -22,6 +22,7 @@ def test_guide_covers_every_section_and_key():
         assert column.title in text
     for shortcut in SHORTCUTS:
         assert shortcut.what in text
+    assert "<i>input</i> = data, h2d" in text  # presentation's merged lanes
 
 
 def test_help_menu_guide_and_keyboard_entries(show_window, qtbot):

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QApplication, QDialog, QTextBrowser, QVBoxLayout, 
 from gpuwatch.core.app_log import log_dir
 from gpuwatch.qt.scoreboard_view import COLUMNS
 from gpuwatch.qt.shortcuts import SHORTCUTS, find_menu
+from gpuwatch.qt.timeline_view import MERGED_LANES
 
 #: Sections, in order: (anchor, title). ``HELP_SECTION_PROPERTY`` on a widget names one.
 SECTIONS = (
@@ -110,7 +111,17 @@ def guide_html() -> str:
             parts.append(shortcuts_html())
         else:
             parts.append(f"<p>{_TEXT[anchor]}</p>")
+        if anchor == "step":
+            parts.append(f"<p>{stage_lanes_html()}</p>")
     return "\n".join(parts)
+
+
+def stage_lanes_html() -> str:
+    """How presentation mode groups the phases (from the timeline's own table)."""
+    groups = "; ".join(f"<i>{html.escape(name)}</i> = {', '.join(phases)}"
+                       for name, phases in MERGED_LANES)
+    return ("In presentation mode (F11) the phases share three taller lanes, each phase keeping "
+            f"its colour: {groups}.")
 
 
 def shortcuts_html() -> str:
