@@ -295,3 +295,35 @@ def test_a_marker_born_while_presenting_gets_the_stage_look(light, show_window, 
     assert line.pen.color() == LIGHT_CONTRAST.color(palette.MARKER)
     win.presentation.set_active(False)
     assert line.pen.widthF() == 1.0  # the desk look again (the window restyles every item)
+
+
+def test_merged_lanes_stack_their_phases_in_dense_columns(qtbot):
+    """On stage a lane holds several phases: per pixel column they stack, so the lane's height
+    is their joint share (here 0.3 + 0.3 + 0.1 of each 1 ms step for compute)."""
+    from gpuwatch.core.store import StepsView
+    from gpuwatch.qt.timeline_view import BAR_HEIGHT, TimelineView, lane_y
+
+    view = TimelineView()
+    qtbot.addWidget(view)
+    view.resize(800, 400)
+    view.show()
+    qtbot.waitExposed(view)
+    n, step_ns = 4000, 1_000_000
+    starts = np.arange(n, dtype=np.int64) * step_ns
+    offsets = np.array([0.0, 0.1, 0.2, 0.5, 0.8, 0.9, 1.0]) * step_ns  # data h2d fwd bwd opt sync
+    host = starts[:, None] + offsets.astype(np.int64)[None, :]
+    steps = StepsView(np.arange(n), np.zeros(n, np.int32), np.ones(n, np.int32), host, host,
+                      np.ones(n, bool))
+    active = (host[:, 1], host[:, -1])
+    view.set_merged(True)
+    view.show_steps(steps, active, 0, 0, n * step_ns)
+    assert view.dense and view.n_lanes == 4
+    y = lane_y(1, 4)  # "compute", the second lane from the top
+    bottoms = {name: float(np.median(view.phase_bars[name].opts["y0"]))
+               for name in ("forward", "backward", "optimizer")}
+    assert bottoms["forward"] == pytest.approx(y)
+    assert bottoms["backward"] == pytest.approx(y + 0.3 * BAR_HEIGHT, abs=0.02)
+    assert bottoms["optimizer"] == pytest.approx(y + 0.6 * BAR_HEIGHT, abs=0.02)
+    top = bottoms["optimizer"] + float(np.median(view.phase_bars["optimizer"].opts["height"]))
+    assert top == pytest.approx(y + 0.7 * BAR_HEIGHT, abs=0.02)  # within the lane
+    assert float(np.median(view.phase_bars["data"].opts["y0"])) == pytest.approx(lane_y(0, 4))
