@@ -303,3 +303,13 @@ def test_capture_rules_use_hta_kernel_wait_and_launch_geometry_on_cuda() -> None
     assert not {"capture-kernel-wait", "capture-underfilled"} & set(rules(advise([busy], quiet)))
     on_cpu = Context(knobs, values, "cpu", 2, capture=_capture(kernel_wait_ms=25))
     assert "capture-kernel-wait" not in rules(advise([busy], on_cpu))
+
+
+def test_a_watched_script_without_the_knobs_gets_the_advice_for_its_code() -> None:
+    script = Context(knobs=[], values={}, device_kind="cpu", cores=4)
+    found = advise([row(data=40, sync=20, kernel=40)], script)
+    assert rules(found) == ["input-bound", "sync-bound"]
+    assert found[0].title == "40% of each step waits for input: give your DataLoader " \
+                             "num_workers=4 (this machine has 4 cores)"
+    assert found[1].title.endswith("read the loss every 50 steps instead of every step")
+    assert all(f.suggestion == {} for f in found)  # nothing to Apply: the fix is in the code

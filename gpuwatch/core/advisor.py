@@ -46,7 +46,8 @@ RULES: tuple[Rule, ...] = (
          "before → after", "newest segment steady (≥ 2 window rates)", "—",
          "after a change, say what it measurably did"),
     Rule("input-bound", "device idle while the host waits for the next batch ÷ step time",
-         "≥ 20 %, num_workers below min(cores, its max)", "num_workers = min(cores, max)",
+         "≥ 20 %, num_workers below min(cores, its max)", "num_workers = min(cores, max) "
+         "(a watched script without that knob: the same advice, for its own DataLoader)",
          "worker processes prepare batches while the model trains"),
     Rule("storage-latency", "input wait share, with storage_latency_ms > 0 and workers ≥ cores",
          "≥ 20 %", "num_workers = min(2 × current, max)",
@@ -55,7 +56,8 @@ RULES: tuple[Rule, ...] = (
          "≥ 20 %", "none (cheaper decode/augmentation, or more cores)",
          "every core already prepares batches; a knob cannot add CPU"),
     Rule("sync-bound", "host time in the sync phase (.item(), logging) ÷ step time",
-         "≥ 10 %, log_every < 50", "log_every = 50",
+         "≥ 10 %, log_every < 50", "log_every = 50 (a watched script: read the loss every 50 "
+         "steps)",
          "each .item() waits for the device queue to drain, so the host cannot run ahead"),
     Rule("copy-bound", "copy time (device copy span + host issuing copies) ÷ step time",
          "≥ 10 % (CUDA)", "pin_memory = on, non_blocking = on",
@@ -233,10 +235,13 @@ def _input_rules(row: SegmentStats, knobs: _Knobs, ctx: Context) -> list[Finding
     workers = knobs.get("num_workers")
     cores = ctx.cores or 1
     head = f"{_pct(wait)} of each step waits for input"
+    machine = f"this machine has {cores} core{'s' * (cores != 1)}"
+    if "num_workers" not in knobs.schema:  # a watched script: the fix is in its code
+        return [_fix("input-bound", f"{head}: give your DataLoader num_workers={cores} "
+                     f"({machine})", "input wait", wait, {}, row)]
     if isinstance(workers, int):
         target = knobs.clamp("num_workers", cores)
         if workers < target and knobs.usable("num_workers", target):
-            machine = f"this machine has {cores} core{'s' * (cores != 1)}"
             return [_fix("input-bound", f"{head}; try num_workers={target} ({machine})",
                          "input wait", wait, {"num_workers": target}, row)]
         latency = knobs.get("storage_latency_ms")
@@ -260,7 +265,11 @@ def _loop_rules(row: SegmentStats, knobs: _Knobs, ctx: Context) -> list[Finding]
     out = []
     sync = share(row, "sync")
     log_every = knobs.get("log_every")
-    if sync is not None and sync >= SYNC_SHARE and isinstance(log_every, int) \
+    if sync is not None and sync >= SYNC_SHARE and "log_every" not in knobs.schema:
+        out.append(_fix("sync-bound", f"{_pct(sync)} of each step is spent in .item()/"
+                        f"logging syncs: read the loss every {BATCHED_LOG_EVERY} steps "
+                        f"instead of every step", "sync", sync, {}, row))
+    elif sync is not None and sync >= SYNC_SHARE and isinstance(log_every, int) \
             and log_every < BATCHED_LOG_EVERY:
         value = knobs.clamp("log_every", BATCHED_LOG_EVERY)
         if knobs.usable("log_every", value):
