@@ -300,7 +300,7 @@ class KernelCapture:
             self._t0_ns = self._clock()  # the first recorded step starts now
         if last or self._error is not None:
             self._teardown()
-            self._finish(next_step)
+            self._finish(next_step, self._clock() - self._t1_ns if last else 0)
 
     def _on_ready(self, prof: Any) -> None:
         """``on_trace_ready``: read the raw events while the results are alive."""
@@ -314,7 +314,7 @@ class KernelCapture:
         except Exception as exc:
             self._error = f"the profiler's events could not be read ({_reason(exc)})"
 
-    def _finish(self, next_step: int) -> None:
+    def _finish(self, next_step: int, stall_ns: int) -> None:
         message, self._message = self._message, None
         if self._error is not None or message is None:
             self._report("failed", self._error or "the profiler delivered no events")
@@ -325,6 +325,10 @@ class KernelCapture:
             return
         self.link.send("kernels", **message)
         self.windows_sent += 1
+        # Reading the events runs between two steps: say what it cost (a step left out).
+        self.link.log("info", f"kernel window: {len(message['start'])} events read in "
+                              f"{stall_ns / 1e9:.2f} s between steps {next_step - 1} and "
+                              f"{next_step}")
 
     def _teardown(self) -> None:
         prof, self._prof = self._prof, None
