@@ -116,3 +116,31 @@ def test_copy_nsight_command_puts_the_command_on_the_clipboard(window) -> None:
     assert QGuiApplication.clipboard().text() == command
     help_menu = next(a.menu() for a in window.menuBar().actions() if "Help" in a.text())
     assert window.kernel_capture.nsight_action in help_menu.actions()
+
+
+def test_replay_shows_recorded_windows_and_cannot_capture(show_window, tmp_path, qtbot) -> None:
+    from waiting import wait_until
+
+    from gpuwatch.core.recording import Recorder
+    from gpuwatch.core.recording_reader import open_recording
+    from gpuwatch.core.replay import ReplaySession
+
+    live = Session(sample_coarse=False)
+    recorder = Recorder(tmp_path / "k.gpuwatch", live, flush_s=0.05)
+    recorder.start()
+    live._dispatch({"kind": "hello", "protocol": 1, "pid": 1, "workload": "mlp",
+                    "device": {"kind": "cuda", "name": "simulated GPU"}, "versions": {},
+                    "knobs": [], "config": {"values": {}, "warmup_steps": 0}})
+    t0 = live.t0_ns
+    live._dispatch({"kind": "steps", "step": list(range(20)), "config": [0] * 20,
+                    "samples": [4] * 20,
+                    "host": [[t0 + i * 10 * MS + k * MS for k in range(7)] for i in range(20)]})
+    live._dispatch(kernels_message(t0 + 100 * MS))  # SIMULATED CUDA window
+    wait_until(lambda: recorder.steps_written == 20, 10, "the steps written")
+    recorder.close()
+
+    window = show_window(ReplaySession(open_recording(tmp_path / "k.gpuwatch")))
+    controls = window.kernel_capture
+    qtbot.waitUntil(controls.lane.isVisible, timeout=5000)
+    assert controls.lane.event_bars["kernel"].count() == 2
+    assert not controls.action.isEnabled()
