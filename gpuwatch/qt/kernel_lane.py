@@ -38,6 +38,9 @@ KIND_COLORS: dict[str, str] = {
     "cpu_op": palette.DEVICE_ACTIVE,
 }
 LANE_LABELS = {"cuda": "kernels\n(profiled)", "cpu": "CPU ops\n(profiled)"}
+#: The window labels are text items, which the theme does not re-colour: a grey that reads on
+#: the light and the dark plot background alike.
+LABEL_COLOR = "#888888"
 
 
 def short_summary(window: KernelWindow) -> str:
@@ -92,7 +95,7 @@ class KernelLane(pg.PlotWidget):
                 sel = window.device_mask() & (window.kind == index)
                 spans[kind][0].append((window.start[sel] - t0_ns) / 1e9)
                 spans[kind][1].append((window.end[sel] - t0_ns) / 1e9)
-            label = pg.TextItem(short_summary(window), color=palette.FOREGROUND, anchor=(0, 0))
+            label = pg.TextItem(short_summary(window), color=LABEL_COLOR, anchor=(0, 0))
             label.setPos((window.t0_ns - t0_ns) / 1e9, 1.1)
             self.addItem(label)
             self.labels.append(label)
