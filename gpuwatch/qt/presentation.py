@@ -113,8 +113,8 @@ class PresentationMode(QObject):
         self.action.setCheckable(True)
         self.action.setShortcut(QKeySequence(Qt.Key.Key_F11))
         self.action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-        self.action.setToolTip("Presentation mode (F11): full screen, large fonts and lines, "
-                               "high contrast, secondary panels hidden")
+        self.action.setToolTip("Presentation mode (F11; Esc leaves): full screen, large fonts "
+                               "and lines, high contrast, secondary panels hidden")
         self.action.toggled.connect(self._on_toggled)
         #: Esc leaves too (only while presenting: elsewhere Esc belongs to whoever has focus).
         self.leave_action = QAction("Leave presentation", window)
