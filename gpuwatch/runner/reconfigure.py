@@ -19,10 +19,20 @@ Applying never crashes the run. What was decided, and why:
   it fails too, the fault is not the change's and the run fails with the error.
 * **Going back fails as well**: nothing sane is left to train with; the run fails with a clear
   ``error`` naming both reasons.
+
+A change whose new loader runs worker processes is **prepared in the background**: its loader's
+workers start and deliver a first batch while training goes on under the current
+configuration (spawned workers take seconds to import torch). When the batch is there, a
+message on the link's control queue brings the change to the next step boundary, where it is
+applied as a whole and announced: ``t_ns`` is that boundary, ``apply_s`` runs from the moment
+the ``set`` was taken up (so it includes the preparation), and ``first_step`` is the next step.
+A ``set`` arriving meanwhile first completes the pending change (waiting for it), so changes
+stay in order. A preparation that fails is answered like a change that could not be applied.
 """
 
 from __future__ import annotations
 
+import queue
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -47,6 +57,17 @@ class ReconfigureError(RuntimeError):
     """A change could not be applied and the previous settings could not be restored."""
 
 
+@dataclass(eq=False)
+class _Pending:
+    """A valid change waiting for its new loader's workers (identity is its token)."""
+
+    request: int | None
+    asked: Any
+    changed: dict[str, Any]
+    previous: dict[str, Any]
+    taken_ns: int
+
+
 @dataclass
 class _Trial:
     """A change whose first steps have not all run yet, and the settings to go back to."""
@@ -69,6 +90,12 @@ class Reconfigurer:
         #: The id the steps are trained under.
         self.config_id = config_id
         self._trial: _Trial | None = None
+        self._pending: _Pending | None = None
+        #: Where a prepared loader announces itself (the link's control queue); without one
+        #: (a scripted stand-in), loader changes are applied at once.
+        controls = getattr(link, "controls", None)
+        self._controls: queue.Queue[dict[str, Any]] | None = (
+            controls if isinstance(controls, queue.Queue) else None)
 
     @property
     def values(self) -> dict[str, Any]:
@@ -79,6 +106,13 @@ class Reconfigurer:
                    flush: Callable[[], None]) -> None:
         """Answer one ``set``: refuse it, say it changes nothing, or apply it (``flush`` sends
         the buffered steps first, so every earlier step precedes the ``config``)."""
+        token = message.get("prepared")
+        if token is not None:  # ours, not the GUI's: a pending change's loader is ready
+            if token is self._pending:
+                self._complete_pending(first_step=first_step, flush=flush)
+            return
+        if self._pending is not None:  # changes apply in order: the pending one goes first
+            self._complete_pending(first_step=first_step, flush=flush)
         request = message.get("request")
         if not isinstance(request, int) or isinstance(request, bool):
             request = None
@@ -96,6 +130,9 @@ class Reconfigurer:
             return
         previous = dict(self.values)
         t_ns = self.clock()
+        if self._controls is not None and _prepares_loader(changed, {**previous, **changed}):
+            self._prepare(_Pending(request, asked, changed, previous, t_ns))
+            return
         try:
             self._apply({**previous, **changed}, changed)
         except Exception as exc:
@@ -109,6 +146,56 @@ class Reconfigurer:
         self._trial.steps_left = warmup_steps(changed, self.values)
         flush()
         self._announce(changed, request=request, t_ns=t_ns, first_step=first_step)
+
+    def _prepare(self, pending: _Pending) -> None:
+        """Start the new loader's workers; the change completes when its first batch is in."""
+        controls = self._controls
+        assert controls is not None
+        try:
+            self.batches.prepare({**pending.previous, **pending.changed},
+                                 on_ready=lambda: controls.put({"kind": "set",
+                                                                "prepared": pending}))
+        except Exception as exc:  # building the loader failed: nothing changed
+            reason = f"could not apply {_describe(pending.changed)}: {_reason(exc)}"
+            self.link.log("error", f"{reason}; the previous settings stay in effect")
+            self.link.send("refused", request=pending.request, values=_as_sent(pending.asked),
+                           message=reason)
+            return
+        self._pending = pending
+        self.link.log("info", f"preparing {_describe(pending.changed)}: the new loader's "
+                      "workers start while training goes on")
+
+    def _complete_pending(self, *, first_step: int, flush: Callable[[], None]) -> None:
+        """Switch to the prepared loader (waiting for it if need be) and apply the rest of
+        the change at this boundary; or refuse it if preparing failed."""
+        pending, self._pending = self._pending, None
+        assert pending is not None
+        t_ns = self.clock()
+        values = {**pending.previous, **pending.changed}
+        try:
+            self.batches.switch()
+        except Exception as exc:  # the workers failed: the old loader is still current
+            self._refuse_pending(pending, exc)
+            return
+        try:
+            self.state.apply(values, pending.changed)
+        except Exception as exc:  # undo the loader switch too
+            self._restore(pending.previous, pending.changed, exc,
+                          f"could not apply {_describe(pending.changed)}: {_reason(exc)}")
+            self._refuse_pending(pending, exc)
+            return
+        if self._trial is None:
+            self._trial = _Trial(pending.previous, 0)
+        self._trial.steps_left = warmup_steps(pending.changed, self.values)
+        flush()
+        self._announce(pending.changed, request=pending.request, t_ns=t_ns,
+                       first_step=first_step, taken_ns=pending.taken_ns)
+
+    def _refuse_pending(self, pending: _Pending, exc: BaseException) -> None:
+        reason = f"could not apply {_describe(pending.changed)}: {_reason(exc)}"
+        self.link.log("error", f"{reason}; the previous settings stay in effect")
+        self.link.send("refused", request=pending.request, values=_as_sent(pending.asked),
+                       message=reason)
 
     def step_done(self) -> None:
         """A step finished: one step less of the current change's trial."""
@@ -124,6 +211,11 @@ class Reconfigurer:
         trial, self._trial = self._trial, None
         if trial is None:
             return False
+        if self._pending is not None:  # going back supersedes a change still preparing
+            pending, self._pending = self._pending, None
+            self.batches.discard_prepared()
+            self._refuse_pending(pending, RuntimeError(
+                f"step {step_id} of the previous change failed first"))
         back = {name: trial.previous[name] for name in KNOB_NAMES
                 if self.values[name] != trial.previous[name]}
         reason = f"step {step_id} failed under config {self.config_id}: {_reason(exc)}"
@@ -155,13 +247,22 @@ class Reconfigurer:
                                    f"too: {_reason(again)}") from exc
 
     def _announce(self, changed: Mapping[str, Any], *, request: int | None, t_ns: int,
-                  first_step: int) -> None:
+                  first_step: int, taken_ns: int | None = None) -> None:
+        """``apply_s`` runs from ``taken_ns`` (a prepared change: when its ``set`` was taken
+        up), else from ``t_ns``."""
         self.config_id += 1
+        since = t_ns if taken_ns is None else taken_ns
         self.link.send("config", id=self.config_id, request=request, values=dict(self.values),
                        changed=dict(changed), t_ns=t_ns,
-                       apply_s=round((self.clock() - t_ns) / 1e9, 6), first_step=first_step,
+                       apply_s=round((self.clock() - since) / 1e9, 6), first_step=first_step,
                        warmup_steps=warmup_steps(changed, self.values),
                        rebuilt=rebuilt(changed))
+
+
+def _prepares_loader(changed: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
+    """The change rebuilds the loader and the new one starts worker processes."""
+    return (any(SPECS[name].rebuilds == "loader" for name in changed)
+            and int(values["num_workers"]) > 0)
 
 
 def _describe(values: Mapping[str, Any]) -> str:
