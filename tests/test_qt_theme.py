@@ -209,3 +209,23 @@ def test_a_theme_picked_while_presenting_restyles_the_stage(light, show_window):
     assert win.presentation.big_headline.styleSheet().startswith("color: #FFFFFF")
     win.presentation.set_active(False)
     assert _plot_background(win.timeline) == DARK.plot_background.lower()
+
+
+def test_a_comparison_window_follows_the_theme(light, show_window, qtbot, tmp_path):
+    """The side-by-side window opened from a replay re-themes with the rest (its hint text)."""
+    from test_qt_replay import make_recording
+
+    from gpuwatch.core.recording_reader import open_recording
+    from gpuwatch.core.replay import ReplaySession
+
+    first = make_recording(tmp_path / "first.gpuwatch", n_batches=12)
+    other = make_recording(tmp_path / "second.gpuwatch", n_batches=12)
+    win = show_window(ReplaySession(open_recording(first)))
+    view = win.compare_with(other)
+    qtbot.addWidget(view)
+    hint = view.scoreboards[0].hint
+    assert "#b4b4b4" not in hint.styleSheet().lower()
+    win.theme_actions["dark"].trigger()
+    assert "#b4b4b4" in hint.styleSheet().lower()  # NOTE_TEXT's dark twin
+    win.theme_actions["light"].trigger()
+    assert "#b4b4b4" not in hint.styleSheet().lower()

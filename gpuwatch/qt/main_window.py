@@ -745,6 +745,7 @@ class MainWindow(QMainWindow):
         view = CompareView(self.replay, other)
         view.resize(self.size())
         view.show()
+        theme_manager().attach(view)  # follows View → Theme and the desktop's scheme too
         self._windows.append(view)
         return view
 
