@@ -55,6 +55,12 @@ cp packaging/linux/install.sh "$stage/install.sh"
 tarball="$out/gpuwatch-$version-linux-$arch.tar.gz"
 tar -C "$out/tar" -czf "$tarball" "gpuwatch-$version"
 
+if ! command -v dpkg-deb >/dev/null; then
+  echo "== dpkg-deb not found: no .deb (the app folder and the tarball are made)"
+  rm -rf "$out/tar"
+  echo "app folder: $bundle ($(du -sh "$bundle" | cut -f1)); tarball: $tarball"
+  exit 0
+fi
 echo "== .deb"
 deb_root="$out/deb/gpuwatch"
 rm -rf "$out/deb" && mkdir -p "$deb_root/DEBIAN" "$deb_root/opt" "$deb_root/usr/bin" \
