@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import machine
+import numpy as np
 
 from gpuwatch.core.session import LaunchSpec, Session, SessionState
 
@@ -128,10 +129,22 @@ def knob_changes(workload: str, changes: int, steady_s: float) -> list[dict[str,
                 wait(lambda: first_new_step() is not None, 120, "a step under the new config")
                 end_ns = first_new_step()
                 assert end_ns is not None
-                if target == 2:
-                    out.append({"first_step_s": (end_ns - t_set) / 1e9,
-                                "apply_s": change.apply_s,
-                                "set_to_apply_s": (change.t_ns - t_set) / 1e9})
+                if target != 2:
+                    continue
+                wait(lambda n=new_id, t=t_set: int((session.steps.snapshot(since_ns=t).config
+                                           == n).sum()) >= 5, 120, "five steps under it")
+                before = session.steps.snapshot(since_ns=t_set - int(steady_s * 1e9))
+                view = session.steps.snapshot(since_ns=t_set)
+                step_s = (view.host[:, -1] - view.host[:, 0]) / 1e9
+                new_rows = (view.config == new_id).nonzero()[0]
+                around = step_s[: new_rows[4] + 1]  # from the set to 5 steps into the change
+                old = before.host[before.host[:, -1] < t_set]
+                out.append({"first_step_s": (end_ns - t_set) / 1e9,
+                            "apply_s": change.apply_s,
+                            "set_to_apply_s": (change.t_ns - t_set) / 1e9,
+                            "longest_step_s": float(around.max()),
+                            "steady_step_s": float(np.median((old[:, -1] - old[:, 0]) / 1e9))
+                            if len(old) else float("nan")})
     finally:
         session.stop()
         session.wait_ended(60)
@@ -180,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{machine.spread([c['apply_s'] for c in changes], '{:.3f}')} s")
     print(f"  set -> runner applies (t_ns)      "
           f"{machine.spread([c['set_to_apply_s'] for c in changes], '{:.3f}')} s")
+    print(f"  longest step, set .. 5th new step "
+          f"{machine.spread([c['longest_step_s'] for c in changes], '{:.3f}')} s   (steady step "
+          f"before: {machine.spread([c['steady_step_s'] for c in changes], '{:.3f}')} s)")
     print(f"\n# load average at the end: {machine.load_average()}")
     return 0
 
