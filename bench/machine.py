@@ -59,11 +59,15 @@ def header(title: str, extra: Sequence[str] = ()) -> str:
 
 
 def spread(values: Sequence[float], fmt: str = "{:.2f}") -> str:
-    """``median [min..max] (n=...)`` of repeated measurements."""
+    """``median, IQR q1..q3, range [min..max] (n=...)`` of repeated measurements."""
     if not values:
         return "n/a"
     lo, hi = min(values), max(values)
-    return (f"{fmt.format(statistics.median(values))} "
+    iqr = ""
+    if len(values) >= 4:
+        q1, _, q3 = statistics.quantiles(values, n=4)
+        iqr = f" IQR {fmt.format(q1)}..{fmt.format(q3)}"
+    return (f"{fmt.format(statistics.median(values))}{iqr} "
             f"[{fmt.format(lo)}..{fmt.format(hi)}] (n={len(values)})")
 
 

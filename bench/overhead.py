@@ -308,8 +308,10 @@ def count_syncs(steps: int = 200) -> tuple[SyncCounter, SyncCounter]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=9, help="repetitions of each block")
-    parser.add_argument("--block-s", type=float, default=1.5, help="seconds per block")
+    parser.add_argument("--reps", type=int, default=31, help="repetitions of each block")
+    parser.add_argument("--block-s", type=float, default=0.3,
+                        help="seconds per block: short blocks, many of them, so the load of "
+                             "other processes changes little within one on/off pair")
     parser.add_argument("--workloads", default="mlp,vision")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -336,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"slowdown profiler    {machine.spread(prof)} %   (reference)")
 
     _, state, schema = prepared("mlp", 1)
-    on_ns, off_ns = instrumentation_ns(schema, state.values, reps=args.reps)
+    on_ns, off_ns = instrumentation_ns(schema, state.values, reps=min(args.reps, 9))
     per_step = [a - b for a, b in zip(on_ns, off_ns, strict=True)]
     cost_ns = machine.percentile(per_step, 50)
     print("\n## instrumentation alone (no-op step, real loop + link vs bare loop)")
