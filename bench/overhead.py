@@ -186,6 +186,8 @@ class _NullWorkload:
 class _NullState:
     """``TrainingState``'s step interface, doing nothing (the loss read never falls due)."""
 
+    device = CPU
+
     def __init__(self, values: dict[str, Any]) -> None:
         self.values = {**values, "log_every": 1000}
         self._loss = torch.zeros(())
