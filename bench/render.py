@@ -241,18 +241,35 @@ def run_rate(app: Any, rate: float, seconds: float, size: tuple[int, int]) -> di
     return result
 
 
+def skip_gap_causes() -> None:
+    """Replace the window's gap-cause computation and tint with nothing (diagnosis only)."""
+    from gpuwatch.qt import main_window, timeline_view
+
+    if hasattr(main_window, "caused_idle"):
+        main_window.caused_idle = lambda *_args, **_kwargs: None
+    if hasattr(timeline_view.TimelineView, "show_gap_causes"):
+        timeline_view.TimelineView.show_gap_causes = lambda *_args, **_kwargs: None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="measured seconds per rate")
     parser.add_argument("--rates", default="1000,10000", help="steps/s, comma-separated")
     parser.add_argument("--size", default="1600x900", help="window size WxH")
+    parser.add_argument("--without-gap-causes", action="store_true",
+                        help="diagnosis only: skip the gap-cause tint (caused_idle and "
+                             "show_gap_causes), to see what it costs per frame")
     args = parser.parse_args(argv)
     width, height = (int(v) for v in args.size.split("x"))
+    if args.without_gap_causes:
+        skip_gap_causes()
     machine.isolate_user_dirs()
     app = create_app()
     print(machine.header("gpuwatch drawing cost (bench/render.py)",
                          [f"SIMULATED telemetry into the real Session + MainWindow, offscreen, "
-                          f"{width}x{height}, 30 s visible, {args.seconds:g} s per rate"]))
+                          f"{width}x{height}, 30 s visible, {args.seconds:g} s per rate"
+                          + (" | WITHOUT the gap-cause tint (diagnosis)"
+                             if args.without_gap_causes else "")]))
     budgets = {1000.0: 33.0, 10000.0: 50.0}
     print(f"{'steps/s':>8} {'frames':>6} {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7} "
           f"{'dropped':>7} {'GUI CPU %':>9} {'timer ms':>8} {'stored':>7}  budget p95")
