@@ -72,7 +72,7 @@ def choose_python(explicit: str | None, remembered: str | None,
         return sys.executable
     found = interpreters.best(interpreters.check_all(interpreters.discover()))
     if found is None:
-        result.message = interpreters.NO_TORCH_HELP
+        result.message = f"failed: {interpreters.NO_TORCH_HELP}"
         return None
     result.python_from = f"discovered ({found.candidate.origin})"
     result.verdict = asdict(found.verdict)
