@@ -211,12 +211,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run_with_window(session, soak: Soak) -> None:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtCore import QTimer
+    from PySide6.QtCore import QTimer, qInstallMessageHandler
 
     from gpuwatch.qt.app import create_app
     from gpuwatch.qt.main_window import MainWindow
 
     app = create_app()
+    previous = None
+
+    def quiet(mode, context, message: str) -> None:  # offscreen has no window manager
+        if "propagateSizeHints" not in message and previous is not None:
+            previous(mode, context, message)
+
+    previous = qInstallMessageHandler(quiet)
     window = MainWindow(session, SimpleNamespace(workload="mlp", device="cpu", python=None))
     window.resize(1280, 800)
     window.show()

@@ -598,13 +598,15 @@ class Session:
         self.exit_code = code
         if self._listener is not None:
             self._listener.close()  # wakes the link thread if the runner never connected
+        if not self._stop_requested.is_set():
+            # It ended by itself: make sure no worker outlives it. First, because forked
+            # workers and a script's children hold the link and the output pipe open: the
+            # drain below would wait for them (what the runner sent is already buffered here).
+            launcher.end_tree(proc, terminate_after=1.0, kill_after=TERMINATE_S)
         # Read what the runner sent before it left (last steps, its error, bye).
         for t in (self._link_thread, self._output_thread):
             if t is not None:
                 t.join(LINK_DRAIN_S)
-        if not self._stop_requested.is_set():
-            # It ended by itself: make sure no worker outlives it.
-            launcher.end_tree(proc, terminate_after=1.0, kill_after=TERMINATE_S)
         self._finish(code)
 
     def _run_clock(self, spec: LaunchSpec) -> None:

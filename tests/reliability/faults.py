@@ -58,7 +58,6 @@ FAULT_SCRIPT = textwrap.dedent('''
                     sys.exit(3)
                 if FAULT == "segfault":
                     import ctypes
-                    time.sleep(0.5)  # the steps so far reach the GUI (sent every 50 ms)
                     ctypes.string_at(0)
                 if FAULT in ("hang", "ignore_term"):
                     while True:
