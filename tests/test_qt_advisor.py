@@ -132,3 +132,16 @@ def test_a_layout_saved_before_the_advisor_existed_does_not_hide_it(show_window,
     Settings().save_window(upgraded)
     again = show_window(Session(sample_coarse=False))
     assert not again.advisor.parentWidget().isVisible()
+
+
+def test_a_new_run_forgets_applied_changes_but_a_grown_schema_does_not(advisor) -> None:
+    session, view = advisor
+    session.hello = {**session.hello, "pid": 1}
+    view.refresh(naive_rows())
+    view.applied[1] = "input wait"
+    session.hello = {**session.hello, "knobs": list(session.hello["knobs"])}  # schema grew
+    view.refresh(naive_rows())
+    assert view.applied == {1: "input wait"}
+    session.hello = {**session.hello, "pid": 2}  # the next run
+    view.refresh(naive_rows())
+    assert view.applied == {}

@@ -104,7 +104,7 @@ class AdvisorView(QWidget):
         self._pending: dict[int, Finding] = {}  # request id → finding
         self._status: dict[tuple[str, str], str] = {}  # (rule, apply text) → what happened
         self._locked: str | None = None
-        self._hello: object = None
+        self._run: tuple[object, object] = (None, None)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         # Everything scrolls, so the dock can be narrow (presentation doubles the fonts on a
@@ -132,8 +132,10 @@ class AdvisorView(QWidget):
     def refresh(self, rows: Sequence[SegmentStats]) -> None:
         """New scoreboard rows (call at the scoreboard's ~2 Hz)."""
         session = self.session
-        if session.hello is not self._hello:  # a new run: forget the last one's requests
-            self._hello = session.hello
+        changes = session.config_changes()
+        run = ((session.hello or {}).get("pid"), changes[0].t_ns if changes else None)
+        if run != self._run:  # a new run (not a grown schema): forget the last one's requests
+            self._run = run
             self.applied.clear()
             self._pending.clear()
             self._status.clear()
