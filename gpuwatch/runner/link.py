@@ -9,16 +9,20 @@ whatever the peer sent.
 
 When the link breaks (GUI gone), ``lost`` is set so the loop stops by itself; if the process has
 not finished ``grace_s`` later (stuck in a slow step), a watchdog terminates our DataLoader
-workers and calls ``os._exit(0)``, so no orphan keeps running.
+workers and calls ``os._exit(0)``, so no orphan keeps running. Started by gpuwatch (leader of
+its own session), the runner also ends the rest of its process group on the way out: nobody
+else is left to do it.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing
 import os
 import queue
 import re
+import signal
 import socket
 import sys
 import threading
@@ -202,6 +206,7 @@ class Link:
         if self.lost.is_set():
             return
         self.lost.set()
+        atexit.register(end_own_group)
         threading.Thread(target=self._watchdog, name="gpuwatch-link-watchdog",
                          daemon=True).start()
 
@@ -212,4 +217,25 @@ class Link:
             child.terminate()
         sys.stderr.write("gpuwatch runner: the GUI link closed; exiting\n")
         sys.stderr.flush()
+        if leads_own_session():  # the group (with us) ends at once: nothing is left behind
+            with contextlib.suppress(OSError):
+                os.killpg(os.getpgrp(), signal.SIGKILL)
         os._exit(0)
+
+
+def leads_own_session() -> bool:
+    """True when gpuwatch started us as the leader of a new session (its launcher does, on
+    POSIX): then our process group is ours alone, never a shell job's group with other
+    members."""
+    return sys.platform != "win32" and os.getsid(0) == os.getpid()
+
+
+def end_own_group() -> None:
+    """At exit after the GUI went away: nobody else will end our process group, so a process
+    the script started that does not watch its parent would outlive us. SIGTERM the group
+    (ourselves excepted: we are exiting anyway)."""
+    if not leads_own_session():
+        return
+    with contextlib.suppress(OSError, ValueError):  # ValueError: not the main thread
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.killpg(os.getpgrp(), signal.SIGTERM)

@@ -55,7 +55,7 @@ def test_gui_process_killed_ends_runner_and_workers_and_the_recording_is_readabl
         assert pids.get("main") and len(pids.get("worker", [])) == 2
         gui.send_signal(signal.SIGKILL)
         gui.wait(10)
-        runner_tree = pids["main"] + pids["worker"]
+        runner_tree = pids["main"] + pids["worker"] + pids["helper"]
         wait_until(lambda: not alive(runner_tree), RUNNER_GONE_S,
                    f"the runner and its workers to exit (left: {alive(runner_tree)})")
         recording = open_recording(record)
