@@ -67,7 +67,7 @@ def test_each_figures_question_mark_opens_the_guide_at_its_section(show_window, 
         QTest.mouseClick(figure.help_button, Qt.MouseButton.LeftButton)
         dialog = window.help_dialog
         qtbot.waitUntil(dialog.isVisible)
-        qtbot.waitUntil(lambda s=section: _top_heading(dialog) == titles[s])
+        qtbot.waitUntil(lambda d=dialog, s=section: _top_heading(d) == titles[s])
 
 
 def test_f1_on_a_focused_question_mark_opens_its_section(show_window, qtbot):
