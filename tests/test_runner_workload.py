@@ -123,7 +123,7 @@ def test_log_every_defers_the_loss_sync(workload: VisionWorkload) -> None:
 
 def test_controls_pause_warn_and_stop_between_steps(workload: VisionWorkload) -> None:
     link = RecordingLink()
-    for kind, fields in [("capture", {"steps": 3}), ("pause", {})]:
+    for kind, fields in [("capture", {"steps": 0}), ("pause", {})]:
         link.controls.put({"kind": kind, **fields})
     loop = make_loop(workload, link, max_steps=None)
 
@@ -136,7 +136,9 @@ def test_controls_pause_warn_and_stop_between_steps(workload: VisionWorkload) ->
     assert loop.run() == "stopped"
     timer.join()
     texts = [m["text"] for m in link.of("log") if m["level"] == "warning"]
-    assert "'capture' is not supported by this runner yet" in texts
+    assert ("kernel capture refused: capture needs a whole number of steps from 1 to 50, "
+            "not 0") in texts
+    assert [m["status"] for m in link.of("kernels")] == ["refused"]
     assert [m["text"] for m in link.of("log") if m["level"] == "info"][:2] == [
         "paused after 0 step(s)", "resumed"]
     assert loop.steps_done == 0  # stop was already queued when the loop resumed
