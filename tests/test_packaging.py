@@ -79,8 +79,9 @@ def test_per_user_install_and_uninstall_leave_only_user_data(tmp_path):
     shutil.copy(PACKAGING / "linux" / "gpuwatch.desktop", unpacked / "share")
     shutil.copy(PACKAGING / "linux" / "install.sh", unpacked)
     home = tmp_path / "home"
+    other_icon = home / ".local" / "share" / "icons" / "hicolor" / "48x48" / "apps" / "other.png"
     user_data = [home / ".config" / "gpuwatch" / "gpuwatch.ini",
-                 home / "Documents" / "gpuwatch" / "run.gpuwatch"]
+                 home / "Documents" / "gpuwatch" / "run.gpuwatch", other_icon]
     for path in user_data:
         path.parent.mkdir(parents=True)
         path.write_text("mine")
@@ -102,6 +103,11 @@ def test_per_user_install_and_uninstall_leave_only_user_data(tmp_path):
 
     left = sorted(p for p in home.rglob("*") if p.is_file() or p.is_symlink())
     assert left == sorted(user_data)
+    # No empty folders of the install either; one holding another app's icon stays.
+    icons_left = sorted(p for p in (local / "share" / "icons").rglob("*"))
+    assert icons_left == [other_icon.parents[2], other_icon.parents[1], other_icon.parent,
+                          other_icon]
+    assert not (local / "opt").exists()
 
 
 @pytest.mark.skipif(shutil.which("makensis") is None, reason="makensis (NSIS) not installed")

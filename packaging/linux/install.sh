@@ -17,11 +17,14 @@ cp -a "$here/gpuwatch" "$app"
 ln -sf "$app/gpuwatch" "$prefix/bin/gpuwatch"
 sed "s|@EXEC@|\"$app/gpuwatch\"|" "$here/share/gpuwatch.desktop" > "$data/applications/gpuwatch.desktop"
 icons=""
+icon_dirs=""
 for png in "$here"/share/icons/hicolor/*/apps/gpuwatch.*; do
   rel=${png#"$here/share/icons/"}
   mkdir -p "$data/icons/$(dirname "$rel")"
   cp "$png" "$data/icons/$rel"
   icons="$icons \"$data/icons/$rel\""
+  size_dir=$(dirname "$(dirname "$rel")")
+  icon_dirs="$icon_dirs \"$data/icons/$size_dir/apps\" \"$data/icons/$size_dir\""
 done
 
 cat > "$app/uninstall.sh" <<UNINSTALL
@@ -30,6 +33,10 @@ cat > "$app/uninstall.sh" <<UNINSTALL
 # (~/.local/state/gpuwatch) and recordings (~/Documents/gpuwatch) stay: they are yours.
 rm -f "$prefix/bin/gpuwatch" "$data/applications/gpuwatch.desktop"$icons
 rm -rf "$app"
+# The icon folders used above go too once empty (rmdir leaves a folder with anything in it).
+for dir in$icon_dirs "$data/icons/hicolor" "$data/icons" "$prefix/opt"; do
+  rmdir "\$dir" 2>/dev/null || true
+done
 command -v update-desktop-database >/dev/null && update-desktop-database "$data/applications" || true
 echo "gpuwatch removed (your settings and recordings were kept)"
 UNINSTALL
