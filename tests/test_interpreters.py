@@ -71,6 +71,18 @@ def test_discovery_finds_venvs_conda_envs_project_and_path_once_each(tmp_path):
     assert origins[expected[-1]] == "on PATH"
 
 
+def test_a_venv_in_the_home_is_not_called_a_project_venv_when_started_from_the_home(tmp_path):
+    """A menu entry starts the app in the home folder (seen under Xvfb: the status bar said
+    "project venv: ~/.venv")."""
+    venv = executable(tmp_path / ".venv" / "bin" / "python")
+    found = interpreters.discover(home=tmp_path, environ={"PATH": ""}, cwd=tmp_path)
+    assert [c.origin for c in found if Path(c.path) == venv] == [f"venv: {tmp_path / '.venv'}"]
+    project = interpreters.discover(home=tmp_path / "elsewhere", environ={"PATH": ""},
+                                    cwd=tmp_path)
+    assert [c.origin for c in project if Path(c.path) == venv] == [
+        f"project venv: {tmp_path / '.venv'}"]
+
+
 def test_discovery_windows_layout_and_remembered_choice_first(tmp_path):
     home = tmp_path / "home"
     venv = executable(home / "venvs" / "w" / "Scripts" / "python.exe")

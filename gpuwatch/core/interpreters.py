@@ -113,8 +113,10 @@ def _env_dirs(home: Path, environ: dict[str, str], cwd: Path,
     for var, origin in (("VIRTUAL_ENV", "active venv"), ("CONDA_PREFIX", "active conda env")):
         if environ.get(var):
             yield Path(environ[var]), origin
+    # Started from a menu, the working folder is the home: its .venv is not a project's.
+    here = "venv" if os.path.realpath(cwd) == os.path.realpath(home) else "project venv"
     for name in (".venv", "venv", "env"):
-        yield cwd / name, "project venv"
+        yield cwd / name, here
     for pattern, origin in ((".venv*", "venv"), ("venvs/*", "venv"),
                             (".virtualenvs/*", "virtualenv"), (".pyenv/versions/*", "pyenv")):
         for path in sorted(home.glob(pattern)):
