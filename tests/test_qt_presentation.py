@@ -154,15 +154,14 @@ def test_presentation_shortens_the_utilization_legend_and_hides_its_notes(light,
                           busy_label="compute busy % (host spans)", short="runner CPU",
                           notes=("NVML: n/a — the runner trains on the CPU",))
     empty = SeriesView(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0))
-    spans = (np.empty(0, np.int64), np.empty(0, np.int64))
-    view.show_data(choice, empty, spans, 0)
+    view.show_data(choice, empty, np.empty(0), 0)
     assert "(process tree" in view.legend_label.text() and not view.note_label.isHidden()
     win.presentation.set_active(True, fullscreen=False)
-    view.show_data(choice, empty, spans, 0)
+    view.show_data(choice, empty, np.empty(0), 0)
     assert "(" not in view.legend_label.text().replace("&nbsp;", "")
     assert view.note_label.isHidden()
     win.presentation.set_active(False)
-    view.show_data(choice, empty, spans, 0)
+    view.show_data(choice, empty, np.empty(0), 0)
     assert "(process tree" in view.legend_label.text() and not view.note_label.isHidden()
 
 
@@ -300,8 +299,11 @@ def test_a_marker_born_while_presenting_gets_the_stage_look(light, show_window, 
 def test_merged_lanes_stack_their_phases_in_dense_columns(qtbot):
     """On stage a lane holds several phases: per pixel column they stack, so the lane's height
     is their joint share (here 0.3 + 0.3 + 0.1 of each 1 ms step for compute)."""
+    import pyqtgraph as pg
+
     from gpuwatch.core.store import StepsView
-    from gpuwatch.qt.timeline_view import BAR_HEIGHT, TimelineView, lane_y
+    from gpuwatch.qt.dense_lanes import rgba
+    from gpuwatch.qt.timeline_view import BAR_HEIGHT, TimelineView
 
     view = TimelineView()
     qtbot.addWidget(view)
@@ -318,12 +320,23 @@ def test_merged_lanes_stack_their_phases_in_dense_columns(qtbot):
     view.set_merged(True)
     view.show_steps(steps, active, 0, 0, n * step_ns)
     assert view.dense and view.n_lanes == 4
-    y = lane_y(1, 4)  # "compute", the second lane from the top
-    bottoms = {name: float(np.median(view.phase_bars[name].opts["y0"]))
-               for name in ("forward", "backward", "optimizer")}
-    assert bottoms["forward"] == pytest.approx(y)
-    assert bottoms["backward"] == pytest.approx(y + 0.3 * BAR_HEIGHT, abs=0.02)
-    assert bottoms["optimizer"] == pytest.approx(y + 0.6 * BAR_HEIGHT, abs=0.02)
-    top = bottoms["optimizer"] + float(np.median(view.phase_bars["optimizer"].opts["height"]))
-    assert top == pytest.approx(y + 0.7 * BAR_HEIGHT, abs=0.02)  # within the lane
-    assert float(np.median(view.phase_bars["data"].opts["y0"])) == pytest.approx(lane_y(0, 4))
+    # Per column of the "compute" lane (the second from the top), bottom to top: forward
+    # 0.3, backward 0.3, optimizer 0.1 of the bar; the rest is the lane's pale backing.
+    pixels = view.dense_lanes.pixels
+    rows = pixels.shape[0] // 4
+    bar_px = round(BAR_HEIGHT * rows)
+    margin = (rows - bar_px) // 2
+    column = pixels[rows + margin:rows + margin + bar_px, pixels.shape[1] // 2][::-1]
+    colors = {name: rgba(pg.mkBrush(view.phase_bars[name].opts["brush"]).color())
+              for name in ("forward", "backward", "optimizer")}
+    runs = [(name, int((column == c).sum())) for name, c in colors.items()]
+    assert [n for n, _ in runs] == ["forward", "backward", "optimizer"]
+    for (_, got), want in zip(runs, (0.3, 0.3, 0.1), strict=True):
+        assert got == pytest.approx(want * bar_px, abs=1.5)
+    first = {name: int(np.argmax(column == c)) for name, c in colors.items()}
+    assert first["forward"] == 0 < first["backward"] < first["optimizer"]  # stacked upwards
+    top = first["optimizer"] + runs[2][1]
+    assert top == pytest.approx(0.7 * bar_px, abs=2)  # within the lane
+    assert (column[top + 1:] == rgba(pg.mkBrush(view.phase_backing["forward"].opts["brush"]
+                                                ).color())).all()
+    assert view.dense_share(0, view.phase_bars["data"]).max() == pytest.approx(0.1, abs=0.1)

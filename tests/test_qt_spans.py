@@ -1,20 +1,14 @@
-"""Drawing maths of the Qt views (numpy only): step series, pixel columns, phase spans."""
+"""Drawing maths of the Qt views (numpy only): step series, busy % over windows, phase spans."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from gpuwatch.core.analysis import busy_percent_over, phase_spans
 from gpuwatch.core.store import StepsView
 from gpuwatch.protocol import N_MARKS
-from gpuwatch.qt.spans import (
-    busy_percent_over,
-    column_occupancy,
-    is_dense,
-    phase_spans,
-    step_series,
-    weighted_mean,
-)
+from gpuwatch.qt.spans import is_dense, step_series, weighted_mean
 
 
 def view_of(host: np.ndarray, step: np.ndarray | None = None) -> StepsView:
@@ -39,14 +33,7 @@ def test_step_series_leaves_out_unknown_values():
     assert x.tolist() == [1, 2] and y.tolist() == [5, 5]
 
 
-def test_column_occupancy_measures_share_per_column():
-    # spans covering the first half of every 10 ns, over 100 ns in 5 columns of 20 ns
-    s = np.arange(0, 100, 10)
-    c0, c1, frac = column_occupancy(s, s + 5, 0, 100, 5)
-    assert c0.tolist() == [0, 20, 40, 60, 80] and c1[-1] == 100
-    assert frac == pytest.approx([0.5] * 5)
-    _, _, frac = column_occupancy(s[:2], s[:2] + 5, 0, 100, 5)
-    assert frac == pytest.approx([0.5, 0, 0, 0, 0])  # empty columns are 0, not left out
+def test_dense_means_about_one_span_per_pixel_or_more():
     assert is_dense(10_000, 1000) and not is_dense(100, 1000)
 
 

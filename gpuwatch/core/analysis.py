@@ -69,6 +69,26 @@ def active_spans(view: StepsView) -> Spans:
     return merge_intervals(first, last)
 
 
+def phase_spans(view: StepsView) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Host spans ``(start_ns, end_ns)`` per phase, keyed in ``ALL_PHASES`` order.
+
+    ``PHASES[i]`` runs between marks ``i`` and ``i + 1``; ``other`` runs from a step's end
+    to the next step's start, only between consecutive step ids (a hole in the ring or a
+    restart is not loop overhead).
+    """
+    host = np.ascontiguousarray(view.host.T)  # one contiguous row per mark: faster slicing
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for i, name in enumerate(PHASES):
+        out[name] = (host[i], host[i + 1])  # empty phases are zero-length spans: harmless
+    if len(view) > 1:
+        keep = np.diff(view.step) == 1
+        out["other"] = (host[-1, :-1][keep], host[0, 1:][keep])
+    else:
+        empty = np.empty(0, np.int64)
+        out["other"] = (empty, empty.copy())
+    return out
+
+
 def gaps(s: np.ndarray, e: np.ndarray, min_ns: int = 0) -> Spans:
     """Idle time between consecutive *merged* spans, keeping gaps of at least ``min_ns``."""
     if len(s) < 2:
@@ -123,6 +143,23 @@ def busy_fraction(s: np.ndarray, e: np.ndarray, w0: np.ndarray, w1: np.ndarray) 
         return out
     covered = _coverage(s, e, w1[ok]) - _coverage(s, e, w0[ok])
     out[ok] = covered / width[ok]
+    return out
+
+
+def busy_percent_over(active: tuple[np.ndarray, np.ndarray], w0: np.ndarray, w1: np.ndarray
+                      ) -> np.ndarray:
+    """Busy % from merged ``active`` spans over given windows (e.g. NVML's sample periods).
+
+    Windows not fully covered by the spans we hold (before the first one, or past the last
+    device mark still to arrive) are ``NaN``: unknown, never a false 0.
+    """
+    out = np.full(len(w0), np.nan)
+    s, e = active
+    if len(s) == 0 or len(w0) == 0:
+        return out
+    covered = (w0 >= s[0]) & (w1 <= e.max()) & (w1 > w0)
+    if covered.any():
+        out[covered] = 100.0 * np.asarray(busy_fraction(s, e, w0[covered], w1[covered]))
     return out
 
 

@@ -34,13 +34,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpuwatch.core.analysis import active_spans, headline
+from gpuwatch.core.analysis import active_spans, busy_percent_over, headline
 from gpuwatch.core.gap_causes import caused_idle, reconfiguring_steps
 from gpuwatch.core.outcome import describe, facts_from
 from gpuwatch.core.recording import SUFFIX, Recorder, RecordingError
 from gpuwatch.core.recording_reader import open_recording
 from gpuwatch.core.replay import READ_ONLY, ReplaySession
+from gpuwatch.core.sample_busy import SampleBusy
 from gpuwatch.core.session import ACTIVE_STATES, LaunchSpec, LogLine, Session, SessionState
+from gpuwatch.core.timeline_bins import TimelineBins
 from gpuwatch.protocol import WORKLOADS
 from gpuwatch.qt import palette
 from gpuwatch.qt.advisor_view import AdvisorView
@@ -57,7 +59,7 @@ from gpuwatch.qt.replay_bar import ReplayBar
 from gpuwatch.qt.scoreboard_view import ScoreboardView
 from gpuwatch.qt.settings import Settings, build_settings_menu, remember
 from gpuwatch.qt.shortcuts import apply_shortcuts, build_run_menu, build_view_actions
-from gpuwatch.qt.spans import busy_percent_over, weighted_mean
+from gpuwatch.qt.spans import is_dense, weighted_mean
 from gpuwatch.qt.theme import MODES as THEME_MODES
 from gpuwatch.qt.theme import theme_manager
 from gpuwatch.qt.timeline_view import TimelineView
@@ -75,6 +77,8 @@ WINDOW_S = 30.0
 HEADLINE_WINDOW_S = 5.0
 #: ...and are refreshed every this many redraws (~4 Hz: readable, not flickering).
 HEADLINE_EVERY = 8
+#: The headline's figures come from at most this many of the newest steps.
+HEADLINE_MAX_STEPS = 10_000
 #: The knob panel follows answers and values this often (seconds; a refused change snaps
 #: back within it)...
 KNOBS_PERIOD_S = 0.25
@@ -123,6 +127,10 @@ class MainWindow(QMainWindow):
         self._ticks = 0
         self._tick_cost_ms = 0.0
         self._last_key: tuple | None = None
+        #: Lane occupancy per fine time bin and busy % per coarse sample, kept up to date
+        #: incrementally (``_redraw_plots``).
+        self.bins = TimelineBins()
+        self.sample_busy = SampleBusy()
         self._closed = False
         self._knobs_due = 0.0
         self._scoreboard_due = 0.0
@@ -486,6 +494,12 @@ class MainWindow(QMainWindow):
         return t0 + int(lo_s * 1e9), t0 + int(hi_s * 1e9)
 
     def _redraw_plots(self, live: bool, lo_ns: int, hi_ns: int) -> None:
+        """Timeline and utilization for ``[lo_ns, hi_ns]``.
+
+        Dense windows are drawn from ``self.bins`` (lane occupancy kept per fine time bin
+        as steps arrive), so a frame costs the new steps and the visible pixels, not every
+        visible step; a sparse window draws its few steps span by span.
+        """
         session = self.session
         statuses = session.coarse.statuses()
         choice = choose_coarse(statuses, session.device_kind)
@@ -493,27 +507,43 @@ class MainWindow(QMainWindow):
         if len(coarse):
             keep = coarse.t0 <= hi_ns
             coarse = type(coarse)(coarse.t0[keep], coarse.t1[keep], coarse.value[keep])
-        width = self.timeline.getPlotItem().getViewBox().width()
+        width_px = max(self.timeline.getPlotItem().getViewBox().width(), 100.0)
         key = (session.t0_ns, session.steps.count, session.device_kind, choice,
-               len(coarse), int(coarse.t1[-1]) if len(coarse) else 0, lo_ns, hi_ns, width)
+               len(coarse), int(coarse.t1[-1]) if len(coarse) else 0, lo_ns, hi_ns, width_px)
         if not live and key == self._last_key:
             return  # nothing new to draw: an idle window costs (almost) nothing
         self._last_key = key
-        since = min(lo_ns, int(coarse.t0[0])) if len(coarse) else lo_ns
-        steps = session.steps.snapshot(since_ns=since)
-        active = active_spans(steps)
+        changes = session.config_changes()
+        # Nothing more will come: the run is over (a replay only once played to its end).
+        final = not live and (self.replay is None or self.replay.at_end)
+        self.bins.update(session.steps, changes, session.t0_ns, lo_ns=lo_ns, hi_ns=hi_ns,
+                         px_ns=(hi_ns - lo_ns) / width_px, final=final)
+        cols = self.bins.columns(lo_ns, hi_ns, int(np.ceil(width_px)))
         self.timeline.set_device_kind(session.device_kind)
-        self.timeline.show_steps(steps, active, session.t0_ns, lo_ns, hi_ns)
-        reconfiguring = reconfiguring_steps(steps, session.config_changes())
-        self.timeline.show_gap_causes(caused_idle(steps, None, reconfiguring), session.t0_ns,
-                                      lo_ns, hi_ns)
-        self.utilization.show_data(choice, coarse, active, session.t0_ns)
+        if is_dense(cols.n_steps, width_px):
+            self.timeline.show_columns(cols, session.t0_ns, lo_ns, hi_ns)
+        else:
+            steps = session.steps.snapshot(since_ns=lo_ns)
+            self.timeline.show_steps(steps, active_spans(steps), session.t0_ns, lo_ns, hi_ns,
+                                     changes=changes)
+            self.timeline.show_gap_causes(
+                caused_idle(steps, None, reconfiguring_steps(steps, changes)),
+                session.t0_ns, lo_ns, hi_ns)
+        busy = self.sample_busy.over(session.steps, coarse, self.bins.final_before_ns,
+                                     key=(session.t0_ns, id(session.steps)))
+        self.utilization.show_data(choice, coarse, busy, session.t0_ns)
         self._set_caption(session.device_kind, self.timeline.dense)
 
     def _redraw_headline(self, now_ns: int) -> None:
         session = self.session
         window_ns = int(HEADLINE_WINDOW_S * 1e9)
         lo = now_ns - window_ns
+        # At thousands of steps/s the window shrinks to the newest HEADLINE_MAX_STEPS steps
+        # (the tooltips say over how long): plenty for a median, and a frame stays cheap.
+        newest = session.steps.snapshot(last=HEADLINE_MAX_STEPS)
+        if len(newest) == HEADLINE_MAX_STEPS and int(newest.host[0, 0]) > lo:
+            lo = int(newest.host[0, 0])
+            window_ns = now_ns - lo
         choice = choose_coarse(session.coarse.statuses(), session.device_kind)
         coarse = session.coarse.snapshot(choice.metric, since_ns=lo)
         since = min(lo, int(coarse.t0[0])) if len(coarse) else lo
@@ -531,7 +561,7 @@ class MainWindow(QMainWindow):
                 coarse_same = weighted_mean(w0, w1, coarse.value[known], lo, now_ns)
         shares = sorted((h.phase_shares or {}).items(), key=lambda kv: -kv[1])
         self.headline.show_figures(HeadlineFigures(
-            window_s=HEADLINE_WINDOW_S,
+            window_s=round(window_ns / 1e9, 1),
             samples_per_s=h.samples_per_s,
             step_ms_p50=h.step_ms_p50,
             step_ms_p95=h.step_ms_p95,

@@ -205,8 +205,7 @@ class PresentationMode(QObject):
         height = w.screen().geometry().height() if self._fullscreen else w.height()
         self.scale = presentation_scale(height)
         timeline = getattr(w, "timeline", None)
-        if timeline is not None:  # the utilization plot below shows the same seconds
-            timeline.getPlotItem().hideAxis("bottom")
+        if timeline is not None:
             timeline.set_merged(True)
         utilization = getattr(w, "utilization", None)
         if utilization is not None:  # "seconds since start": the room goes to the plot
@@ -315,7 +314,6 @@ class PresentationMode(QObject):
         w.restoreState(saved.dock_state)
         timeline = getattr(w, "timeline", None)
         if timeline is not None:
-            timeline.getPlotItem().showAxis("bottom")
             timeline.set_merged(False)
         scoreboard = getattr(w, "scoreboard", None)
         if scoreboard is not None:

@@ -1,40 +1,16 @@
-"""Turn stored steps into drawable spans and step series (numpy only, no Qt).
+"""Drawing maths of the views (numpy only, no Qt): spans cut to the visible window, when a
+window is dense, step series and time-weighted means.
 
-Kept apart from the widgets so the drawing maths is testable without a display, and so a
-window of 10,000 steps/s still draws: spans are cut to the visible window and, when there
-are more than a pixel can show, aggregated per pixel column.
+Kept apart from the widgets so it is testable without a display. Dense windows are
+aggregated per pixel column by ``gpuwatch.core.timeline_bins``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from gpuwatch.core.analysis import busy_fraction, coverage_before, is_merged, merge_intervals
-from gpuwatch.core.store import StepsView
-from gpuwatch.protocol import PHASES
-
 #: Above this many spans per pixel the timeline draws per-column occupancy, not spans.
 DENSE_SPANS_PER_PIXEL = 0.5
-
-
-def phase_spans(view: StepsView) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Host spans ``(start_ns, end_ns)`` per phase, keyed in ``ALL_PHASES`` order.
-
-    ``PHASES[i]`` runs between marks ``i`` and ``i + 1``; ``other`` runs from a step's end
-    to the next step's start, only between consecutive step ids (a hole in the ring or a
-    restart is not loop overhead).
-    """
-    host = np.ascontiguousarray(view.host.T)  # one contiguous row per mark: faster slicing
-    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for i, name in enumerate(PHASES):
-        out[name] = (host[i], host[i + 1])  # empty phases are zero-length spans: harmless
-    if len(view) > 1:
-        keep = np.diff(view.step) == 1
-        out["other"] = (host[-1, :-1][keep], host[0, 1:][keep])
-    else:
-        empty = np.empty(0, np.int64)
-        out["other"] = (empty, empty.copy())
-    return out
 
 
 def clip_to_window(s: np.ndarray, e: np.ndarray, lo: int, hi: int
@@ -47,27 +23,6 @@ def clip_to_window(s: np.ndarray, e: np.ndarray, lo: int, hi: int
 def is_dense(n_spans: int, width_px: float) -> bool:
     """Too many spans to draw one by one: about one per pixel or more."""
     return n_spans > DENSE_SPANS_PER_PIXEL * max(width_px, 1.0)
-
-
-def column_occupancy(s: np.ndarray, e: np.ndarray, lo: int, hi: int, width_px: float
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Share of each pixel column of ``[lo, hi]`` covered by the spans.
-
-    This is the visible-window aggregation for dense data: 10,000 steps/s become one bar per
-    pixel column whose height says how much of that column the phase took, instead of a
-    solid block that hides the duty cycle. Returns ``(col_start, col_end, fraction)`` for
-    every column, empty ones included.
-    """
-    n_cols = max(int(np.ceil(width_px)), 1)
-    edges = np.linspace(lo, hi, n_cols + 1)
-    if not is_merged(s, e):  # a phase's spans are disjoint already; merged device spans too
-        s, e = merge_intervals(s, e)
-    if hi <= lo or len(s) == 0:
-        return edges[:-1], edges[1:], np.zeros(n_cols)
-    # One pass over the spans for all columns: busy time before each edge, then differences.
-    covered = np.diff(coverage_before(s, e, edges))
-    frac = np.clip(covered / np.diff(edges), 0.0, 1.0)
-    return edges[:-1], edges[1:], frac
 
 
 def step_series(t0: np.ndarray, t1: np.ndarray, value: np.ndarray, tolerance: float
@@ -102,20 +57,3 @@ def weighted_mean(w0: np.ndarray, w1: np.ndarray, value: np.ndarray, lo: float, 
     if not ok.any():
         return None
     return float(np.average(value[ok], weights=weight[ok]))
-
-
-def busy_percent_over(active: tuple[np.ndarray, np.ndarray], w0: np.ndarray, w1: np.ndarray
-                      ) -> np.ndarray:
-    """Busy % from merged ``active`` spans over given windows (e.g. NVML's sample periods).
-
-    Windows not fully covered by the spans we hold (before the first one, or past the last
-    device mark still to arrive) are ``NaN``: unknown, never a false 0.
-    """
-    out = np.full(len(w0), np.nan)
-    s, e = active
-    if len(s) == 0 or len(w0) == 0:
-        return out
-    covered = (w0 >= s[0]) & (w1 <= e.max()) & (w1 > w0)
-    if covered.any():
-        out[covered] = 100.0 * np.asarray(busy_fraction(s, e, w0[covered], w1[covered]))
-    return out

@@ -8,18 +8,23 @@ slower). The x axis is seconds since the session's origin; the caller sets the r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 from PySide6.QtGui import QPainterPath
 
-from gpuwatch.core.analysis import gaps
+from gpuwatch.core.analysis import gaps, phase_spans
 from gpuwatch.core.gap_causes import CAUSES, CausedIdle
+from gpuwatch.core.segments import ConfigChange
 from gpuwatch.core.store import StepsView
+from gpuwatch.core.timeline_bins import Columns, columns_of
 from gpuwatch.protocol import ALL_PHASES
 from gpuwatch.qt import palette
-from gpuwatch.qt.gap_tint import CAUSE_COLORS, present_causes, tint_spans
-from gpuwatch.qt.spans import clip_to_window, column_occupancy, is_dense, phase_spans
+from gpuwatch.qt.dense_lanes import CLEAR, DenseLanesItem, Lane, render, rgba
+from gpuwatch.qt.gap_tint import CAUSE_COLORS, present_causes
+from gpuwatch.qt.spans import clip_to_window, is_dense
 
 #: Host lanes as (name, phases drawn in it), top to bottom, above the device lane (which sits
 #: next to the utilization plot below): one lane per phase at the desk...
@@ -95,6 +100,9 @@ class TimelineView(pg.PlotWidget):
         super().__init__(background=palette.BACKGROUND)
         style_plot(self)
         self.plot_item = self.getPlotItem()
+        # The plots share one scrolling time axis, drawn once under the lowest one (the
+        # utilization plot): a second copy re-lays out its ticks on every scrolled frame.
+        self.plot_item.hideAxis("bottom")
         self.host_lanes = PHASE_LANES
         self._shade = SpanBars(brush=palette.LANE_SHADE)
         self._shade.setZValue(-10)
@@ -124,6 +132,11 @@ class TimelineView(pg.PlotWidget):
             bars.setZValue(1.5)
             self.cause_bars[cause] = bars
             self.addItem(bars)
+        #: Dense windows: every lane as one image (``show_columns``).
+        self.dense_lanes = DenseLanesItem()
+        self.dense_lanes.setZValue(1)
+        self.dense_lanes.setVisible(False)
+        self.addItem(self.dense_lanes)
         self.causes_shown: tuple[str, ...] = ()  # for the legend, most visible first
         self.dense = False  # last redraw aggregated per pixel column
         self._device_kind: str | None = "unset"
@@ -154,87 +167,148 @@ class TimelineView(pg.PlotWidget):
         self.plot_item.setYRange(-0.6, n - 0.4, padding=0)
 
     def show_steps(self, view: StepsView, active: tuple[np.ndarray, np.ndarray], t0_ns: int,
-                   lo_ns: int, hi_ns: int) -> None:
-        """Redraw every lane for the visible window ``[lo_ns, hi_ns]``.
+                   lo_ns: int, hi_ns: int, *, changes: Sequence[ConfigChange] = ()) -> None:
+        """Redraw every lane for the visible window ``[lo_ns, hi_ns]`` from ``view``.
 
-        ``active`` are the merged device spans of ``view`` (``analysis.active_spans``).
+        ``active`` are the merged device spans of ``view`` (``analysis.active_spans``);
+        ``changes`` the run's knob changes (their transitions tint as *reconfigure*).
 
         Sparse data is drawn span by span (each at least a pixel wide, so a 20 us sync
-        phase stays visible). Dense data (more spans than half the pixels) is drawn as one
-        bar per pixel column whose height is the share of the column the lane was active,
-        so the duty cycle stays readable at any rate.
+        phase stays visible). Dense data (more spans than half the pixels) is drawn per
+        pixel column (``show_columns``). The window draws dense data from its incremental
+        ``TimelineBins`` instead of calling this with every visible step.
         """
-        vb = self.plot_item.getViewBox()
-        width_px = max(vb.width(), 100.0)
-        px_ns = (hi_ns - lo_ns) / width_px
-        n_lanes = self.n_lanes
-        min_h = (n_lanes / max(vb.height(), 50.0)) * 1.5  # 1.5 px in lane units
-
-        def to_s(t: np.ndarray) -> np.ndarray:
-            return (t - t0_ns) / 1e9
-
-        shade_y = np.arange(n_lanes - 1, -1, -2, dtype=np.float64) - 0.5
-        self._shade.set_spans(np.full(len(shade_y), to_s(lo_ns)),
-                              np.full(len(shade_y), to_s(hi_ns)), shade_y, 1.0)
+        width_px = self._width_px()
         in_window = (view.host[:, -1] >= lo_ns) & (view.host[:, 0] <= hi_ns)
-        self.dense = is_dense(int(in_window.sum()), width_px)
-
-        def draw(bars: SpanBars, spans: tuple[np.ndarray, np.ndarray], y: float,
-                 backing: SpanBars | None = None, below: np.ndarray | None = None
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            if self.dense:
-                c0, c1, frac = column_occupancy(*spans, lo_ns, hi_ns, width_px)
-                on = frac > 0
-                x0, x1 = to_s(c0[on]), to_s(c1[on])
-                # Phases sharing a lane stack: its height is their joint share of the column.
-                y0 = y if below is None else y + below[on] * BAR_HEIGHT
-                bars.set_spans(x0, x1, y0, np.maximum(frac[on] * BAR_HEIGHT, min_h))
-                if backing is not None:
-                    backing.set_spans(x0, x1, y, BAR_HEIGHT)
-                return c0, c1, frac
-            s, e = clip_to_window(*spans, lo_ns, hi_ns)
-            bars.set_spans(to_s(s), to_s(np.maximum(e, s + px_ns)), y, BAR_HEIGHT)
-            if backing is not None:
-                backing.set_spans(np.empty(0), np.empty(0), y, BAR_HEIGHT)
-            return s, e, np.ones(len(s))
-
+        if is_dense(int(in_window.sum()), width_px):
+            self.show_columns(columns_of(view, changes, lo_ns, hi_ns, int(np.ceil(width_px))),
+                              t0_ns, lo_ns, hi_ns)
+            return
+        self.dense = False
+        self.dense_lanes.setVisible(False)
+        px_ns = (hi_ns - lo_ns) / width_px
+        self._shade_lanes(t0_ns, lo_ns, hi_ns)
+        empty = np.empty(0)
         spans_of = phase_spans(view)
         for row, (_, phases) in enumerate(self.host_lanes):
-            below = np.zeros(max(int(np.ceil(width_px)), 1))
             for name in phases:
-                _, _, frac = draw(self.phase_bars[name], spans_of[name], lane_y(row, n_lanes),
-                                  self.phase_backing[name], below)
-                if self.dense:
-                    below += frac
-        y = lane_y(n_lanes - 1, n_lanes)
-        s, e, frac = draw(self.device_bars, active, y)
-        if self.dense:  # columns not fully active, between the first and last activity
-            on = np.flatnonzero(frac > 0)
-            idle = np.zeros(len(frac), bool)
-            if len(on):
-                idle[on[0]:on[-1] + 1] = frac[on[0]:on[-1] + 1] < 1.0
-            g0, g1 = s[idle], e[idle]
-        else:
-            g0, g1 = gaps(s, e)
+                s, e = clip_to_window(*spans_of[name], lo_ns, hi_ns)
+                self.phase_bars[name].set_spans(_to_s(s, t0_ns),
+                                                _to_s(np.maximum(e, s + px_ns), t0_ns),
+                                                lane_y(row, self.n_lanes), BAR_HEIGHT)
+                self.phase_backing[name].set_spans(empty, empty, 0.0, BAR_HEIGHT)
+        s, e = clip_to_window(*active, lo_ns, hi_ns)
+        y = lane_y(self.n_lanes - 1, self.n_lanes)
+        self.device_bars.set_spans(_to_s(s, t0_ns), _to_s(np.maximum(e, s + px_ns), t0_ns), y,
+                                   BAR_HEIGHT)
+        g0, g1 = gaps(s, e)
         pad = (1 - BAR_HEIGHT) / 4
-        self.gap_bars.set_spans(to_s(g0), to_s(g1), y - pad, BAR_HEIGHT + 2 * pad)
+        self.gap_bars.set_spans(_to_s(g0, t0_ns), _to_s(g1, t0_ns), y - pad,
+                                BAR_HEIGHT + 2 * pad)
 
     def show_gap_causes(self, idle: CausedIdle, t0_ns: int, lo_ns: int, hi_ns: int) -> None:
         """Tint the device lane's idle gaps by cause (call right after ``show_steps``).
 
-        The tint takes the plain gap tint's place and geometry; dense views get one colour
-        per pixel column, the cause with most idle time in it.
+        The tint takes the plain gap tint's place and geometry. A dense view was tinted by
+        ``show_columns`` already (one colour per pixel column: the cause with most idle time
+        in it), so only a sparse view is tinted here, span by span.
         """
-        width_px = max(self.plot_item.getViewBox().width(), 100.0)
-        spans = tint_spans(idle, lo_ns, hi_ns, dense=self.dense, width_px=width_px)
+        if self.dense:
+            return
+        px_ns = (hi_ns - lo_ns) / self._width_px()
+        spans = {c: clip_to_window(*idle.spans(c), lo_ns, hi_ns) for c in CAUSES}
+        self._tint(spans, t0_ns, px_ns)
+
+    def show_columns(self, cols: Columns, t0_ns: int, lo_ns: int, hi_ns: int) -> None:
+        """Draw dense data: per pixel column and lane, a bar whose height is the share of
+        the column the lane was active, so the duty cycle stays readable at any rate.
+
+        Phases sharing a lane stack, over the pale colour of the lane's first phase present;
+        the device lane's idle columns (not fully active, between the first and last
+        activity) are tinted by the cause with most idle time in them. All of it is one
+        image (``DenseLanesItem``): far cheaper to paint than a bar per column.
+        """
+        self.dense = True
+        self._shade_lanes(t0_ns, lo_ns, hi_ns)
+        empty = np.empty(0)
+        for bars in (*self.phase_bars.values(), *self.phase_backing.values(), self.device_bars,
+                     self.gap_bars, *self.cause_bars.values()):
+            bars.set_spans(empty, empty, 0.0, BAR_HEIGHT)
+        n = len(cols.c0)
+        lanes = []
+        for _, phases in self.host_lanes:
+            backing = np.full(n, CLEAR, np.uint32)
+            for name in reversed(phases):  # the first phase present wins
+                backing = np.where(cols[name] > 0, np.uint32(_color(self.phase_backing[name])),
+                                   backing)
+            lanes.append(Lane([cols[name] for name in phases],
+                              [_color(self.phase_bars[name]) for name in phases], backing))
+        active = cols["active"]
+        idle = np.zeros(n, bool)
+        where = np.flatnonzero(active > 0)
+        if len(where):
+            idle[where[0]:where[-1] + 1] = active[where[0]:where[-1] + 1] < 1.0
+        shares = np.vstack([cols[f"idle:{c}"] for c in CAUSES])
+        top = np.argmax(shares, axis=0)
+        caused = shares.sum(axis=0) > 0
+        tint = np.where(idle, np.uint32(_color(self.gap_bars)), np.uint32(CLEAR))
+        for i, cause in enumerate(CAUSES):
+            tint = np.where(caused & (top == i), np.uint32(_color(self.cause_bars[cause])), tint)
+        lanes.append(Lane([active], [_color(self.device_bars)], tint,
+                          backing_pad=(1 - BAR_HEIGHT) / 4))
+        rows = max(int(self.plot_item.getViewBox().height() / (self.n_lanes + 0.2)), 4)
+        self.dense_lanes.show_pixels(render(lanes, n, rows, BAR_HEIGHT),
+                                     (cols.c0[0] - t0_ns) / 1e9 if n else 0.0,
+                                     (cols.c1[-1] - t0_ns) / 1e9 if n else 0.0, self.n_lanes)
+        self.causes_shown = present_causes({c: _runs(caused & (top == i), cols.c0, cols.c1)
+                                            for i, c in enumerate(CAUSES)})
+
+    def _tint(self, spans: dict[str, tuple[np.ndarray, np.ndarray]], t0_ns: int,
+              px_ns: float) -> None:
+        """Cause bars at the gap tint's place (each at least ``px_ns`` wide); the plain gap
+        tint shows only where no cause is drawn."""
         y, height = self.gap_bars.opts["y0"], self.gap_bars.opts["height"]
-        px_ns = (hi_ns - lo_ns) / width_px
         for cause, (s, e) in spans.items():
-            self.cause_bars[cause].set_spans((s - t0_ns) / 1e9,
-                                             (np.maximum(e, s + px_ns) - t0_ns) / 1e9,
-                                             y, height)
+            self.cause_bars[cause].set_spans(_to_s(s, t0_ns),
+                                             _to_s(np.maximum(e, s + px_ns), t0_ns), y, height)
         self.causes_shown = present_causes(spans)
         self.gap_bars.setVisible(not self.causes_shown)  # the tint replaces the plain one
+
+    def dense_share(self, row: int, bars: SpanBars) -> np.ndarray:
+        """Per column of the dense image, the share of lane ``row``'s bar drawn in ``bars``'s
+        colour (what a user sees: for checks and tests)."""
+        pixels = self.dense_lanes.pixels
+        rows = pixels.shape[0] // self.n_lanes
+        bar_px = max(round(BAR_HEIGHT * rows), 1)
+        margin = (rows - bar_px) // 2
+        cell = pixels[row * rows + margin:row * rows + margin + bar_px]
+        return (cell == np.uint32(_color(bars))).sum(axis=0) / bar_px
+
+    def _width_px(self) -> float:
+        return max(self.plot_item.getViewBox().width(), 100.0)
+
+    def _shade_lanes(self, t0_ns: int, lo_ns: int, hi_ns: int) -> None:
+        """Every other lane lightly shaded across the window."""
+        shade_y = np.arange(self.n_lanes - 1, -1, -2, dtype=np.float64) - 0.5
+        self._shade.set_spans(np.full(len(shade_y), (lo_ns - t0_ns) / 1e9),
+                              np.full(len(shade_y), (hi_ns - t0_ns) / 1e9), shade_y, 1.0)
+
+
+def _to_s(t: np.ndarray, t0_ns: int) -> np.ndarray:
+    """ns on the host axis → seconds since the session's origin (the x axis)."""
+    return (np.asarray(t) - t0_ns) / 1e9
+
+
+def _color(bars: SpanBars) -> int:
+    """The bars' current (theme's) colour as a packed RGBA pixel."""
+    return rgba(pg.mkBrush(bars.opts["brush"]).color())  # a QColor until a theme sets a brush
+
+
+def _runs(mask: np.ndarray, c0: np.ndarray, c1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Runs of consecutive columns where ``mask`` holds, as ``(start, end)`` of each run."""
+    edges = np.diff(np.concatenate(([0], mask.astype(np.int8), [0])))
+    first, stop = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    return c0[first], c1[stop - 1]
 
 
 def style_plot(widget: pg.PlotWidget) -> None:
@@ -250,5 +324,8 @@ def style_plot(widget: pg.PlotWidget) -> None:
         axis = item.getAxis(name)
         axis.setPen(palette.FOREGROUND)
         axis.setTextPen(palette.FOREGROUND)
+        # Seconds and percent need no SI prefix; pyqtgraph would re-set the label's HTML on
+        # every range change (each frame while following "now").
+        axis.enableAutoSIPrefix(False)
     item.getAxis("left").setWidth(AXIS_WIDTH)
 

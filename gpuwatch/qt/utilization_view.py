@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 from gpuwatch.core.samplers import NVML_GPU_UTIL, PROC_CPU
 from gpuwatch.core.store import MetricStatus, SeriesView
 from gpuwatch.qt import palette
-from gpuwatch.qt.spans import busy_percent_over, step_series
+from gpuwatch.qt.spans import step_series
 from gpuwatch.qt.theme import theme_manager
 from gpuwatch.qt.timeline_view import style_plot
 
@@ -117,9 +117,10 @@ class UtilizationView(QWidget):
         if compact:
             self.note_label.hide()
 
-    def show_data(self, choice: CoarseChoice, coarse: SeriesView,
-                  active: tuple[np.ndarray, np.ndarray], t0_ns: int) -> None:
-        """Redraw both step series; ``active`` spans must cover the coarse periods."""
+    def show_data(self, choice: CoarseChoice, coarse: SeriesView, busy: np.ndarray,
+                  t0_ns: int) -> None:
+        """Redraw both step series: the coarse samples, and ``busy`` (our marks' busy % over
+        each sample's period, NaN where unknown)."""
         if choice != self.choice:
             self.choice = choice
             self.coarse_curve.opts["name"] = choice.coarse_label
@@ -137,7 +138,6 @@ class UtilizationView(QWidget):
         w1 = (coarse.t1 - t0_ns) / 1e9
         tolerance = 0.2 * float(np.median(w1 - w0)) if len(w0) else 0.0
         _set_steps(self.coarse_curve, w0, w1, coarse.value, tolerance)
-        busy = busy_percent_over(active, coarse.t0, coarse.t1)
         _set_steps(self.busy_curve, w0, w1, busy, tolerance)
         top = float(np.nanmax(coarse.value)) if len(coarse) else 0.0
         y_top = 105.0 if top <= 100 else 100.0 * math.ceil(top / 100.0) + 5

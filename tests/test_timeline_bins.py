@@ -1,0 +1,178 @@
+"""The timeline's incremental bins, the per-sample busy cache and the dense-lane image.
+
+Steps here are SIMULATED (jittered synthetic marks; "CUDA" device marks are host marks plus a
+lag, sent a batch late as the runner harvests events): never a GPU measurement. The reference
+for every incremental figure is the same figure computed in one go from all the steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpuwatch.core.analysis import active_spans, busy_percent_over
+from gpuwatch.core.sample_busy import SampleBusy
+from gpuwatch.core.segments import ConfigChange
+from gpuwatch.core.store import SeriesView, StepStore
+from gpuwatch.core.timeline_bins import ROW, ROWS, TimelineBins, bin_width_ns, columns_of
+from gpuwatch.protocol import N_MARKS
+from gpuwatch.qt.dense_lanes import CLEAR, Lane, render
+
+MS = 1_000_000
+ORIGIN = 10_000 * MS
+#: Phase shares of a step (data, h2d, forward, backward, optimizer, sync) and the overhead.
+SHARES = np.array([0.30, 0.05, 0.20, 0.30, 0.10, 0.04, 0.01])
+
+
+def marks(n: int, step_ns: float, seed: int = 0) -> np.ndarray:
+    """Host marks of ``n`` consecutive jittered steps from ``ORIGIN``."""
+    rng = np.random.default_rng(seed)
+    lengths = np.maximum((step_ns * SHARES * rng.uniform(0.5, 1.5, (n, 7))).astype(np.int64), 1)
+    ends = ORIGIN + np.cumsum(lengths.sum(axis=1))
+    starts = np.concatenate(([ORIGIN], ends[:-1]))
+    out = np.empty((n, N_MARKS), np.int64)
+    out[:, 0] = starts
+    out[:, 1:] = starts[:, None] + np.cumsum(lengths[:, :-1], axis=1)
+    return out
+
+
+def change(cid: int, first_step: int, warmup: int = 5) -> ConfigChange:
+    return ConfigChange(id=cid, values={"num_workers": cid}, changed={"num_workers": cid},
+                        t_ns=0, first_step=first_step, warmup_steps=warmup)
+
+
+def feed(store: StepStore, host: np.ndarray, bins: TimelineBins, *, cuda: bool,
+         batch: int = 50, window_ns: int = 2_000 * MS, columns: int = 400,
+         change_at: int | None = None) -> list[ConfigChange]:
+    """Append ``host`` in batches (device marks one batch late on "CUDA"), updating the bins
+    after each batch over a window that follows the newest step, as the window does."""
+    lag = 300_000  # the simulated device runs 0.3 ms behind the host
+    changes = [change(0, 0, 0)]
+    pending: tuple[list[int], np.ndarray] | None = None
+    for lo in range(0, len(host), batch):
+        ids = list(range(lo, min(lo + batch, len(host))))
+        config = [int(change_at is not None and i >= change_at) for i in ids]
+        store.append(ids, config, [8] * len(ids), host[ids].tolist())
+        if cuda:
+            if pending is not None:
+                store.set_device_marks(pending[0], (pending[1] + lag).tolist())
+            pending = (ids, host[ids])
+        if change_at is not None and lo - 2 * batch <= change_at < lo - batch:
+            changes.append(change(1, change_at))  # its config message comes late
+        hi_ns = int(host[ids[-1], -1])
+        bins.update(store, changes, ORIGIN, lo_ns=hi_ns - window_ns, hi_ns=hi_ns,
+                    px_ns=window_ns / columns)
+    if cuda and pending is not None:
+        store.set_device_marks(pending[0], (pending[1] + lag).tolist())
+    return changes
+
+
+@pytest.mark.parametrize("cuda", [False, True], ids=["cpu", "simulated-cuda"])
+def test_incremental_bins_equal_the_figures_computed_in_one_go(cuda: bool) -> None:
+    store = StepStore(capacity=1 << 14)
+    store.set_device_is_host(not cuda)
+    host = marks(3000, 1 * MS)
+    bins = TimelineBins()
+    changes = feed(store, host, bins, cuda=cuda, change_at=1700)
+    window_ns, columns = 2_000 * MS, 400
+    hi = int(host[-1, -1])
+    # One more update once the last device marks are in; then compare over column edges that
+    # fall on bin edges, where reading the bins is exact.
+    bins.update(store, changes, ORIGIN, lo_ns=hi - window_ns, hi_ns=hi,
+                px_ns=window_ns / columns)
+    width = bins.width_ns
+    assert width == bin_width_ns(window_ns / columns) and width <= window_ns / columns / 4
+    lo = ORIGIN + ((hi - window_ns - ORIGIN) // width + 1) * width
+    n = 100
+    span = ((hi - lo) // (n * width)) * n * width
+    got = bins.columns(lo, lo + span, n)
+    want = columns_of(store.snapshot(), changes, lo, lo + span, n)
+    np.testing.assert_allclose(got.share, want.share, rtol=1e-9, atol=1e-9)
+    # The figures are real ones: a third of the time is data, the device idles for input,
+    # and the change's transition shows as reconfigure.
+    assert got["data"].mean() == pytest.approx(0.30, abs=0.03)
+    assert got["idle:input"].sum() > 0 and got.n_steps > 0
+    assert got["idle:reconfigure"].sum() > 0
+    assert got["steps"].sum() == pytest.approx(
+        ((host[:, 0] >= lo) & (host[:, 0] < lo + span)).sum())
+
+
+def test_a_frame_reprices_only_the_newest_bins() -> None:
+    store = StepStore()
+    store.set_device_is_host(True)
+    bins = TimelineBins()
+    feed(store, marks(2000, 1 * MS), bins, cuda=False)
+    # ~50 new steps (50 ms) per update, plus the look-back: a small share of the 2 s window.
+    assert 0 < bins.last_repriced < 0.25 * (2_000 * MS / bins.width_ns)
+
+
+def test_late_device_marks_reopen_their_bins_until_they_arrive() -> None:
+    store = StepStore()
+    host = marks(400, 1 * MS)
+    bins = TimelineBins()
+    store.append(list(range(400)), [0] * 400, [8] * 400, host.tolist())
+    hi = int(host[-1, -1])
+    kw = {"lo_ns": hi - 500 * MS, "hi_ns": hi, "px_ns": 1 * MS}
+    bins.update(store, [], ORIGIN, **kw)
+    # No device marks yet: nothing of them may be final, and the device lane is empty.
+    assert bins.final_before_ns <= int(host[0, 0])
+    assert bins.columns(hi - 400 * MS, hi, 40)["active"].sum() == 0
+    store.set_device_marks(list(range(400)), host.tolist())
+    bins.update(store, [], ORIGIN, **kw)
+    assert bins.columns(hi - 400 * MS, hi, 40)["active"].mean() == pytest.approx(0.65, abs=0.05)
+    assert bins.final_before_ns >= int(host[-1, 0]) - bins.width_ns
+
+
+def test_bins_keep_what_the_ring_dropped_and_start_over_on_a_new_store() -> None:
+    store = StepStore(capacity=500)  # holds 0.5 s of these 1 ms steps
+    store.set_device_is_host(True)
+    host = marks(3000, 1 * MS)
+    bins = TimelineBins()
+    feed(store, host, bins, cuda=False, window_ns=2_000 * MS)
+    hi = int(host[-1, -1])
+    old = bins.columns(hi - 2_000 * MS, hi - 1_000 * MS, 50)
+    assert old["data"].mean() == pytest.approx(0.30, abs=0.03)  # older than the ring
+    assert len(store.snapshot()) == 500
+    other = StepStore()
+    bins.update(other, [], ORIGIN, lo_ns=hi - 2_000 * MS, hi_ns=hi, px_ns=2_000 * MS / 400)
+    assert bins.columns(hi - 2_000 * MS, hi, 50).share.sum() == 0
+
+
+def test_sample_busy_is_exact_computed_once_and_unknown_until_final() -> None:
+    store = StepStore()
+    store.set_device_is_host(True)
+    host = marks(2000, 1 * MS)
+    store.append(list(range(2000)), [0] * 2000, [8] * 2000, host.tolist())
+    t0 = ORIGIN - 100 * MS + np.arange(0, 2_100 * MS, 167 * MS)
+    coarse = SeriesView(t0, t0 + 167 * MS, np.full(len(t0), 50.0))
+    want = busy_percent_over(active_spans(store.snapshot()), coarse.t0, coarse.t1)
+    cache = SampleBusy()
+    final = int(host[1000, 0])
+    got = cache.over(store, coarse, final, key=1)
+    done = coarse.t1 <= final
+    np.testing.assert_allclose(got[done], want[done])
+    assert np.isnan(got[~done]).all()  # not final yet: not drawn, never a guess
+    assert np.isnan(got[0])  # the period starts before the first mark: unknown for good
+    assert np.isfinite(got[1:][done[1:]]).all()
+    # Cached: a store without those steps still gives the same figures for them.
+    again = cache.over(StepStore(), coarse, final, key=1)
+    np.testing.assert_allclose(again[done], want[done])
+    assert np.isnan(cache.over(StepStore(), coarse, final, key=2)).all()  # a new run
+
+
+def test_dense_lane_image_stacks_shares_from_the_bottom_with_visible_minimum() -> None:
+    n, rows = 4, 20
+    a = np.array([0.5, 0.25, 0.0, 0.01])
+    b = np.array([0.25, 0.5, 0.0, 0.0])
+    back = np.where((a + b) > 0, np.uint32(9), np.uint32(CLEAR))
+    pixels = render([Lane([a, b], [1, 2], back), Lane([np.ones(n)], [3])], n, rows, 0.8)
+    bar_px = 16  # 0.8 of 20 rows, centred: rows 2..17 of each lane
+    lane0 = pixels[:rows]
+    assert (lane0[:2] == CLEAR).all() and (lane0[18:] == CLEAR).all()
+    bar = lane0[2:18][::-1]  # bottom row first
+    assert (bar[:, 0] == 1).sum() == 0.5 * bar_px and (bar[:, 0] == 2).sum() == 0.25 * bar_px
+    assert (bar[:8, 0] == 1).all() and (bar[8:12, 0] == 2).all()  # a below b
+    assert (bar[12:, 0] == 9).all()  # the pale backing above the bars
+    assert (bar[:, 2] == CLEAR).all()  # nothing happened in that column
+    assert (bar[:, 3] == 1).sum() == 1  # 1 % of a column is still one pixel
+    assert (pixels[rows + 2:rows + 18] == 3).all() and len(ROWS) == ROW["steps"] + 1
