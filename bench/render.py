@@ -195,6 +195,15 @@ class FrameClock:
         return max(0, round(duration_s * 1e3 / REDRAW_MS) - len(self.frames_ms))
 
 
+def filled_share(window: MainWindow) -> float:
+    """Share of the visible window's pixel columns that show steps (the step ring holds 13 s
+    at 10,000 steps/s; the timeline's bins keep what it dropped)."""
+    lo_s, hi_s = window.timeline.getPlotItem().getViewBox().viewRange()[0]
+    t0 = window.session.t0_ns
+    cols = window.bins.columns(t0 + int(lo_s * S), t0 + int(hi_s * S), 300)
+    return float(np.mean(cols["steps"] > 0))
+
+
 def run_rate(app: Any, rate: float, seconds: float, size: tuple[int, int]) -> dict[str, Any]:
     session = Session(sample_coarse=False)
     now = time.perf_counter_ns()
@@ -237,6 +246,7 @@ def run_rate(app: Any, rate: float, seconds: float, size: tuple[int, int]) -> di
         "cpu95": machine.percentile(clock.cpu_ms, 95),
         "cpu_pct": 100 * cpu_s / wall, "dense": window.timeline.dense,
         "stored": len(session.steps.snapshot()), "interval_ms": window.timer.interval(),
+        "filled": filled_share(window),
     }
     window.session.close = lambda *a, **k: None  # type: ignore[method-assign]  # never started
     window.close()
@@ -245,39 +255,22 @@ def run_rate(app: Any, rate: float, seconds: float, size: tuple[int, int]) -> di
     return result
 
 
-def skip_gap_causes() -> None:
-    """Replace the window's gap-cause computation and tint with nothing (diagnosis only)."""
-    from gpuwatch.qt import main_window, timeline_view
-
-    if hasattr(main_window, "caused_idle"):
-        main_window.caused_idle = lambda *_args, **_kwargs: None
-    if hasattr(timeline_view.TimelineView, "show_gap_causes"):
-        timeline_view.TimelineView.show_gap_causes = lambda *_args, **_kwargs: None
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="measured seconds per rate")
     parser.add_argument("--rates", default="1000,10000", help="steps/s, comma-separated")
     parser.add_argument("--size", default="1600x900", help="window size WxH")
-    parser.add_argument("--without-gap-causes", action="store_true",
-                        help="diagnosis only: skip the gap-cause tint (caused_idle and "
-                             "show_gap_causes), to see what it costs per frame")
     args = parser.parse_args(argv)
     width, height = (int(v) for v in args.size.split("x"))
-    if args.without_gap_causes:
-        skip_gap_causes()
     machine.isolate_user_dirs()
     app = create_app()
     print(machine.header("gpuwatch drawing cost (bench/render.py)",
                          [f"SIMULATED telemetry into the real Session + MainWindow, offscreen, "
-                          f"{width}x{height}, 30 s visible, {args.seconds:g} s per rate"
-                          + (" | WITHOUT the gap-cause tint (diagnosis)"
-                             if args.without_gap_causes else "")]))
+                          f"{width}x{height}, 30 s visible, {args.seconds:g} s per rate"]))
     budgets = {1000.0: 33.0, 10000.0: 50.0}
     print(f"{'steps/s':>8} {'frames':>6} {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7} "
-          f"{'dropped':>7} {'GUI CPU %':>9} {'timer ms':>8} {'stored':>7} {'cpu p50':>7} "
-          f"{'cpu p95':>7}  budget p95")
+          f"{'dropped':>7} {'GUI CPU %':>9} {'timer ms':>8} {'stored':>7} {'filled':>6} "
+          f"{'cpu p50':>7} {'cpu p95':>7}  budget p95")
     for rate in (float(r) for r in args.rates.split(",")):
         r = run_rate(app, rate, args.seconds, (width, height))
         budget = budgets.get(rate)
@@ -285,10 +278,11 @@ def main(argv: list[str] | None = None) -> int:
             f"<= {budget:g} ms: {'met' if r['p95'] <= budget else 'MISSED'}")
         print(f"{rate:8.0f} {r['frames']:6d} {r['p50']:7.1f} {r['p95']:7.1f} {r['max']:7.1f} "
               f"{r['dropped']:7d} {r['cpu_pct']:9.1f} {r['interval_ms']:8d} {r['stored']:7d} "
-              f"{r['cpu50']:7.1f} {r['cpu95']:7.1f}  {verdict}")
+              f"{r['filled']:6.0%} {r['cpu50']:7.1f} {r['cpu95']:7.1f}  {verdict}")
         sys.stdout.flush()
     print("# frame times are wall clock (tick + paint); cpu p50/p95: the GUI thread's CPU time "
-          "per frame (without waiting for a CPU)")
+          "per frame (without waiting for a CPU); stored: steps in the ring; filled: share of "
+          "the 30 s view that shows steps")
     print(f"# GUI CPU %: this process (window, link reading + decoding, NVML-like samples); "
           f"the simulated runner is another process.\n# load average at the end: "
           f"{machine.load_average()}")
