@@ -125,6 +125,34 @@ def test_red_with_pip_command_when_torch_is_missing(tmp_path):
     assert verdict.fix == f"run `'{python}' -m pip install torch torchvision`"
 
 
+def test_a_system_python_pip_refuses_gets_a_venv_recipe_not_pip(tmp_path):
+    """Debian 12's /usr/bin/python3: `python3 -m pip install torch` fails with
+    "externally-managed-environment" (PEP 668), so the fix makes ~/.venv instead."""
+    stdlib = tmp_path / "usr" / "lib" / "python3.11"
+    stdlib.mkdir(parents=True)
+    (stdlib / "EXTERNALLY-MANAGED").write_text("[externally-managed]\n")
+    report = {"python": "3.11.2", "prefix": str(tmp_path / "usr"), "torch": None,
+              "torch_error": "ModuleNotFoundError: No module named 'torch'"}
+    verdict = judge(report, "/usr/bin/python3")
+    assert verdict.level == BAD and "torch not installed" in verdict.summary
+    assert "pip refuses" in verdict.fix
+    assert ("`/usr/bin/python3 -m venv ~/.venv && ~/.venv/bin/python -m pip install torch "
+            "torchvision`") in verdict.fix
+    # The same Python in a venv (prefix = the venv, no marker): plain pip is right.
+    venv = dict(report, prefix=str(tmp_path / "venv"))
+    assert judge(venv, "/v/bin/python").fix == (
+        "run `/v/bin/python -m pip install torch torchvision`")
+
+
+def test_no_torch_help_points_at_a_venv_discovery_finds(tmp_path):
+    assert ".venv" in interpreters.NO_TORCH_HELP
+    assert interpreters.NO_TORCH_HELP.endswith("Run → Choose Python….")  # the banner's link
+    assert "python3 -m pip install torch" not in interpreters.NO_TORCH_HELP
+    venv = executable(tmp_path / ".venv" / "bin" / "python")
+    found = interpreters.discover(home=tmp_path, environ={"PATH": ""}, cwd=tmp_path / "x")
+    assert venv in [Path(c.path) for c in found]
+
+
 def test_red_for_a_program_that_is_not_python(tmp_path):
     fake = fake_python(tmp_path, script="echo 'sh: 1: -c: not a python' >&2\nexit 2\n")
     verdict = check(fake).verdict

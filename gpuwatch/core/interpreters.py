@@ -242,6 +242,24 @@ def _pip(python: str, *args: str) -> str:
     return command(python, "-m", "pip", "install", *args)
 
 
+def _externally_managed(report: dict[str, Any]) -> bool:
+    """pip refuses to install into this Python: a distribution's own (PEP 668 marker in its
+    stdlib folder, e.g. Debian 12's /usr/lib/python3.11/EXTERNALLY-MANAGED). A venv's
+    prefix is the venv, which has no marker."""
+    prefix, version = report.get("prefix"), _version(report.get("python"))
+    if not prefix or len(version) < 2:
+        return False
+    stdlibs = (Path(prefix, "lib", f"python{version[0]}.{version[1]}"), Path(prefix, "Lib"))
+    return any((stdlib / "EXTERNALLY-MANAGED").is_file() for stdlib in stdlibs)
+
+
+def _venv_with_torch(python: str) -> str:
+    """The fix for a Python pip may not touch: a venv where discovery looks by itself."""
+    return (f"this Python belongs to the system and pip refuses to install into it: make a "
+            f"venv with torch, `{command(python, '-m', 'venv')} ~/.venv && ~/.venv/bin/python "
+            f"-m pip install torch torchvision`, then choose ~/.venv/bin/python")
+
+
 def _version(text: Any) -> tuple[int, ...]:
     numbers = re.findall(r"\d+", str(text or "").split("+")[0])[:2]
     return tuple(int(n) for n in numbers)
@@ -290,8 +308,9 @@ def judge(report: dict[str, Any], python: str,
     error = str(report.get("torch_error") or "")
     if not torch:
         if not error or error.startswith(("ModuleNotFoundError", "ImportError: No module")):
-            return Verdict(BAD, f"Python {report.get('python')}: torch not installed",
-                           f"run `{_pip(python, 'torch', 'torchvision')}`")
+            fix = (_venv_with_torch(python) if _externally_managed(report)
+                   else f"run `{_pip(python, 'torch', 'torchvision')}`")
+            return Verdict(BAD, f"Python {report.get('python')}: torch not installed", fix)
         reinstall = _pip(python, "--force-reinstall", "torch", "torchvision")
         return Verdict(BAD, f"torch is installed but cannot be imported: {error}",
                        f"reinstall it: `{reinstall}`")
@@ -364,7 +383,14 @@ def best(probed: Sequence[Probed]) -> Probed | None:
     return None
 
 
+# A venv in the home is found without asking; a bare `python3 -m pip install torch` fails on
+# Debian 12 / Ubuntu 23.04+ (PEP 668: "externally-managed-environment").
+_MAKE_VENV = ("in a terminal (it opens in your home folder): `py -m venv .venv` then "
+              "`.venv\\Scripts\\python -m pip install torch torchvision`"
+              if sys.platform == "win32" else
+              "`python3 -m venv ~/.venv && ~/.venv/bin/python -m pip install torch "
+              "torchvision` (Debian/Ubuntu: `sudo apt install python3-venv` first)")
 NO_TORCH_HELP = ("No Python with torch was found. Recordings can still be replayed (File → "
-                 "Open recording…). To train: install Python 3.10+ and torch "
-                 "(`python3 -m pip install torch torchvision`, see "
-                 "https://pytorch.org/get-started/locally/), then Run → Choose Python….")
+                 "Open recording…). To train, make a Python 3.10+ venv with torch where "
+                 f"gpuwatch looks by itself: {_MAKE_VENV}; other builds: "
+                 "https://pytorch.org/get-started/locally/. Then Run → Choose Python….")
