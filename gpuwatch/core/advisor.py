@@ -82,6 +82,8 @@ RULES: tuple[Rule, ...] = (
          "nothing in the input, sync or launch path is holding the device back"),
 )
 RULE_IDS = tuple(r.id for r in RULES)
+#: The "why" column of ``RULES`` by rule id: the one-line reason a card shows under a finding.
+RULE_WHY = {r.id: r.why for r in RULES}
 
 INPUT_SHARE = 0.20
 SYNC_SHARE = 0.10
@@ -108,6 +110,11 @@ class Finding:
     suggestion: dict[str, Any] = field(default_factory=dict)
     impact: float = 0.0
     config_id: int | None = None
+
+    @property
+    def why(self) -> str:
+        """Why the suggested knob addresses the measured quantity (``RULES``' "why")."""
+        return RULE_WHY.get(self.rule, "")
 
     @property
     def apply_text(self) -> str:

@@ -15,6 +15,9 @@ HTA's idle categories (notes/anchors.md):
 
 On a CPU device the events are the outermost CPU ops of each thread; an op runs when it is
 issued, so its launch is its start and every gap between ops is host wait by the same rule.
+Busy time there is every torch op of the training process, the input pipeline's too when it
+runs in the loop (``num_workers=0``: decode and augmentation inside ``next(loader)``), so it can
+exceed the compute phases' share (docs/advisor.md).
 """
 
 from __future__ import annotations

@@ -32,11 +32,22 @@ from gpuwatch.qt import palette
 HINT_NO_RUN = ("Start a run: the advisor reads each configuration's steady steps and says why "
                "the device waits and which knob to try.")
 _SMALL = "font-size: 11px;"
+
+
 def _esc(text: str) -> str:
     return html.escape(text, quote=False)
 
 
 _KIND_MARK = {"fix": "▶", "worse": "⚠", "outcome": "✔", "ok": "✔"}
+
+
+def sent_text(finding: Finding) -> str:
+    """What a card says between Apply and the runner's answer (seconds when workers start:
+    the runner starts them while training goes on, docs/knobs.md §2)."""
+    workers = finding.suggestion.get("num_workers")
+    how = ("the new workers start while training goes on (several seconds), then"
+           if isinstance(workers, int) and workers > 0 else "the runner applies it, then")
+    return f"Sent {finding.apply_text}: {how} the advisor measures what it changed…"
 
 
 class FindingCard(QFrame):
@@ -52,6 +63,11 @@ class FindingCard(QFrame):
         self.title = QLabel()
         self.title.setWordWrap(True)
         self.title.setTextFormat(Qt.TextFormat.PlainText)
+        # Why the knob addresses what was measured (the rule's reason), for a new user.
+        self.why = QLabel()
+        self.why.setWordWrap(True)
+        self.why.setTextFormat(Qt.TextFormat.PlainText)
+        self.why.setStyleSheet(_SMALL)
         self.evidence = QLabel()
         self.evidence.setWordWrap(True)
         self.evidence.setTextFormat(Qt.TextFormat.PlainText)
@@ -62,7 +78,7 @@ class FindingCard(QFrame):
         self.status.setWordWrap(True)
         self.status.setTextFormat(Qt.TextFormat.PlainText)
         self.status.setStyleSheet(_SMALL)
-        for widget in (self.title, self.evidence, self.apply_button, self.status):
+        for widget in (self.title, self.why, self.evidence, self.apply_button, self.status):
             layout.addWidget(widget)
 
     def show_finding(self, finding: Finding, status: str, locked: str | None) -> None:
@@ -73,6 +89,10 @@ class FindingCard(QFrame):
         bold = "font-weight: bold;" if finding.kind in ("fix", "worse") else ""
         if self.title.styleSheet() != bold:
             self.title.setStyleSheet(bold)
+        why = f"Why: {finding.why}." if finding.why and finding.kind != "outcome" else ""
+        self.why.setVisible(bool(why))
+        if self.why.text() != why:
+            self.why.setText(why)
         evidence = f"evidence: {finding.evidence} · rule {finding.rule}"
         if self.evidence.text() != evidence:
             self.evidence.setText(evidence)
@@ -160,7 +180,7 @@ class AdvisorView(QWidget):
                 self._status[key] = "Already set: nothing to send."
             else:
                 self._pending[request] = finding
-                self._status[key] = f"Sent {finding.apply_text}; waiting for the runner…"
+                self._status[key] = sent_text(finding)
         self._show()
 
     def _collect_answers(self) -> None:
