@@ -176,3 +176,25 @@ def test_dense_lane_image_stacks_shares_from_the_bottom_with_visible_minimum() -
     assert (bar[:, 2] == CLEAR).all()  # nothing happened in that column
     assert (bar[:, 3] == 1).sum() == 1  # 1 % of a column is still one pixel
     assert (pixels[rows + 2:rows + 18] == 3).all() and len(ROWS) == ROW["steps"] + 1
+
+
+def test_a_view_parked_in_the_past_holds_few_bins_and_catches_up_when_followed() -> None:
+    store = StepStore()
+    store.set_device_is_host(True)
+    host = marks(6000, 1 * MS)
+    bins = TimelineBins()
+    store.append(list(range(1000)), [0] * 1000, [8] * 1000, host[:1000].tolist())
+    park = {"lo_ns": ORIGIN, "hi_ns": ORIGIN + 500 * MS, "px_ns": 500 * MS / 100}
+    bins.update(store, [], ORIGIN, **park)
+    for lo in range(1000, 6000, 500):  # the run goes on; the view stays where it is
+        store.append(list(range(lo, lo + 500)), [0] * 500, [8] * 500,
+                     host[lo:lo + 500].tolist())
+        bins.update(store, [], ORIGIN, **park)
+    assert bins.last_repriced == 0  # nothing visible changed: no work
+    held_ns = bins.final_before_ns - ORIGIN
+    assert held_ns <= 2 * 500 * MS + bins.width_ns  # one view width to the right at most
+    hi = int(host[-1, -1])
+    follow = {"lo_ns": hi - 500 * MS, "hi_ns": hi, "px_ns": 500 * MS / 100}
+    bins.update(store, [], ORIGIN, **follow)
+    assert bins.columns(hi - 400 * MS, hi - 100 * MS, 30)["data"].mean() == pytest.approx(
+        0.30, abs=0.03)

@@ -116,14 +116,26 @@ class TimelineBins:
             self._reopen_from(store, min(first for _, _, first, _ in added))
         self._transitions = transitions
         self._seen = count
-        self._trim(k_lo, (hi_ns - lo_ns) // width + 1)
+        visible = (hi_ns - lo_ns) // width + 1
+        self._trim(k_lo, visible)
         start_k = max(self._clean_k, self._k0)
-        t_start = origin_ns + start_k * width
-        view = store.snapshot(since_ns=t_start - LOOKBACK_NS)
+        # Bins are kept up to one view width right of the view: a view parked in the past
+        # while the run goes on costs nothing and holds a bounded number of bins.
+        limit_k = (hi_ns - origin_ns) // width + visible
         self.last_repriced = 0
+        if start_k >= limit_k:
+            return
+        view = store.snapshot(since_ns=origin_ns + start_k * width - LOOKBACK_NS)
+        later = view.host[:, 0] >= origin_ns + limit_k * width
+        if later.any():
+            view = StepsView(*(column[~later] for column in (
+                view.step, view.config, view.samples, view.host, view.device,
+                view.has_device)))
         if len(view):
             self._reprice(view, changes, start_k)
-        self._clean_k = max(self._clean_k, self._final_bin(view, final))
+        # Steps past the limit exist: the last one before it is complete (its successor is in).
+        final_k = self._final_bin(view, final, complete=bool(later.any()))
+        self._clean_k = max(self._clean_k, min(final_k, limit_k))
 
     def columns(self, lo_ns: int, hi_ns: int, n_columns: int) -> Columns:
         """Shares per pixel column of ``[lo_ns, hi_ns]`` (zero where no bin is held)."""
@@ -203,8 +215,10 @@ class TimelineBins:
         self._occ[:, begin:need] = rows
         self._occ[:, need:] = 0.0  # nothing beyond the newest data (yet)
 
-    def _final_bin(self, view: StepsView, final: bool) -> int:
-        """First bin that data still to come may change."""
+    def _final_bin(self, view: StepsView, final: bool, *, complete: bool = False) -> int:
+        """First bin that data still to come may change. ``final``: nothing more comes;
+        ``complete``: the newest step of ``view`` has a successor (only device marks still
+        to come keep bins open)."""
         if not len(view):
             return self._clean_k
         if final:
@@ -213,12 +227,14 @@ class TimelineBins:
         newest_end = int(view.host[-1, -1])
         pending = ~np.asarray(view.has_device, bool) & \
             (view.host[:, -1] > newest_end - DEVICE_MARK_WAIT_NS)
-        first_open = int(host_start[np.argmax(pending)]) if pending.any() else \
-            int(host_start[-1])
-        first_open = min(first_open, int(host_start[-1]))
+        if pending.any():
+            first_open = int(host_start[np.argmax(pending)])
+        elif complete:
+            return self._k0 + self._occ.shape[1]
+        else:
+            first_open = int(host_start[-1])
+        first_open = min(first_open, int(host_start[-1])) if not complete else first_open
         return int((first_open - self._origin) // self.width_ns)
-
-
 
 def occupancy_between(view: StepsView, changes: Sequence[ConfigChange],
                       edges: np.ndarray) -> np.ndarray:
