@@ -198,3 +198,20 @@ def test_a_view_parked_in_the_past_holds_few_bins_and_catches_up_when_followed()
     bins.update(store, [], ORIGIN, **follow)
     assert bins.columns(hi - 400 * MS, hi - 100 * MS, 30)["data"].mean() == pytest.approx(
         0.30, abs=0.03)
+
+
+def test_sample_busy_one_sample_at_a_time_is_never_left_unknown() -> None:
+    """As in the window: each frame one more sample becomes final. With slow, input-heavy
+    steps a sample often starts inside a data phase; its figure still needs the step before."""
+    store = StepStore()
+    store.set_device_is_host(True)
+    host = marks(300, 250 * MS)  # 250 ms steps, 30 % of each is data
+    store.append(list(range(300)), [0] * 300, [8] * 300, host.tolist())
+    t0 = ORIGIN + 1_000 * MS + np.arange(0, 60_000 * MS, 1_000 * MS)
+    coarse = SeriesView(t0, t0 + 1_000 * MS, np.full(len(t0), 100.0))
+    want = busy_percent_over(active_spans(store.snapshot()), coarse.t0, coarse.t1)
+    cache = SampleBusy()
+    for t1 in coarse.t1:
+        got = cache.over(store, coarse, int(t1), key=1)
+    np.testing.assert_allclose(got, want)
+    assert np.isfinite(got).all()

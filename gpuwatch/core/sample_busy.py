@@ -41,7 +41,7 @@ class SampleBusy:
         if todo:
             idx = np.asarray(todo)
             w0, w1 = coarse.t0[idx], coarse.t1[idx]
-            view = store.snapshot(since_ns=int(w0.min()))
+            view = store.snapshot(since_ns=int(w0.min()), before=1)  # spans from before w0
             active = active_spans(view)
             busy = busy_percent_over(active, w0, w1)
             out[idx] = busy

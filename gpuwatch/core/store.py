@@ -123,8 +123,11 @@ class StepStore:
                 found[np.flatnonzero(todo)[hit]] = True
             return int(found.sum())
 
-    def snapshot(self, since_ns: int | None = None, last: int | None = None) -> StepsView:
-        """Copy the steps that end at or after ``since_ns`` (all if None), at most ``last``.
+    def snapshot(self, since_ns: int | None = None, last: int | None = None, *,
+                 before: int = 0) -> StepsView:
+        """Copy the steps that end at or after ``since_ns`` (all if None), at most ``last``;
+        with ``before``, also that many steps before them (whatever covers ``since_ns`` from
+        its left, e.g. the loop overhead or device work running into it).
 
         Copies are made from at most two slices of the ring (never a fancy index over every
         row): the window redraws from this ~30 times a second over up to 10^5 steps.
@@ -134,7 +137,7 @@ class StepStore:
             start = (self._count - n) % self.capacity
             lo = 0
             if since_ns is not None and n:
-                lo = self._first_ending_at(start, n, since_ns)
+                lo = max(self._first_ending_at(start, n, since_ns) - before, 0)
             if last is not None:
                 lo = max(lo, n - last) if last > 0 else n
             return StepsView(*(self._rows(column, start, lo, n) for column in (

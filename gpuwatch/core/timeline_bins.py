@@ -40,7 +40,8 @@ ROW = {name: i for i, name in enumerate(ROWS)}
 #: Bins per pixel column at least (the width is a power of two of ns at or below this).
 BINS_PER_COLUMN = 4
 #: Steps before the first bin to re-price are read too: a step's device work (CUDA runs
-#: behind the host) and its loop overhead reach past its host end by about this much.
+#: behind the host) reaches past its host end by about this much (and one step more is read
+#: for a loop overhead longer than that).
 LOOKBACK_NS = 100_000_000
 #: A step whose device marks have not come after this long never gets them (the event pool
 #: ran dry and the runner skipped it): its bins become final, its device time unknown.
@@ -125,7 +126,7 @@ class TimelineBins:
         self.last_repriced = 0
         if start_k >= limit_k:
             return
-        view = store.snapshot(since_ns=origin_ns + start_k * width - LOOKBACK_NS)
+        view = store.snapshot(since_ns=origin_ns + start_k * width - LOOKBACK_NS, before=1)
         later = view.host[:, 0] >= origin_ns + limit_k * width
         if later.any():
             view = StepsView(*(column[~later] for column in (
