@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import pickle
 import queue
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from spawn_probe import collate_with_modules
 
 from gpuwatch.protocol import N_MARKS, PROTOCOL_VERSION, encode
 from gpuwatch.runner.availability import knob_schema
@@ -20,15 +22,21 @@ from gpuwatch.runner.training_state import TrainingState
 from gpuwatch.runner.workloads import WORKLOAD_NAMES, load_workload
 from gpuwatch.runner.workloads.vision import (
     NUM_CLASSES,
+    STORED_SIZE,
     VisionWorkload,
     build_jpegs,
     collate,
+    synth_image,
+)
+from gpuwatch.runner.workloads.vision_data import (
+    Augment,
+    decode_jpeg,
+    encode_jpeg,
+    shift_hue,
+    tensor_bytes,
 )
 
 CPU = torch.device("cpu")
-# torchvision 0.29 deprecates its JPEG codec (the runner silences this itself, but pytest
-# re-enables DeprecationWarnings per test).
-pytestmark = pytest.mark.filterwarnings("ignore:The image decoding:DeprecationWarning")
 
 
 class RecordingLink:
@@ -83,7 +91,7 @@ def test_synthetic_jpegs_are_deterministic_per_seed() -> None:
 def test_dataset_pickles_and_yields_augmented_float_images(workload: VisionWorkload) -> None:
     dataset = pickle.loads(pickle.dumps(workload.dataset(workload.config)))
     image, label = dataset[5]
-    assert type(image) is torch.Tensor  # a plain tensor, not a tv_tensors.Image
+    assert type(image) is torch.Tensor
     assert image.shape == (3, 64, 64) and image.dtype == torch.float32
     assert 0 <= label < NUM_CLASSES
     assert -4 < float(image.mean()) < 4  # normalized, not 0..255
@@ -91,6 +99,75 @@ def test_dataset_pickles_and_yields_augmented_float_images(workload: VisionWorkl
     images, labels = collate([dataset[i] for i in range(4)])
     assert images.shape == (4, 3, 64, 64) and labels.dtype == torch.long
     assert pickle.loads(pickle.dumps(collate)) is collate  # top-level: spawn workers find it
+
+
+def test_jpegs_decode_back_to_the_synthetic_images() -> None:
+    generator = torch.Generator().manual_seed(1)
+    image, other = synth_image(3, STORED_SIZE, generator), synth_image(3, STORED_SIZE, generator)
+    decoded = decode_jpeg(encode_jpeg(image, quality=90))
+    assert decoded.shape == image.shape and decoded.dtype == torch.uint8
+
+    def error(a: torch.Tensor, b: torch.Tensor) -> float:
+        return float((a.float() - b.float()).abs().mean())
+
+    # Lossy (it smooths the images' pixel noise), but far closer than another image of the class.
+    assert error(decoded, image) < 12 and error(decoded, other) > 3 * error(decoded, image)
+    blob, offsets, _ = build_jpegs(3, seed=0)
+    assert tensor_bytes(blob, offsets[1], offsets[2])[:2] == b"\xff\xd8"
+    with pytest.raises(IndexError):
+        tensor_bytes(blob, 0, blob.numel() + 1)
+
+
+def test_augmentation_crops_flips_and_jitters_each_sample_differently() -> None:
+    image = synth_image(0, STORED_SIZE, torch.Generator().manual_seed(2))
+    augment = Augment(48)
+    torch.manual_seed(0)
+    outs = [augment(image) for _ in range(8)]
+    assert all(out.shape == (3, 48, 48) and out.dtype == torch.float32 for out in outs)
+    assert all(torch.isfinite(out).all() for out in outs)
+    assert len({out.sum().item() for out in outs}) == 8  # every sample differs
+    torch.manual_seed(0)
+    assert torch.equal(augment(image), outs[0])  # the RNG, seeded per worker, decides
+    # Normalised with MEAN/STD: near zero mean, unit-ish spread, not 0..1 or 0..255.
+    stacked = torch.stack(outs)
+    assert abs(float(stacked.mean())) < 1.5 and 0.3 < float(stacked.std()) < 2
+    for _ in range(200):  # every crop lies inside the image and keeps a sane aspect
+        draws = torch.rand(49, dtype=torch.float64).tolist()
+        top, left, h, w = augment.crop_box(96, 80, draws)
+        assert 0 <= top <= 96 - h and 0 <= left <= 80 - w
+        assert h * w >= 0.35 * 96 * 80 * 0.9 and 0.7 < w / h < 1.4
+
+
+def test_hue_shift_rotates_colours_and_keeps_greys() -> None:
+    red = torch.tensor([1.0, 0.0, 0.0])[:, None, None].expand(3, 2, 2)
+    green = shift_hue(red, 1 / 3)
+    assert torch.allclose(green, torch.tensor([0.0, 1.0, 0.0])[:, None, None].expand(3, 2, 2),
+                          atol=1e-6)
+    image = torch.rand(3, 8, 8, generator=torch.Generator().manual_seed(3))
+    assert torch.allclose(shift_hue(image, 0.0), image, atol=1e-6)
+    assert torch.allclose(shift_hue(shift_hue(image, 0.2), -0.2), image, atol=1e-5)
+    grey = torch.full((3, 4, 4), 0.4)
+    assert torch.allclose(shift_hue(grey, 0.3), grey)
+
+
+def test_a_spawned_vision_worker_never_imports_torchvision(workload: VisionWorkload) -> None:
+    """What a worker imports is its start-up time (docs/performance.md §5): the real loader,
+    demo dials on, one spawned worker; its modules are read after it built a batch."""
+    knobs = dict(workload.knob_values(), num_workers=1, storage_latency_ms=0.1, augment_cost=1)
+    loader = workload.build_loader(knobs)
+    loader.collate_fn = functools.partial(collate_with_modules, loader.collate_fn)
+    iterator = iter(loader)
+    try:
+        (images, labels), modules = next(iterator)
+    finally:
+        iterator._shutdown_workers()  # type: ignore[attr-defined]
+    assert images.shape == (32, 3, 64, 64) and labels.shape == (32,)
+    assert {"torch", "gpuwatch.runner.workloads.vision_data",
+            "gpuwatch.runner.workloads.demo_dials", "PIL.JpegImagePlugin"} <= set(modules)
+    heavy = [name for name in modules
+             if name.split(".")[0] == "torchvision" or name.startswith("torch._dynamo")]
+    assert heavy == []
+    assert "gpuwatch.runner.workloads.vision" not in modules  # the model side stays home
 
 
 def test_loop_runs_real_steps_with_monotonic_marks(workload: VisionWorkload) -> None:

@@ -1,44 +1,33 @@
 """The ``vision`` demo: JPEG decode + augmentation per sample feeding a small ResNet.
 
 The images are synthetic and made once in memory (no downloads, ever), then stored as JPEG
-bytes so that every ``__getitem__`` pays a real decode and a real torchvision v2 augmentation,
-like a folder of photos. With the naive baseline (``num_workers=0``) that CPU work runs inside
-``next(loader)``, so the ``data`` phase dominates the step: the loop is input-bound, which the
-``num_workers``/``pin_memory`` knobs visibly fix.
+bytes so that every ``__getitem__`` pays a real decode and a real augmentation (random resized
+crop, flip, colour jitter), like a folder of photos. With the naive baseline
+(``num_workers=0``) that CPU work runs inside ``next(loader)``, so the ``data`` phase dominates
+the step: the loop is input-bound, which the ``num_workers``/``pin_memory`` knobs visibly fix.
 
-Everything a DataLoader worker needs (dataset, transform, collate) is a top-level picklable
-object, because workers are started with ``spawn`` on every OS (DESIGN.md §2).
+What a DataLoader worker unpickles and runs (dataset, augmentation, collate) lives in
+``vision_data``, top-level and picklable because workers are started with ``spawn`` on every OS
+(DESIGN.md §2), and importing neither torchvision nor this module: a worker then starts in the
+time of ``import torch`` rather than that plus torchvision's (docs/performance.md §5).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset
-from torchvision import tv_tensors
-from torchvision.io import ImageReadMode, decode_jpeg, encode_jpeg
-from torchvision.transforms import v2
 
 from gpuwatch.runner.workloads import Log
 from gpuwatch.runner.workloads.classifier import ClassifierWorkload
-
-# torchvision 0.29 deprecates its JPEG codec in favour of TorchCodec, but the runner may depend
-# on torch and torchvision only, and the codec still works: keep it, without a warning per image
-# (in every spawned worker too, since workers import this module to unpickle the dataset).
-warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torchvision\.io",
-                        message="The image decoding and encoding capabilities of TorchVision")
+from gpuwatch.runner.workloads.vision_data import Augment, JpegDataset, collate, encode_jpeg
 
 NUM_CLASSES = 10
 #: Side of the stored JPEGs; the augmentation crops and resizes them to ``image_size``.
 STORED_SIZE = 96
 JPEG_QUALITY = 90
-#: Per-channel statistics of the synthetic images (measured once; exactness does not matter).
-MEAN = (0.45, 0.42, 0.40)
-STD = (0.25, 0.25, 0.26)
 
 #: Naive baseline. Tuned on a 2-core CPU so a step takes ~100 ms with ``data`` the largest
 #: phase; see ``VisionWorkload`` for the measured split.
@@ -93,56 +82,25 @@ def build_jpegs(count: int, seed: int, size: int = STORED_SIZE
                 ) -> tuple[torch.Tensor, list[int], list[int]]:
     """Encode ``count`` synthetic images; returns one byte blob, the offsets and the labels.
 
-    One blob tensor rather than a list: a spawned worker then receives a single shared-memory
-    segment instead of one per image.
+    One ``uint8`` tensor rather than a list or ``bytes``: a spawned worker then receives one
+    shared-memory segment (see ``JpegDataset``).
     """
     generator = torch.Generator().manual_seed(seed)
-    chunks: list[torch.Tensor] = []
+    chunks: list[bytes] = []
     offsets = [0]
     labels: list[int] = []
     for index in range(count):
         label = index % NUM_CLASSES
         chunks.append(encode_jpeg(synth_image(label, size, generator), quality=JPEG_QUALITY))
-        offsets.append(offsets[-1] + chunks[-1].numel())
+        offsets.append(offsets[-1] + len(chunks[-1]))
         labels.append(label)
-    return torch.cat(chunks), offsets, labels
+    return torch.frombuffer(bytearray(b"".join(chunks)), dtype=torch.uint8), offsets, labels
 
 
-def build_transform(image_size: int) -> v2.Compose:
+def build_transform(image_size: int) -> Augment:
     """The per-sample augmentation: the CPU work that makes the naive loop input-bound."""
-    return v2.Compose([
-        v2.RandomResizedCrop(image_size, scale=(0.35, 1.0), antialias=True),
-        v2.RandomHorizontalFlip(),
-        v2.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1),
-        v2.ToDtype(torch.float32, scale=True),
-        v2.Normalize(MEAN, STD),
-    ])
-
-
-class JpegDataset(Dataset[tuple[torch.Tensor, int]]):
-    """Decodes and augments one in-memory JPEG per item (like reading photos from disk)."""
-
-    def __init__(self, blob: torch.Tensor, offsets: list[int], labels: list[int],
-                 transform: v2.Compose) -> None:
-        self.blob = blob
-        self.offsets = offsets
-        self.labels = labels
-        self.transform = transform
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        data = self.blob[self.offsets[index]:self.offsets[index + 1]]
-        image = tv_tensors.Image(decode_jpeg(data, mode=ImageReadMode.RGB))
-        # Plain tensor out: tv_tensors subclasses would slow down every op in the model.
-        return self.transform(image).as_subclass(torch.Tensor), self.labels[index]
-
-
-def collate(items: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stack images and labels (top-level so spawned workers can unpickle it)."""
-    images, labels = zip(*items, strict=True)
-    return torch.stack(images), torch.tensor(labels, dtype=torch.long)
+    return Augment(image_size, scale=(0.35, 1.0), brightness=0.4, contrast=0.4, saturation=0.4,
+                   hue=0.1)
 
 
 class ResidualBlock(nn.Module):
