@@ -7,6 +7,10 @@ any ``NVMLError`` into the ``NA`` sentinel plus a reason a user can read ("n/a �
 and callers never see a 0 standing in for "unknown".
 
 Functions are looked up on ``pynvml`` by name at call time, so tests can monkeypatch them.
+``pynvml`` itself is imported on first use, not with this module: the window imports this
+module at start (through the samplers) but needs NVML only once a CUDA runner says hello, and
+the import is 0.05–0.4 s of the window's start-up budget (docs/performance.md §5).
+``nvml.pynvml`` still names the binding (None if it is not installed).
 """
 
 from __future__ import annotations
@@ -17,14 +21,34 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, NamedTuple
 
-try:
-    import pynvml
-except ImportError:  # pragma: no cover - nvidia-ml-py is a dependency; frozen apps may lack it
-    pynvml = None  # type: ignore[assignment]
-
 log = logging.getLogger(__name__)
+
+#: Not yet imported (``_binding`` has not run).
+_UNSET: Any = object()
+_module: ModuleType | None = _UNSET
+
+
+def _binding() -> ModuleType | None:
+    """The ``pynvml`` module, imported on the first call; None if it is not installed."""
+    global _module  # noqa: PLW0603 - a once-per-process import, like the library's own init
+    if _module is _UNSET:
+        try:
+            import pynvml
+        except ImportError:  # pragma: no cover - nvidia-ml-py is a dependency; a frozen app
+            _module = None   # may lack it
+        else:
+            _module = pynvml
+    return _module
+
+
+def __getattr__(name: str) -> Any:
+    """``nvml.pynvml``: the binding, imported when first asked for (PEP 562)."""
+    if name == "pynvml":
+        return _binding()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 LIBRARY_NOT_FOUND = "NVML library not found: no NVIDIA driver on this machine"
 BINDING_MISSING = "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
@@ -108,6 +132,7 @@ def init() -> None:
         if _state.initialized:
             return
         if _state.failure is None:
+            pynvml = _binding()
             if pynvml is None:
                 _state.failure = BINDING_MISSING
             else:
@@ -123,6 +148,7 @@ def init() -> None:
 
 
 def _init_failure_reason(exc: Exception) -> str:
+    pynvml: Any = _binding()
     if isinstance(exc, pynvml.NVMLError_LibraryNotFound):
         return LIBRARY_NOT_FOUND
     if isinstance(exc, pynvml.NVMLError_DriverNotLoaded):
@@ -150,7 +176,8 @@ def is_available() -> bool:
 def shutdown() -> None:
     """Release NVML and forget cached state, so the next query initialises afresh."""
     with _state.lock:
-        if _state.initialized and pynvml is not None:
+        pynvml = _binding() if _state.initialized else None  # never imports it just to stop
+        if pynvml is not None:
             try:
                 pynvml.nvmlShutdown()
             except pynvml.NVMLError as exc:
@@ -170,6 +197,7 @@ def _log_missing_once(name: str) -> None:
 
 
 def _error_reason(name: str, exc: Exception, quiet_missing: bool) -> str:
+    pynvml: Any = _binding()
     if isinstance(exc, pynvml.NVMLError_NotSupported):
         return NOT_SUPPORTED
     if isinstance(exc, pynvml.NVMLError_FunctionNotFound):
@@ -196,6 +224,7 @@ def query_with_reason(func: str | Callable[..., Any], *args: Any,
         init()
     except NvmlUnavailable as exc:
         return Reply(NA, exc.reason)
+    pynvml: Any = _binding()  # init() succeeded: it is there
     if isinstance(func, str):
         name, fn = func, getattr(pynvml, func, None)
         if fn is None:
@@ -356,15 +385,15 @@ def driver_version() -> Any:
     return NA if value is NA else _text(value)
 
 
-_DRIVER_MODELS = {
-    getattr(pynvml, "NVML_DRIVER_WDDM", 0): "WDDM",
-    getattr(pynvml, "NVML_DRIVER_WDM", 1): "TCC",  # NVML calls TCC "WDM"
-    getattr(pynvml, "NVML_DRIVER_MCDM", 2): "MCDM",
-}
+def _driver_models(pynvml: Any) -> dict[int, str]:
+    return {getattr(pynvml, "NVML_DRIVER_WDDM", 0): "WDDM",
+            getattr(pynvml, "NVML_DRIVER_WDM", 1): "TCC",  # NVML calls TCC "WDM"
+            getattr(pynvml, "NVML_DRIVER_MCDM", 2): "MCDM"}
 
 
 def driver_model(handle: Any) -> Any:
     """"WDDM", "TCC" or "MCDM" (Windows only: WDDM batches launches), or NA elsewhere."""
+    pynvml = _binding()
     for name in ("nvmlDeviceGetDriverModel_v2", "nvmlDeviceGetDriverModel_v1",
                  "nvmlDeviceGetDriverModel"):
         if pynvml is None or not hasattr(pynvml, name):
@@ -372,7 +401,7 @@ def driver_model(handle: Any) -> Any:
         reply = query_with_reason(name, handle, quiet_missing=True)
         if reply.ok:
             current = reply.value[0] if isinstance(reply.value, (list, tuple)) else reply.value
-            return _DRIVER_MODELS.get(int(current), f"unknown ({current})")
+            return _driver_models(pynvml).get(int(current), f"unknown ({current})")
         if reply.reason != FUNCTION_NOT_FOUND:
             return NA
     return NA
