@@ -88,6 +88,27 @@ def test_transition_steps_are_excluded_from_every_figure(two_segments) -> None:
     assert workers.speedup == pytest.approx(2.0)
 
 
+def test_steps_trained_while_the_next_change_is_prepared_leave_the_old_figures() -> None:
+    """New workers start while training goes on (docs/knobs.md §2): those steps run slower
+    because the start-up shares the machine. Counted in the baseline they would make the
+    change look better than it is."""
+    store = StepStore(4096)
+    store.set_device_is_host(True)
+    end = make_steps(store, 0, 300, 0, 1_000 * MS, step_ms=10, data_ms=4)  # 3,200 samples/s
+    # 2 s of preparation: the old configuration trains at a third of its speed.
+    end = make_steps(store, 300, 67, 0, end, step_ms=30, data_ms=4)
+    make_steps(store, 367, 400, 1, end, step_ms=5, data_ms=0.5)
+    prepared = ConfigChange(id=1, values={"num_workers": 2}, changed={"num_workers": 2},
+                            t_ns=end, first_step=367, warmup_steps=0, apply_s=2.015)
+    rows = Scoreboard().rows(store, [change(0, 0, 0, 1_000 * MS), prepared], SeriesStore(),
+                             device_kind="cpu", cores=2, baseline_id=None, running=False)
+    base, workers = rows
+    assert base.steady_steps == 300 and base.steps == 367
+    assert base.samples_per_s == pytest.approx(3200.0)
+    assert base.step_ms_p95 == pytest.approx(10.0)
+    assert workers.speedup == pytest.approx(2.0)  # not 2.0 × the contaminated baseline
+
+
 def test_pinned_baseline_changes_speedups(two_segments) -> None:
     store, changes, _ = two_segments
     rows = Scoreboard().rows(store, changes, SeriesStore(), device_kind="cpu", cores=2,

@@ -3,8 +3,9 @@
 The words follow docs/knobs.md §3: a segment's first ``warmup_steps`` steps are its
 *transition* (loader rebuild, recompile, autotune) and are left out of every figure; the rest
 are its *steady* steps, less the steps a kernel capture profiled (``Scoreboard.mark_profiled``:
-the profiler slows them, notes/measurement.md §2.4). A figure that cannot be computed is
-``None`` ("n/a"), never 0.
+the profiler slows them, notes/measurement.md §2.4) and the steps trained while the next
+change was being prepared (``preparing_since``: its workers were starting). A figure that
+cannot be computed is ``None`` ("n/a"), never 0.
 Rows of finished segments are frozen (``Scoreboard``), so the step ring dropping old steps
 never changes them.
 """
@@ -263,6 +264,14 @@ def segment_stats(view: StepsView, change: ConfigChange, coarse: CoarseInput | N
         window_rates=tuple(float(r) for r in rates))
 
 
+def preparing_since(change: ConfigChange) -> int:
+    """When ``change`` was asked for: from then until it applied (``apply_s``, e.g. new
+    DataLoader workers starting while training goes on, docs/knobs.md §2) the previous
+    configuration's steps share the machine with that preparation, so they are left out of
+    its figures like profiled steps."""
+    return change.t_ns - int(change.apply_s * 1e9)
+
+
 def with_speedups(rows: Sequence[SegmentStats], baseline_id: int | None
                   ) -> list[SegmentStats]:
     """Speedup of every row against the pinned baseline, else the first row."""
@@ -316,7 +325,7 @@ class Scoreboard:
         later_ids = set(np.unique(view.config).tolist())
         last_id = max(c.id for c in changes)
         rows = []
-        for change in changes:
+        for change, after in zip(changes, [*changes[1:], None], strict=True):
             if change.id in self._frozen:
                 rows.append(self._relabelled(change))
                 continue
@@ -324,8 +333,11 @@ class Scoreboard:
             sub = StepsView(view.step[mask], view.config[mask], view.samples[mask],
                             view.host[mask], view.device[mask], view.has_device[mask])
             finished = not running or any(i > change.id for i in later_ids)
+            perturbed = np.isin(sub.step, self._profiled)
+            if after is not None:  # trained while the next change was being prepared
+                perturbed |= sub.host[:, 0] >= preparing_since(after)
             row = segment_stats(sub, change, data, live=running and change.id == last_id,
-                                profiled=np.isin(sub.step, self._profiled))
+                                profiled=perturbed)
             if finished and change.id != last_id:
                 self._frozen[change.id] = row
             rows.append(row)
