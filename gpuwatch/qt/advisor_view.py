@@ -42,10 +42,11 @@ _KIND_MARK = {"fix": "▶", "worse": "⚠", "outcome": "✔", "ok": "✔"}
 
 
 def sent_text(finding: Finding) -> str:
-    """What a card says between Apply and the runner's answer (seconds when workers start:
-    the runner starts them while training goes on, docs/knobs.md §2)."""
+    """What a card says between Apply and the runner's answer (the runner starts new workers
+    while training goes on: under a second where they fork from a warm server, seconds where
+    each is spawned, docs/knobs.md §2)."""
     workers = finding.suggestion.get("num_workers")
-    how = ("the new workers start while training goes on (several seconds), then"
+    how = ("the new workers start while training goes on, then"
            if isinstance(workers, int) and workers > 0 else "the runner applies it, then")
     return f"Sent {finding.apply_text}: {how} the advisor measures what it changed…"
 

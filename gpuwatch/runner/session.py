@@ -20,6 +20,7 @@ from gpuwatch.runner.loop import TrainingLoop
 from gpuwatch.runner.nvtx_ranges import NvtxPhases
 from gpuwatch.runner.probe import cuda_device
 from gpuwatch.runner.timing import CudaEventBackend, HostBackend, TimingBackend
+from gpuwatch.runner.worker_start import warm_up
 from gpuwatch.runner.workloads import load_workload
 
 EXIT_OK = 0
@@ -175,6 +176,10 @@ def _train(link: Link, torch: Any, workload_cls: Any, device: Any, *, max_steps:
               batch_size=state.values["batch_size"])
     info(f"training on {device} with {threads} intra-op thread(s); knobs checked in "
          f"{checked_s:.2f} s")
+    # The workers' fork server imports torch and the workload while the dataset is built,
+    # so a later num_workers change starts its workers in milliseconds (worker_start).
+    if warm_up(("torch", type(workload).__module__)):
+        info("DataLoader workers: forkserver (torch preloaded while the dataset is built)")
     workload.prepare(info)
     parameters = sum(p.numel() for p in model.parameters())
     info(f"ready in {time.perf_counter() - started:.1f} s: {type(model).__name__} with "

@@ -6,8 +6,9 @@ of them.
 
 An epoch is ``epoch_samples`` samples, reshuffled passes over the in-memory dataset, rather than
 one pass: the datasets are kept small so they build in a second, but a real epoch lasts minutes.
-With one pass per epoch, non-persistent workers would be respawned (spawn: a fresh interpreter
-importing torch, seconds each) every second or so, and ``num_workers`` alone would look harmful.
+With one pass per epoch, non-persistent workers would be restarted every second or so (under
+``spawn``, Windows: a fresh interpreter importing torch, seconds each), and ``num_workers`` alone
+would look harmful. Workers start with ``worker_start.start_method()``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from gpuwatch.runner.knobs import NAIVE_DEFAULTS, SPECS
+from gpuwatch.runner.worker_start import start_method
 from gpuwatch.runner.workloads import Workload
 from gpuwatch.runner.workloads.demo_dials import DemoDials
 
@@ -61,7 +63,7 @@ class DatasetWorkload(Workload):
         if workers > 0:
             worker_options = {"prefetch_factor": knobs["prefetch_factor"],
                               "persistent_workers": knobs["persistent_workers"],
-                              "multiprocessing_context": "spawn"}
+                              "multiprocessing_context": start_method()}
         sampler = RandomSampler(dataset, num_samples=self.config["epoch_samples"],
                                 generator=torch.Generator().manual_seed(self.seed))
         return DataLoader(
