@@ -6,6 +6,7 @@ import still finds the runner reacting, and argument or link errors never pay fo
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 import sys
@@ -106,11 +107,12 @@ def device_info(torch: Any, device: Any) -> dict[str, Any]:
 
 
 def versions(torch: Any) -> dict[str, str | None]:
+    """Versions for ``hello``. torchvision's comes from its package metadata: importing it
+    would pull in ``torch._dynamo`` (3-5 s of every runner's start here) for one string (the
+    metadata lacks a local build tag such as ``+cu130``; torch's own version keeps it)."""
     try:
-        import torchvision
-
-        vision: str | None = torchvision.__version__
-    except ImportError:
+        vision: str | None = importlib.metadata.version("torchvision")
+    except importlib.metadata.PackageNotFoundError:
         vision = None
     return {"python": platform.python_version(), "torch": torch.__version__,
             "torchvision": vision, "cuda": torch.version.cuda}
