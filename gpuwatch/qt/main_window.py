@@ -62,7 +62,7 @@ from gpuwatch.qt.shortcuts import apply_shortcuts, build_run_menu, build_view_ac
 from gpuwatch.qt.spans import is_dense, weighted_mean
 from gpuwatch.qt.theme import MODES as THEME_MODES
 from gpuwatch.qt.theme import theme_manager
-from gpuwatch.qt.timeline_view import TimelineView
+from gpuwatch.qt.timeline_view import TimelineView, settle_before_paint
 from gpuwatch.qt.tour_controller import TourController
 from gpuwatch.qt.utilization_view import UtilizationView, choose_coarse
 
@@ -533,6 +533,8 @@ class MainWindow(QMainWindow):
                                      key=(session.t0_ns, id(session.steps)))
         self.utilization.show_data(choice, coarse, busy, session.t0_ns)
         self._set_caption(session.device_kind, self.timeline.dense)
+        for plot in (self.timeline, self.utilization.plot):
+            settle_before_paint(plot)  # one paint per frame, not one per item that moved
 
     def _redraw_headline(self, now_ns: int) -> None:
         session = self.session

@@ -72,6 +72,8 @@ class SpanBars(pg.BarGraphItem):
 
     def set_spans(self, x0: np.ndarray, x1: np.ndarray, y0: float | np.ndarray,
                   height: float | np.ndarray) -> None:
+        if np.size(x0) == 0 and self.count() == 0:
+            return  # empty stays empty (dense views empty ~20 bar items every frame)
         self.prepareGeometryChange()
         if np.size(x0):
             bottom = np.asarray(y0) + np.minimum(np.asarray(height), 0)
@@ -311,6 +313,21 @@ def _runs(mask: np.ndarray, c0: np.ndarray, c1: np.ndarray) -> tuple[np.ndarray,
     return c0[first], c1[stop - 1]
 
 
+def settle_before_paint(widget: pg.PlotWidget) -> None:
+    """Apply a changed view range to every item now, in the redraw tick, not in the paint.
+
+    pyqtgraph updates a view's transform when it paints, and then curves (bounds padded in
+    pixels) and infinite lines (grid lines, change markers: rectangles spanning the view)
+    recompute their geometry lazily, calling ``prepareGeometryChange`` *inside* the paint,
+    which queues another full repaint: 3-4 paints of each plot per scrolled frame here. Done
+    before the paint, those changes land in the one paint that follows.
+    """
+    scene = widget.scene()
+    scene.prepareForPaint()  # view boxes update their transforms: items are told now
+    for item in scene.items():
+        item.boundingRect()  # lazily invalidated rectangles are computed (and announced) now
+
+
 def style_plot(widget: pg.PlotWidget) -> None:
     """Light background, 1 px, no auto-range or menu: the window owns the x range."""
     item = widget.getPlotItem()
@@ -324,8 +341,9 @@ def style_plot(widget: pg.PlotWidget) -> None:
         axis = item.getAxis(name)
         axis.setPen(palette.FOREGROUND)
         axis.setTextPen(palette.FOREGROUND)
-        # Seconds and percent need no SI prefix; pyqtgraph would re-set the label's HTML on
-        # every range change (each frame while following "now").
-        axis.enableAutoSIPrefix(False)
+    for name in ("left", "bottom", "right", "top"):
+        # Seconds and percent need no SI prefix; pyqtgraph would re-set every axis label's
+        # HTML, hidden axes' too, on each range change (each frame while following "now").
+        item.getAxis(name).enableAutoSIPrefix(False)
     item.getAxis("left").setWidth(AXIS_WIDTH)
 
