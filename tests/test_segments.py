@@ -250,3 +250,21 @@ def test_a_knobs_message_grows_the_schema_and_the_current_values() -> None:
     session._dispatch({"kind": "knobs", "knobs": [lr], "values": {"lr": 0.1}})
     assert [k["name"] for k in session.knobs] == ["lr"]
     assert session.config_values()["lr"] == 0.1 and session.config_values()["num_workers"] == 0
+
+
+def test_a_short_baseline_keeps_its_rate_windows_when_the_next_change_is_prepared() -> None:
+    """Applied 1.6 s into the baseline (two rate windows, the second 0.6 s long): cutting the
+    steps trained during the preparation off the end must leave both windows. Dropping the
+    window the preparation starts in would leave one, and the frozen row could never be
+    compared with the change (the advisor needs two windows on each side)."""
+    store = StepStore(4096)
+    store.set_device_is_host(True)
+    end = make_steps(store, 0, 160, 0, 1_000 * MS, step_ms=10, data_ms=4)
+    end = make_steps(store, 160, 20, 0, end, step_ms=30, data_ms=4)  # 0.6 s of preparation
+    make_steps(store, 180, 400, 1, end, step_ms=5, data_ms=0.5)
+    prepared = ConfigChange(id=1, values={"num_workers": 2}, changed={"num_workers": 2},
+                            t_ns=end, first_step=180, warmup_steps=0, apply_s=0.605)
+    base, _ = Scoreboard().rows(store, [change(0, 0, 0, 1_000 * MS), prepared], SeriesStore(),
+                                device_kind="cpu", cores=2, baseline_id=None, running=False)
+    assert len(base.window_rates) == 2 and base.samples_per_s == pytest.approx(3200.0)
+    assert base.steady_steps == 160

@@ -3,9 +3,9 @@
 The words follow docs/knobs.md §3: a segment's first ``warmup_steps`` steps are its
 *transition* (loader rebuild, recompile, autotune) and are left out of every figure; the rest
 are its *steady* steps, less the steps a kernel capture profiled (``Scoreboard.mark_profiled``:
-the profiler slows them, notes/measurement.md §2.4) and the steps trained while the next
-change was being prepared (``preparing_since``: its workers were starting). A figure that
-cannot be computed is ``None`` ("n/a"), never 0.
+the profiler slows them, notes/measurement.md §2.4); the steps trained while the next change
+was being prepared (``preparing_since``: its workers were starting) end its figures. A
+figure that cannot be computed is ``None`` ("n/a"), never 0.
 Rows of finished segments are frozen (``Scoreboard``), so the step ring dropping old steps
 never changes them.
 """
@@ -203,10 +203,13 @@ def window_rates(starts: np.ndarray, ends: np.ndarray, samples: np.ndarray,
 
 
 def segment_stats(view: StepsView, change: ConfigChange, coarse: CoarseInput | None, *,
-                  live: bool = False, profiled: np.ndarray | None = None) -> SegmentStats:
+                  live: bool = False, profiled: np.ndarray | None = None,
+                  until_ns: int | None = None) -> SegmentStats:
     """The row of one segment from its steps (``view`` holds only this config's steps).
 
-    ``profiled`` marks the steps a kernel capture slowed down: left out like transition steps.
+    ``profiled`` marks the steps a kernel capture slowed down: left out like transition steps
+    (a rate window holding one is dropped whole). Steps starting at or after ``until_ns`` (the
+    next change being prepared) end the segment: no figure or rate window includes them.
     """
     row = SegmentStats(config_id=change.id, label=change.label, settings=dict(change.values),
                        changed=dict(change.changed), t_ns=change.t_ns, steps=len(view),
@@ -222,6 +225,8 @@ def segment_stats(view: StepsView, change: ConfigChange, coarse: CoarseInput | N
     elif not transition.any():
         transition_s = 0.0
     timed = ~transition  # the steps whose time the rate windows cut
+    if until_ns is not None:
+        timed &= view.host[:, 0] < until_ns
     profiled = np.zeros(len(view), bool) if profiled is None else np.asarray(profiled, bool)
     steady = timed & ~profiled
     n = int(steady.sum())
@@ -268,7 +273,7 @@ def preparing_since(change: ConfigChange) -> int:
     """When ``change`` was asked for: from then until it applied (``apply_s``, e.g. new
     DataLoader workers starting while training goes on, docs/knobs.md §2) the previous
     configuration's steps share the machine with that preparation, so they are left out of
-    its figures like profiled steps."""
+    its figures."""
     return change.t_ns - int(change.apply_s * 1e9)
 
 
@@ -333,11 +338,9 @@ class Scoreboard:
             sub = StepsView(view.step[mask], view.config[mask], view.samples[mask],
                             view.host[mask], view.device[mask], view.has_device[mask])
             finished = not running or any(i > change.id for i in later_ids)
-            perturbed = np.isin(sub.step, self._profiled)
-            if after is not None:  # trained while the next change was being prepared
-                perturbed |= sub.host[:, 0] >= preparing_since(after)
             row = segment_stats(sub, change, data, live=running and change.id == last_id,
-                                profiled=perturbed)
+                                profiled=np.isin(sub.step, self._profiled),
+                                until_ns=None if after is None else preparing_since(after))
             if finished and change.id != last_id:
                 self._frozen[change.id] = row
             rows.append(row)
