@@ -431,14 +431,17 @@ def change_findings(before: SegmentStats, after: SegmentStats, knobs: _Knobs,
 
 def advise(rows: Sequence[SegmentStats], ctx: Context,
            applied: Mapping[int, str] | None = None) -> list[Finding]:
-    """Ranked findings for the newest segment (empty until it is steady).
+    """Ranked findings for the newest segment (empty until it is steady over at least
+    ``MIN_WINDOWS`` rate windows: whatever it offers to apply must leave a baseline that the
+    change can be measured against).
 
     ``applied`` maps a config id to the quantity of the finding whose Apply created it, so
     its outcome reports that quantity before → after. Ranking: a change that made things
     worse first, then what the newest change did, then fixes by the share of the step at
     stake, then "nothing is wrong".
     """
-    steady = [r for r in rows if r.steady and r.breakdown is not None]
+    steady = [r for r in rows if r.steady and r.breakdown is not None
+              and len(r.window_rates) >= MIN_WINDOWS]
     if not rows or not steady or steady[-1].config_id != rows[-1].config_id:
         return []
     latest = steady[-1]

@@ -98,8 +98,10 @@ def test_a_hung_loop_gets_the_no_step_notice_and_stop_ends_it(
     session = Session(sample_coarse=False, no_step_notice_s=2.0)
     out = _run(session, tmp_path, fault)
     try:
-        wait_until(lambda: session.notice is not None or not session.state.name.endswith("ING"),
-                   START_S, "the no-step notice")
+        # The stall notice, not the one a slow start gets first ("no training step yet": the
+        # script's spawned workers import torch, which can take longer than 2 s here).
+        wait_until(lambda: (session.notice or "").startswith(STALL_PREFIX)
+                   or not session.state.name.endswith("ING"), START_S, "the no-step notice")
         assert session.notice is not None and session.notice.startswith(STALL_PREFIX), \
             session.notice
         # The runner batches steps (a send at most every 50 ms, at a step boundary): those of
