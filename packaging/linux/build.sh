@@ -70,7 +70,9 @@ ln -s /opt/gpuwatch/gpuwatch "$deb_root/usr/bin/gpuwatch"
 sed 's|@EXEC@|gpuwatch|' "$share/gpuwatch.desktop" > "$deb_root/usr/share/applications/gpuwatch.desktop"
 cp -a "$share/icons" "$deb_root/usr/share/icons"
 size_kb=$(du -sk "$deb_root" | cut -f1)
-glibc=$(ldd --version | head -1 | grep -oE '[0-9]+\.[0-9]+$')
+# getconf, not `ldd --version | head -1`: under pipefail, head closing the pipe early makes
+# ldd die of SIGPIPE and the build stop here (18 of 30 runs on this machine).
+glibc=$(getconf GNU_LIBC_VERSION | grep -oE '[0-9]+\.[0-9]+$')
 cat > "$deb_root/DEBIAN/control" <<CONTROL
 Package: gpuwatch
 Version: $version
