@@ -166,7 +166,7 @@ def device_timeline(view: StepsView) -> tuple[np.ndarray, np.ndarray]:
     return bounds, states
 
 
-def _runs(bounds: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def runs(bounds: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Spans of consecutive intervals ``[bounds[k], bounds[k+1]]`` where ``mask[k]``."""
     edges = np.diff(np.concatenate(([0], mask.astype(np.int8), [0])))
     first, stop = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
@@ -212,13 +212,13 @@ def time_split(view: StepsView, rows: np.ndarray | None = None,
         idle = inside & (device == DEVICE_IDLE) & (widths > 0)
         return TimeSplit(hb[:-1][idle], hb[1:][idle], hs[idle], device_ns, host_ns)
     db, ds = device_timeline(view)
-    w0, w1 = _runs(hb, hs != HOST_NONE)  # the host windows (a few runs of steps)
+    w0, w1 = runs(hb, hs != HOST_NONE)  # the host windows (a few runs of steps)
     if len(db) >= 2:
         for state in (DEVICE_COPY, DEVICE_KERNEL):
-            a, b = _runs(db, ds == state)
+            a, b = runs(db, ds == state)
             covered = busy_fraction(a, b, w0, w1) * (w1 - w0)
             device_ns[state] = float(np.nansum(covered))
-        a, b = _runs(db, ds == DEVICE_IDLE)
+        a, b = runs(db, ds == DEVICE_IDLE)
     else:
         a = b = np.empty(0, np.int64)
     s, e, host = _split_by_host(a, b, hb, hs)

@@ -234,7 +234,6 @@ class TimelineBins:
             return self._k0 + self._occ.shape[1]
         else:
             first_open = int(host_start[-1])
-        first_open = min(first_open, int(host_start[-1])) if not complete else first_open
         return int((first_open - self._origin) // self.width_ns)
 
 def occupancy_between(view: StepsView, changes: Sequence[ConfigChange],

@@ -507,7 +507,7 @@ class MainWindow(QMainWindow):
         if len(coarse):
             keep = coarse.t0 <= hi_ns
             coarse = type(coarse)(coarse.t0[keep], coarse.t1[keep], coarse.value[keep])
-        width_px = max(self.timeline.getPlotItem().getViewBox().width(), 100.0)
+        width_px = self.timeline.width_px()
         key = (session.t0_ns, session.steps.count, session.device_kind, choice,
                len(coarse), int(coarse.t1[-1]) if len(coarse) else 0, lo_ns, hi_ns, width_px)
         if not live and key == self._last_key:

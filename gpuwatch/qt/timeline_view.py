@@ -16,7 +16,7 @@ from PySide6.QtCore import QRectF
 from PySide6.QtGui import QPainterPath
 
 from gpuwatch.core.analysis import gaps, phase_spans
-from gpuwatch.core.gap_causes import CAUSES, CausedIdle
+from gpuwatch.core.gap_causes import CAUSES, CausedIdle, runs
 from gpuwatch.core.segments import ConfigChange
 from gpuwatch.core.store import StepsView
 from gpuwatch.core.timeline_bins import Columns, columns_of
@@ -180,7 +180,7 @@ class TimelineView(pg.PlotWidget):
         pixel column (``show_columns``). The window draws dense data from its incremental
         ``TimelineBins`` instead of calling this with every visible step.
         """
-        width_px = self._width_px()
+        width_px = self.width_px()
         in_window = (view.host[:, -1] >= lo_ns) & (view.host[:, 0] <= hi_ns)
         if is_dense(int(in_window.sum()), width_px):
             self.show_columns(columns_of(view, changes, lo_ns, hi_ns, int(np.ceil(width_px))),
@@ -217,7 +217,7 @@ class TimelineView(pg.PlotWidget):
         """
         if self.dense:
             return
-        px_ns = (hi_ns - lo_ns) / self._width_px()
+        px_ns = (hi_ns - lo_ns) / self.width_px()
         spans = {c: clip_to_window(*idle.spans(c), lo_ns, hi_ns) for c in CAUSES}
         self._tint(spans, t0_ns, px_ns)
 
@@ -262,7 +262,7 @@ class TimelineView(pg.PlotWidget):
         self.dense_lanes.show_pixels(render(lanes, n, rows, BAR_HEIGHT),
                                      (cols.c0[0] - t0_ns) / 1e9 if n else 0.0,
                                      (cols.c1[-1] - t0_ns) / 1e9 if n else 0.0, self.n_lanes)
-        self.causes_shown = present_causes({c: _runs(caused & (top == i), cols.c0, cols.c1)
+        self.causes_shown = present_causes({c: _column_runs(caused & (top == i), cols.c0, cols.c1)
                                             for i, c in enumerate(CAUSES)})
 
     def _tint(self, spans: dict[str, tuple[np.ndarray, np.ndarray]], t0_ns: int,
@@ -286,7 +286,8 @@ class TimelineView(pg.PlotWidget):
         cell = pixels[row * rows + margin:row * rows + margin + bar_px]
         return (cell == np.uint32(_color(bars))).sum(axis=0) / bar_px
 
-    def _width_px(self) -> float:
+    def width_px(self) -> float:
+        """Plot width in pixels (at least 100: a window not laid out yet)."""
         return max(self.plot_item.getViewBox().width(), 100.0)
 
     def _shade_lanes(self, t0_ns: int, lo_ns: int, hi_ns: int) -> None:
@@ -301,16 +302,15 @@ def _to_s(t: np.ndarray, t0_ns: int) -> np.ndarray:
     return (np.asarray(t) - t0_ns) / 1e9
 
 
+def _column_runs(mask: np.ndarray, c0: np.ndarray, c1: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Runs of neighbouring pixel columns where ``mask`` holds (columns are contiguous)."""
+    return runs(np.append(c0, c1[-1:]), mask)
+
+
 def _color(bars: SpanBars) -> int:
     """The bars' current (theme's) colour as a packed RGBA pixel."""
     return rgba(pg.mkBrush(bars.opts["brush"]).color())  # a QColor until a theme sets a brush
-
-
-def _runs(mask: np.ndarray, c0: np.ndarray, c1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Runs of consecutive columns where ``mask`` holds, as ``(start, end)`` of each run."""
-    edges = np.diff(np.concatenate(([0], mask.astype(np.int8), [0])))
-    first, stop = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-    return c0[first], c1[stop - 1]
 
 
 def settle_before_paint(widget: pg.PlotWidget) -> None:
