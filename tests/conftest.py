@@ -1,8 +1,12 @@
-"""Test set-up shared by every test: headless Qt, and no test touches the user's settings."""
+"""Test set-up shared by every test: headless Qt, no test touches the user's settings, and no
+test leaves a run's private directory behind in the temp folder."""
 
 from __future__ import annotations
 
 import os
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +25,31 @@ def isolated_user_dirs(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("GPUWATCH_SETTINGS_DIR", str(base / "settings"))
     monkeypatch.setenv("GPUWATCH_LOG_DIR", str(base / "logs"))
     return base
+
+
+#: A run's private directory goes when its runner has ended; that can take a few seconds after
+#: a test is done with it (the stop escalates on a loaded machine).
+PRIVATE_DIR_GONE_S = 30.0
+
+
+def private_dirs(pid: int | None = None) -> set[Path]:
+    """The private directories that process ``pid`` (default: this one) made for its runs and
+    that are still in the temp folder (``gpuwatch.core.link`` names them after their maker,
+    so another test run on the same machine is not counted)."""
+    pid = os.getpid() if pid is None else pid
+    return set(Path(tempfile.gettempdir()).glob(f"gpuwatch-{pid}-*"))
+
+
+@pytest.fixture(autouse=True)
+def no_private_dir_left():
+    """A test that starts a run must end it: its private directory (link socket, source copy)
+    is gone afterwards, whether the test passed or failed."""
+    before = private_dirs()
+    yield
+    deadline = time.monotonic() + PRIVATE_DIR_GONE_S
+    while (left := private_dirs() - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"the test left private directories behind: {sorted(map(str, left))}"
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:

@@ -72,11 +72,41 @@ def test_stopped_after_seconds_is_a_clean_end() -> None:
     assert by_hand.sentence.startswith("train.py was stopped on request, after 1 step")
 
 
-def test_killed_from_outside_or_never_started() -> None:
+def test_killed_from_outside_exits_as_a_shell_would() -> None:
+    """128 + the signal, like ``python train.py`` in a shell (137 for the OOM killer)."""
     killed = describe(_ended(failed=True, error="the runner was killed by SIGKILL",
                              exit_code=-9, steps=7))
     assert killed.sentence == "train.py failed: the runner was killed by SIGKILL"
-    assert killed.exit_code == 1
+    assert killed.exit_code == 137
+    segfault = describe(_ended(failed=True, error="the runner was killed by SIGSEGV",
+                               exit_code=-11, steps=4))
+    assert segfault.exit_code == 139
+
+
+def test_a_run_hung_when_stopped_says_so_and_fails() -> None:
+    """--seconds (or Stop) on a hung loop is no clean end: the sentence and the code say so."""
+    hung = describe(_ended(bye={"kind": "bye", "reason": "stopped", "interrupted": True},
+                           steps=19, exit_code=0, stop_requested=True, stopped_after_s=15.0,
+                           stalled_at_stop_s=12.4))
+    assert hung.sentence == ("train.py was hung: no step for 12 s when it was stopped after "
+                             "15 s; gpuwatch interrupted it mid-step (that step is not "
+                             "counted) (after 19 steps)")
+    assert (hung.level, hung.exit_code) == ("warning", 124)
+    terminated = describe(_ended(steps=19, exit_code=-15, stop_requested=True,
+                                 stalled_at_stop_s=40.0, stop_escalation="terminated"))
+    assert "gpuwatch terminated it" in terminated.sentence
+    assert terminated.exit_code == 124
+
+
+def test_a_stop_that_had_to_cut_a_step_is_not_a_clean_end() -> None:
+    out = describe(_ended(bye={"kind": "bye", "reason": "stopped", "interrupted": True},
+                          steps=3, exit_code=0, stop_requested=True, stopped_after_s=20.0))
+    assert out.sentence.startswith("train.py was stopped after 20 s, after 3 steps, but "
+                                   "reached no step boundary in time: gpuwatch interrupted")
+    assert out.exit_code == 124
+    killed = describe(_ended(steps=3, exit_code=-9, stop_requested=True,
+                             stop_escalation="killed"))
+    assert killed.sentence.endswith("gpuwatch killed it")
 
 
 def test_workloads_get_no_script_notes() -> None:
@@ -102,4 +132,6 @@ def test_facts_from_a_session() -> None:
     assert "no training step was seen" in describe(facts).sentence
     assert facts_from(SimpleNamespace(**{**vars(session), "spec": None, "state": session.state,
                                           "stop_requested": False, "device_kind": None,
+                                          "notice": None, "stalled_at_stop_s": None,
+                                          "stop_escalation": None,
                                           "steps": session.steps})).name == "the run"

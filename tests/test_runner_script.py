@@ -153,7 +153,8 @@ def test_plain_loop_with_spawned_workers_yields_ordered_steps(tmp_path: Path) ->
     for name in ("data", "h2d", "forward", "backward", "optimizer"):
         assert totals[name] > 0, totals
     assert run.bye == {"kind": "bye", "reason": "script_exit", "code": 0, "steps": 12,
-                       "cuda_used": False, "instrumentation": "auto"}
+                       "cuda_used": False, "instrumentation": "auto",
+                       "interrupted": False}
 
 
 def test_loop_without_dataloader_is_delimited_by_the_optimizer(tmp_path: Path) -> None:
@@ -352,4 +353,5 @@ def test_exit_codes_and_scripts_without_steps(tmp_path: Path, source: str, code:
     assert run.returncode == code, run.stderr
     assert run.messages[0]["kind"] == "hello"
     assert run.bye == {"kind": "bye", "reason": "script_exit", "code": code, "steps": 0,
-                       "cuda_used": False, "instrumentation": "auto"}
+                       "cuda_used": False, "instrumentation": "auto",
+                       "interrupted": False}

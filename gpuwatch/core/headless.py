@@ -4,8 +4,10 @@ For machines without a display (a remote box, CI): the Session runs the script i
 progress goes to stderr (with the script's own output), an optional Recorder keeps everything
 the window would have shown, and a summary goes to stdout at the end. No Qt on this path.
 
-Exit code: the script's own (``sys.exit(n)`` → n), 1 when it raised or could not be run,
-0 when ``--seconds`` stopped it, 130 on Ctrl-C. Whatever was recorded is kept in every case.
+Exit code (``core.outcome`` has the rules): the script's own (``sys.exit(n)`` → n), 1 when it
+raised or could not be run, 128 + N when signal N ended it, 0 when ``--seconds`` stopped it at
+a step boundary, 124 when it was hung or had to be ended by force, 130 on Ctrl-C. Whatever was
+recorded is kept in every case.
 """
 
 from __future__ import annotations
@@ -117,12 +119,13 @@ def _follow(session: Session, progress: ProgressLine, err: TextIO) -> None:
 def _echo(lines: list[LogLine], progress: ProgressLine) -> None:
     """The script's output as it printed it; gpuwatch's own warnings and errors as notes.
 
-    gpuwatch's info lines (starting, config applied, ...) stay out: the summary says it all.
+    gpuwatch's info lines (starting, config applied, ...) stay out: the summary says it all;
+    but every change of the run's liveness is shown (a notice, and the line that clears it).
     """
     for line in lines:
         if line.source == "runner":
             progress.line(line.text)
-        elif line.level != "info":
+        elif line.level != "info" or line.notice:
             progress.line(f"gpuwatch: {line.text}")
 
 

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import psutil
@@ -186,22 +186,31 @@ def tree(pid: int) -> list[psutil.Process]:
         return []
 
 
-def end_tree(proc: subprocess.Popen, *, terminate_after: float, kill_after: float) -> None:
+def end_tree(proc: subprocess.Popen, *, terminate_after: float, kill_after: float,
+             on_escalate: Callable[[str], None] | None = None) -> str:
     """Wait for ``proc`` to leave by itself, then terminate, then kill its whole tree.
 
-    Descendants are collected before signalling: once the root is gone, orphaned
-    DataLoader workers are no longer its children and could not be found.
+    Returns what it took: "polite" (it left by itself), "terminated" or "killed";
+    ``on_escalate`` hears "terminated"/"killed" just *before* the signal goes out, so whoever
+    reports the end knows it by the time the process is gone. Descendants are collected
+    before signalling: once the root is gone, orphaned DataLoader workers are no longer its
+    children and could not be found.
     """
     known = _members(proc.pid)
     if _wait(proc, terminate_after, known):
-        return
+        return "polite"
+    if on_escalate is not None:
+        on_escalate("terminated")
     known.update(_members(proc.pid))
     _signal_all(proc, known, kill=False)
     if _wait(proc, kill_after, known):
-        return
+        return "terminated"
+    if on_escalate is not None:
+        on_escalate("killed")
     known.update(_members(proc.pid))
     _signal_all(proc, known, kill=True)
     _wait(proc, kill_after, known)
+    return "killed"
 
 
 def _members(pid: int) -> dict[int, psutil.Process]:

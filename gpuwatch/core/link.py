@@ -8,9 +8,11 @@ used: ``Connection.recv()`` would unpickle whatever the peer sent.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -27,6 +29,8 @@ from multiprocessing.connection import (
 )
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from gpuwatch import protocol
 
@@ -179,10 +183,68 @@ def _set_receive_timeout(conn: Connection, seconds: float) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
 
 
+#: Private directories are named ``gpuwatch-<pid>-<random>`` after the process that made them.
+PRIVATE_PREFIX = "gpuwatch-"
+_STALE_NAME = re.compile(rf"^{PRIVATE_PREFIX}(\d+)-[\w]+$")
+_live_dirs: set[Path] = set()
+_live_lock = threading.Lock()
+
+
 def private_dir() -> Path:
-    """A fresh directory only this user can enter (mkdtemp creates it 0700)."""
-    return Path(tempfile.mkdtemp(prefix="gpuwatch-"))
+    """A fresh directory only this user can enter (mkdtemp creates it 0700).
+
+    It is removed by ``remove_private_dir`` when its run ends, or when this interpreter exits
+    (a Ctrl-C, an error in the GUI); what a killed process left is removed by the next one
+    (``remove_stale_private_dirs``).
+    """
+    remove_stale_private_dirs()
+    path = Path(tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{os.getpid()}-"))
+    with _live_lock:
+        _live_dirs.add(path)
+    return path
 
 
 def remove_private_dir(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+    with _live_lock:
+        _live_dirs.discard(path)
+
+
+@atexit.register
+def _remove_live_dirs() -> None:
+    with _live_lock:
+        paths = list(_live_dirs)
+    for path in paths:
+        remove_private_dir(path)
+
+
+def remove_stale_private_dirs(folder: Path | None = None) -> list[Path]:
+    """Remove the private directories of gpuwatch processes that no longer exist (killed with
+    ``kill -9``: nothing of theirs ran at exit); returns what was removed. Only our own
+    user's directories are touched, and never one of a live process."""
+    base = Path(folder or tempfile.gettempdir())
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in base.iterdir():
+            match = _STALE_NAME.match(entry.name)
+            if match is None or _pid_alive(int(match[1])):
+                continue
+            with contextlib.suppress(OSError):
+                if entry.is_dir() and not entry.is_symlink() and _owned_by_us(entry):
+                    shutil.rmtree(entry, ignore_errors=True)
+                    removed.append(entry)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        return psutil.pid_exists(pid)
+    except Exception:  # cannot tell: keep the directory
+        return True
+
+
+def _owned_by_us(path: Path) -> bool:
+    getuid = getattr(os, "getuid", None)
+    return getuid is None or path.stat().st_uid == getuid()

@@ -1,9 +1,12 @@
 """How a run ended, as one sentence and an exit code: the same words in the window and headless.
 
 Built from plain facts (``RunFacts``) so every case can be tested without a runner. Headless
-exit codes follow ``python SCRIPT``: the script's own code, 1 when it raised (or gpuwatch
-could not run it), 0 when gpuwatch stopped it on request (``--seconds``, Stop); 130 for Ctrl-C
-is the caller's business.
+exit codes follow ``python SCRIPT`` in a shell: the script's own code, 1 when it raised (or
+gpuwatch could not run it), 128 + N when a signal N ended it (139 for a segfault, 137 for the
+OOM killer's SIGKILL), 0 when gpuwatch stopped it on request (``--seconds``, Stop) at a step
+boundary. ``EXIT_HUNG`` (124, what ``timeout(1)`` returns) when gpuwatch had to end it by force:
+it was hung when the stop came, or reached no step boundary in time and was interrupted or
+terminated mid-step. 130 for Ctrl-C is the caller's business.
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+EXIT_HUNG = 124
+#: A process ended by signal N exits with this plus N in a POSIX shell.
+SIGNAL_EXIT_BASE = 128
 
 #: Where a user learns how steps are found (and how to mark them by hand).
 STEP_HELP = ("gpuwatch detects steps from DataLoader iteration and optimizer.step(); see "
@@ -35,6 +41,10 @@ class RunFacts:
     stopped_after_s: float | None = None
     device_kind: str | None = None  # from hello: cuda when torch sees a GPU
     notice: str | None = None
+    #: Seconds without a step when the stop was asked for, if the run was stalled then.
+    stalled_at_stop_s: float | None = None
+    #: "terminated" / "killed" when the stop had to signal the runner's tree.
+    stop_escalation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,7 +68,8 @@ def facts_from(session: Any) -> RunFacts:
         error=session.error, error_type=session.error_type, exit_code=session.exit_code,
         bye=session.bye, steps=session.steps.count, stop_requested=session.stop_requested,
         stopped_after_s=session.stopped_after_s, device_kind=session.device_kind,
-        notice=session.notice)
+        notice=session.notice, stalled_at_stop_s=session.stalled_at_stop_s,
+        stop_escalation=session.stop_escalation)
 
 
 def describe(facts: RunFacts) -> Outcome:
@@ -77,13 +88,10 @@ def describe(facts: RunFacts) -> Outcome:
         return Outcome(f"{name} raised {facts.error} (after {steps}; the traceback is in the "
                        f"log)", "error", EXIT_ERROR)
     if facts.stop_requested:
-        when = (f"after {facts.stopped_after_s:g} s" if facts.stopped_after_s is not None
-                else "on request")
-        return Outcome(f"{name} was stopped {when}, after {steps}{_device_note(facts)}",
-                       "info", EXIT_OK)
+        return _stopped(facts)
     if facts.failed:
         return Outcome(f"{name} failed: {facts.error or 'the runner ended with an error'}",
-                       "error", EXIT_ERROR)
+                       "error", _signal_code(facts.exit_code) or EXIT_ERROR)
     code = _script_code(facts)
     if facts.script and facts.steps == 0:
         ended = "ended" if code == 0 else f"exited with code {code}"
@@ -93,6 +101,40 @@ def describe(facts: RunFacts) -> Outcome:
         return Outcome(f"{name} exited with code {code} after {steps}{_device_note(facts)}",
                        "warning", code)
     return Outcome(f"{name} finished after {steps}{_device_note(facts)}", "info", EXIT_OK)
+
+
+def _stopped(facts: RunFacts) -> Outcome:
+    """Stopped on request: fine at a step boundary; a hang or a forced end says so."""
+    when = (f"after {facts.stopped_after_s:g} s" if facts.stopped_after_s is not None
+            else "on request")
+    steps = _steps(facts.steps)
+    forced = _forced(facts)
+    if facts.stalled_at_stop_s is not None:
+        how = forced or "stopped it"
+        return Outcome(f"{facts.name} was hung: no step for {facts.stalled_at_stop_s:.0f} s when "
+                       f"it was stopped {when}; gpuwatch {how} (after {steps})", "warning",
+                       EXIT_HUNG)
+    if forced:
+        return Outcome(f"{facts.name} was stopped {when}, after {steps}, but reached no step "
+                       f"boundary in time: gpuwatch {forced}", "warning", EXIT_HUNG)
+    return Outcome(f"{facts.name} was stopped {when}, after {steps}{_device_note(facts)}",
+                   "info", EXIT_OK)
+
+
+def _forced(facts: RunFacts) -> str | None:
+    """How gpuwatch had to end a stopped run by force, as words; None if it stopped politely."""
+    if facts.stop_escalation in ("terminated", "killed"):
+        return f"{facts.stop_escalation} it"
+    if (facts.bye or {}).get("interrupted") is True:
+        return "interrupted it mid-step (that step is not counted)"
+    return None
+
+
+def _signal_code(status: int | None) -> int | None:
+    """The shell's exit code for a process a signal ended (negative ``Popen`` status)."""
+    if status is None or status >= 0:
+        return None
+    return SIGNAL_EXIT_BASE - status
 
 
 def _steps(n: int) -> str:
@@ -112,9 +154,9 @@ def _script_code(facts: RunFacts) -> int:
     if isinstance(code, int) and not isinstance(code, bool):
         return code
     status = facts.exit_code
-    if status is None or status < 0:
+    if status is None:
         return EXIT_ERROR
-    return status
+    return _signal_code(status) or status
 
 
 def _device_note(facts: RunFacts) -> str:

@@ -27,6 +27,7 @@ import numpy as np
 from gpuwatch import protocol
 from gpuwatch.core import launcher, link
 from gpuwatch.core.kernel_window import KernelWindow, KernelWindowError, describe
+from gpuwatch.core.liveness import Liveness, Transition
 from gpuwatch.core.samplers import (
     NvmlSampler,
     ProcessTreeSampler,
@@ -44,8 +45,9 @@ from gpuwatch.core.store import DEFAULT_STEP_CAPACITY, SeriesStore, StepStore
 log = logging.getLogger(__name__)
 
 #: Stop escalation: polite ``stop`` message, then terminate, then kill (seconds per stage).
-#: A polite stop normally ends in well under a second; the margin is for a loaded machine,
-#: where finishing the current step and shutting DataLoader workers down can take seconds and
+#: The polite stage lasts the script's grace (``stop_grace_s``: time to reach its next step
+#: boundary) plus ``POLITE_STOP_S``. A polite stop normally ends in well under a second; the
+#: margin is for a loaded machine, where shutting DataLoader workers down can take seconds and
 #: a terminate would lose the runner's last steps and its ``bye``.
 POLITE_STOP_S = 10.0
 TERMINATE_S = 3.0
@@ -59,8 +61,15 @@ DROPS_LOGGED = 20
 NO_STEP_NOTICE_S = 30.0
 #: Kernel capture windows kept per run (the oldest falls off).
 MAX_KERNEL_WINDOWS = 32
-#: How often the run clock (``--seconds``, the no-step notice) looks at the time.
+#: How often the run clock (``--seconds``, the liveness notices) looks at the time.
 CLOCK_TICK_S = 0.1
+#: Steps whose median is a run's typical step (stall threshold, stop grace).
+TYPICAL_STEPS = 32
+#: A stop asks a script to end at its next step boundary; it is interrupted where it is after
+#: this many typical steps (at least the minimum, at most the maximum, in seconds).
+STOP_GRACE_STEPS = 2.0
+STOP_GRACE_MIN_S = 2.0
+STOP_GRACE_MAX_S = 60.0
 
 
 #: ``listener(message, t_ns)``: every valid runner message (and the GUI side's own log lines as
@@ -90,6 +99,9 @@ class LogLine:
     level: str  # "info" | "warning" | "error"
     source: str  # "runner" | "gpuwatch"
     text: str
+    #: A change of the run's liveness (no step yet, first step, stalled, steps again): shown
+    #: wherever the run's state is shown, whatever its level.
+    notice: bool = False
 
 
 @dataclass(frozen=True)
@@ -131,7 +143,13 @@ class Session:
         self.exit_code: int | None = None
         self.bye_reason: str | None = None
         self.bye: dict[str, Any] | None = None  # the runner's bye (script: code, steps, cuda_used)
-        self.notice: str | None = None  # e.g. a script that has not reached a step yet
+        #: Whether the loop makes progress (starting, no step yet, running, stalled, ended).
+        self.liveness = Liveness(notice_s=no_step_notice_s, script=False)
+        #: Seconds the run had been without a step when its stop was asked for, if it was
+        #: stalled then: it was hung, and the outcome says so.
+        self.stalled_at_stop_s: float | None = None
+        #: "terminated" or "killed" when a stop had to signal the runner's tree (else None).
+        self.stop_escalation: str | None = None
         self.stopped_after_s: float | None = None  # set when ``LaunchSpec.seconds`` ran out
         self.spec: LaunchSpec | None = None
         self.dropped_messages = 0
@@ -179,6 +197,11 @@ class Session:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    @property
+    def notice(self) -> str | None:
+        """What the user should know while the run goes on (no step yet, stalled), or None."""
+        return self.liveness.notice
 
     @property
     def stop_requested(self) -> bool:
@@ -297,6 +320,7 @@ class Session:
                 raise RuntimeError("a run is already in progress; stop it first")
             self._reset()
             self.spec = spec
+            self.liveness = Liveness(notice_s=self._no_step_notice_s, script=bool(spec.script))
             self._state = SessionState.STARTING
         what = f"script {spec.name!r}" if spec.script else f"workload {spec.workload!r}"
         self._info(f"starting {what} on {spec.device}: the runner imports "
@@ -318,6 +342,7 @@ class Session:
             self._stop_requested.set()
             if self._state is not SessionState.FAILED:
                 self._state = SessionState.STOPPING
+            self.stalled_at_stop_s = self.liveness.stalled_for(time.monotonic())
         self._info("stopping")
         self._spawn_thread("gpuwatch-stop", self._escalate_stop)
 
@@ -356,7 +381,9 @@ class Session:
         self.exit_code = None
         self.bye_reason = None
         self.bye = None
-        self.notice = None
+        self.liveness = Liveness(notice_s=self._no_step_notice_s, script=False)
+        self.stalled_at_stop_s = None
+        self.stop_escalation = None
         self.stopped_after_s = None
         self._hello_at = None
         self.dropped_messages = 0
@@ -610,45 +637,52 @@ class Session:
         self._finish(code)
 
     def _run_clock(self, spec: LaunchSpec) -> None:
-        """``spec.seconds`` and the no-step notice, both counted from the runner's hello;
-        the stall notice, from the last step's arrival."""
-        notice_s = self._no_step_notice_s if spec.script else None
-        seen_steps, seen_at = 0, time.monotonic()
+        """``spec.seconds`` counted from the runner's hello, and the liveness state machine
+        (no step yet, first step, stalled, steps again) fed with the steps' arrival."""
+        liveness = self.liveness
         while not self._ended.wait(CLOCK_TICK_S):
             hello_at = self._hello_at
-            if hello_at is None:
+            if hello_at is None or self._state is not SessionState.RUNNING:
                 continue
             now = time.monotonic()
-            if self.steps.count != seen_steps:
-                seen_steps, seen_at = self.steps.count, now
-                if self.notice is not None and self.notice.startswith(STALL_PREFIX):
-                    self.notice = None
-                    self._info("steps arrive again")
-            elif (seen_steps and self.notice is None and self._state is SessionState.RUNNING
-                  and now - seen_at >= self._no_step_notice_s):
-                self.notice = stall_notice(self._no_step_notice_s)
-                self._log_line("warning", "gpuwatch", self.notice)
-            elapsed = now - hello_at
-            if spec.seconds is not None and elapsed >= spec.seconds and \
+            transition = liveness.tick(now, hello_at=hello_at, steps=self.steps.count,
+                                       typical_step_s=self.typical_step_s())
+            if transition is not None:
+                self._announce(transition)
+            if spec.seconds is not None and now - hello_at >= spec.seconds and \
                     not self._stop_requested.is_set():
                 self.stopped_after_s = spec.seconds
                 self._info(f"stopping after {spec.seconds:g} s (as asked)")
                 self.stop()
-            if (notice_s is not None and self.notice is None and elapsed >= notice_s
-                    and self.steps.count == 0 and self._state is SessionState.RUNNING):
-                self.notice = no_step_notice(notice_s)
-                self._log_line("warning", "gpuwatch", self.notice)
+
+    def _announce(self, transition: Transition) -> None:
+        self._log_line(transition.level, "gpuwatch", transition.text, notice=True)
+
+    def typical_step_s(self) -> float | None:
+        """The median duration of the last few steps (seconds), or None before any."""
+        view = self.steps.snapshot(last=TYPICAL_STEPS)
+        if not len(view):
+            return None
+        return float(np.median(view.host[:, -1] - view.host[:, 0])) / 1e9
 
     def _escalate_stop(self) -> None:
         proc = self._proc
         if proc is None:
             return
-        asked = self._link is not None and self._link.send("stop")
-        polite = POLITE_STOP_S if asked else 0.0  # no link: nobody to ask
-        launcher.end_tree(proc, terminate_after=polite, kill_after=TERMINATE_S)
+        grace = stop_grace_s(self.typical_step_s())
+        asked = self._link is not None and self._link.send("stop", grace_s=grace)
+        polite = grace + POLITE_STOP_S if asked else 0.0  # no link: nobody to ask
+        launcher.end_tree(proc, terminate_after=polite, kill_after=TERMINATE_S,
+                          on_escalate=self._escalated)
+
+    def _escalated(self, how: str) -> None:
+        self.stop_escalation = how
+        verb = "killing" if how == "killed" else "terminating"
+        self._log_line("warning", "gpuwatch", f"the runner did not stop in time: {verb} it")
 
     def _finish(self, code: int) -> None:
         self._stop_samplers()
+        self.liveness.end()
         how = launcher.describe_exit(code)
         with self._lock:
             requested = self._stop_requested.is_set()
@@ -707,23 +741,11 @@ class Session:
     def _info(self, text: str) -> None:
         self._log_line("info", "gpuwatch", text)
 
-    def _log_line(self, level: str, source: str, text: str) -> None:
-        self._log.append(LogLine(time.perf_counter_ns(), level, source, text))
+    def _log_line(self, level: str, source: str, text: str, *, notice: bool = False) -> None:
+        self._log.append(LogLine(time.perf_counter_ns(), level, source, text, notice))
         if source == "gpuwatch":
             self._notify({"kind": "log", "level": level, "text": text, "source": source})
             log.log(logging.ERROR if level == "error" else logging.INFO, "%s", text)
-
-
-#: How a stall notice begins (so it can be told apart from the no-step-yet notice).
-STALL_PREFIX = "no step for"
-
-
-def stall_notice(seconds: float) -> str:
-    """What a run whose steps stopped arriving ``seconds`` ago is told (cleared when one
-    arrives): a hung loop looks exactly like this, and Stop still ends it."""
-    return (f"{STALL_PREFIX} {seconds:g} s: the training loop may be hung (a deadlock, a "
-            f"stuck DataLoader worker) or one step is very slow (e.g. a compile); Stop ends "
-            f"the run and keeps what was received")
 
 
 #: What torch.profiler's C++ side prints on every kernel capture and means nothing to a user:
@@ -738,11 +760,12 @@ def is_profiler_noise(line: str) -> bool:
     return _PROFILER_NOISE.match(line) is not None
 
 
-def no_step_notice(seconds: float) -> str:
-    """What a script that has run ``seconds`` without a training step is told."""
-    return (f"no training step yet after {seconds:g} s: gpuwatch detects steps from DataLoader "
-            f"iteration and optimizer.step(); see 'Watch your own script' in the README, or "
-            f"mark steps with gpuwatch.probe (with gw.step(): ...)")
+def stop_grace_s(typical_step_s: float | None) -> float:
+    """How long a stopped script may take to reach its next step boundary: about two typical
+    steps, so a long step finishes instead of being cut (bounded: a hang must still end)."""
+    if typical_step_s is None:
+        return STOP_GRACE_MIN_S
+    return min(STOP_GRACE_MAX_S, max(STOP_GRACE_MIN_S, STOP_GRACE_STEPS * typical_step_s))
 
 
 def _initial_warmup(values: dict[str, Any]) -> int:

@@ -21,13 +21,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpuwatch.protocol import BATCH_INTERVAL_S, N_MARKS
+from gpuwatch.protocol import N_MARKS
 from gpuwatch.runner.batch_source import BatchSource
 from gpuwatch.runner.controls import apply_control
 from gpuwatch.runner.kernel_capture import KernelCapture
 from gpuwatch.runner.knobs import KnobSchema
 from gpuwatch.runner.reconfigure import Reconfigurer
-from gpuwatch.runner.step_columns import StepColumns
+from gpuwatch.runner.step_columns import FlushTimer, StepColumns
 from gpuwatch.runner.timing import TimingBackend
 from gpuwatch.runner.workloads import Workload
 
@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 
     from gpuwatch.runner.training_state import TrainingState
 
-#: Upper bound of steps per message, far below ``protocol.MAX_MESSAGE_BYTES``.
-MAX_BATCH_STEPS = 2048
 #: While paused, how often the loop re-checks that the link is still there.
 PAUSE_POLL_S = 0.2
 #: Minimum time between two "device marks skipped" warnings.
@@ -88,8 +86,11 @@ class TrainingLoop:
         self.paused = False
         #: Kernel capture windows (``capture`` messages), opened and advanced between steps.
         self.capture = KernelCapture(link, device=state.device.type)
-        self._columns = StepColumns()
-        self._flushed_ns = clock()
+        self._columns = StepColumns(clock)
+        #: Sends finished steps while a step hangs (e.g. a stuck DataLoader worker).
+        self._flush_timer = FlushTimer(self._columns, lambda: self._columns.send(link),
+                                       lambda text: link.log("warning", text))
+        self._last_host: list[int] = []
         self._loss_sum: torch.Tensor | None = None
         self._loss_count = 0
         self._skips_reported = 0
@@ -103,12 +104,14 @@ class TrainingLoop:
     def run(self) -> str:
         """Train; returns the ``bye`` reason: ``stopped``, ``max_steps`` or ``link_closed``."""
         reason: str | None = None
+        self._flush_timer.start()
         try:
             while reason is None:
                 reason = self._between_steps()
                 if reason is None:
                     self._run_step()
         finally:
+            self._flush_timer.stop()
             self.capture.close()
             self.batches.close()
         if reason != "link_closed":
@@ -178,6 +181,7 @@ class TrainingLoop:
         mark(6)
         self.backend.end()
         self._columns.add_step(step_id, config_id, self.workload.samples(batch), host)
+        self._last_host = host
 
     def _sync_phase(self, loss: torch.Tensor) -> None:
         """Read the loss on the host every ``log_every`` steps; 1 is the naive per-step sync.
@@ -198,7 +202,7 @@ class TrainingLoop:
 
     def _after_step(self) -> None:
         self._collect_device(wait=False)
-        host = self._columns.host[-1]
+        host = self._last_host  # the columns may have been sent by the flush timer already
         if self.steps_done == 1:
             first_ms = (host[-1] - host[0]) / 1e6
             loss = "" if self.last_loss is None else f", loss {self.last_loss:.3f}"
@@ -206,9 +210,7 @@ class TrainingLoop:
         compiled = self.state.take_compiled()
         if compiled is not None:  # compilation happens in the first forward and backward
             self.link.log("info", f"compiled ({compiled}) in {(host[4] - host[2]) / 1e9:.1f} s")
-        if (self.clock() - self._flushed_ns >= BATCH_INTERVAL_S * 1e9
-                or len(self._columns) >= MAX_BATCH_STEPS):
-            self._flush()
+        self._columns.send_if_due(self.link)
 
     def _collect_device(self, *, wait: bool) -> None:
         for step_id, marks in self.backend.poll(wait=wait):
@@ -222,4 +224,3 @@ class TrainingLoop:
 
     def _flush(self) -> None:
         self._columns.send(self.link)
-        self._flushed_ns = self.clock()

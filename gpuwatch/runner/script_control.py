@@ -7,15 +7,19 @@ probe knobs there, ``pause`` blocks there, and ``stop`` (or the GUI going away, 
 ``finally`` blocks run and its DataLoader workers are shut down.
 
 A script may not reach a boundary again (stuck in a long evaluation, or no boundary at all): a
-watcher thread then interrupts the main thread itself ``stop_grace_s`` after the stop
-(``_thread.interrupt_main``, Ctrl-C again, wherever Python code runs). If even that does not end
-the script, the GUI terminates the process tree.
+watcher thread then interrupts the main thread itself a grace period after the stop
+(a SIGINT to the main thread: Ctrl-C again, wherever the script is). The GUI sends the grace
+with the stop (about two of the script's typical steps, so a long step is not cut); the step
+that was interrupted is not counted. If even that does not end the script, the GUI terminates
+the process tree.
 """
 
 from __future__ import annotations
 
 import _thread
+import math
 import queue
+import signal
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +31,8 @@ from gpuwatch.runner.probe_knobs import ProbeKnobs
 
 #: While paused, how often the boundary re-checks for resume/stop.
 PAUSE_POLL_S = 0.2
+#: The grace a ``stop`` may ask for is clamped to this range (seconds).
+GRACE_RANGE_S = (0.1, 600.0)
 
 
 class ScriptControl:
@@ -43,6 +49,8 @@ class ScriptControl:
         #: "stopped", "max_steps" or "link_closed" once the script is to stop.
         self.stop_reason: str | None = None
         self.paused = False
+        #: True once the script was interrupted where it was (no step boundary in time).
+        self.interrupted = False
         self.flush: Callable[[], None] = lambda: None
         self._inbox: queue.Queue[dict[str, Any]] = queue.Queue()
         self._lock = threading.Lock()
@@ -96,21 +104,45 @@ class ScriptControl:
                     return
                 continue
             if message["kind"] == "stop":
-                self._request_stop("stopped")
+                self._request_stop("stopped", grace_s(message, self.stop_grace_s))
             else:
                 self._inbox.put(message)
 
-    def _request_stop(self, reason: str) -> None:
+    def _request_stop(self, reason: str, grace: float | None = None) -> None:
         if self.stop_reason is None:
             self.stop_reason = reason
-        timer = threading.Timer(self.stop_grace_s, self._interrupt)
+        grace = self.stop_grace_s if grace is None else grace
+        timer = threading.Timer(grace, self._interrupt, args=(grace,))
         timer.daemon = True
         timer.start()
 
-    def _interrupt(self) -> None:
+    def _interrupt(self, grace: float) -> None:
         with self._lock:
             if self._running and not self._stop_raised:
                 self._stop_raised = True
+                self.interrupted = True
                 self.link.log("warning", f"the script reached no step boundary within "
-                              f"{self.stop_grace_s:g} s of the stop: interrupting it")
-                _thread.interrupt_main()
+                              f"{grace:.1f} s of the stop: interrupting it (the step it "
+                              f"was in is not counted)")
+                interrupt_main_thread()
+
+
+def interrupt_main_thread() -> None:
+    """Ctrl-C in the main thread, wherever it is: a real SIGINT aimed at it on POSIX, so a
+    blocking call (``time.sleep``, a lock, a socket read) returns with EINTR and the
+    ``KeyboardInterrupt`` is raised at once; ``_thread.interrupt_main`` alone only sets a flag
+    that Python looks at after the blocking call returns. Windows has no ``pthread_kill``."""
+    if hasattr(signal, "pthread_kill"):
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+    else:
+        _thread.interrupt_main()
+
+
+def grace_s(message: dict[str, Any], default: float) -> float:
+    """The grace a ``stop`` message asks for (a number of seconds), clamped; else ``default``."""
+    value = message.get("grace_s")
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value):
+        return default
+    low, high = GRACE_RANGE_S
+    return min(high, max(low, float(value)))

@@ -123,6 +123,7 @@ def _watch(link: Link, torch: Any, device: Any, *, path: str, full_path: str,
     probe.attach_runner(agent)
     hooks.install()
     control.start()
+    recorder.flush_timer.start()
     try:
         outcome = _run(path)
     finally:
@@ -132,7 +133,7 @@ def _watch(link: Link, torch: Any, device: Any, *, path: str, full_path: str,
     if control.stop_reason is not None and outcome.reason in ("script_exit", "stopped"):
         outcome = Outcome(control.stop_reason, outcome.code, EXIT_OK)
     try:
-        recorder.finish()
+        recorder.finish(keep_open=not control.interrupted)
     except Exception as exc:  # never hide the script's own outcome
         link.log("error", f"could not send the last steps: {type(exc).__name__}: {exc}")
     backend.close()
@@ -150,7 +151,8 @@ def _watch(link: Link, torch: Any, device: Any, *, path: str, full_path: str,
     gc.collect()  # frames of the traceback may hold DataLoader iterators: end their workers
     if outcome.reason != "link_closed":
         link.send("bye", reason=outcome.reason, code=outcome.code, steps=recorder.steps,
-                  cuda_used=cuda_used, instrumentation=recorder.instrumentation)
+                  cuda_used=cuda_used, instrumentation=recorder.instrumentation,
+                  interrupted=control.interrupted)
     link.finished()
     link.close()
     return outcome.exit_code

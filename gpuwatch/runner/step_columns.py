@@ -1,12 +1,23 @@
 """Step timing waiting to be sent: the columns of the ``steps`` and ``device_marks`` messages.
 
 Shared by the built-in loop and a watched script (``step_recorder``): both append one row per
-step and hand the lists to the link about every ``protocol.BATCH_INTERVAL_S``.
+step and hand the lists to the link about every ``protocol.BATCH_INTERVAL_S``, at a step
+boundary. A loop that stops reaching boundaries (a hang, a long evaluation, a crash about to
+happen) would keep its last steps here forever, so a ``FlushTimer`` thread also sends whatever
+has waited that long: a crash loses at most the last interval's steps, a hang none.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from typing import Any, Protocol
+
+from gpuwatch.protocol import BATCH_INTERVAL_S
+
+#: A batch is sent at the latest when it holds this many rows.
+MAX_BATCH_STEPS = 2048
 
 
 class BatchLink(Protocol):
@@ -16,9 +27,16 @@ class BatchLink(Protocol):
 
 
 class StepColumns:
-    """Columnar buffers of the ``steps`` and ``device_marks`` messages not yet sent."""
+    """Columnar buffers of the ``steps`` and ``device_marks`` messages not yet sent.
 
-    def __init__(self) -> None:
+    The loop's thread appends; the loop and the flush timer send. A lock keeps a row from
+    being split between two batches and keeps batches in order on the link.
+    """
+
+    def __init__(self, clock: Callable[[], int] = time.perf_counter_ns) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.sent_ns = clock()
         self._reset()
 
     def _reset(self) -> None:
@@ -30,23 +48,73 @@ class StepColumns:
         self.device: list[list[int]] = []
 
     def add_step(self, step_id: int, config_id: int, samples: int, host: list[int]) -> None:
-        self.step.append(step_id)
-        self.config.append(config_id)
-        self.samples.append(samples)
-        self.host.append(host)
+        with self._lock:
+            self.step.append(step_id)
+            self.config.append(config_id)
+            self.samples.append(samples)
+            self.host.append(host)
 
     def add_device(self, step_id: int, marks: list[int]) -> None:
-        self.device_step.append(step_id)
-        self.device.append(marks)
+        with self._lock:
+            self.device_step.append(step_id)
+            self.device.append(marks)
 
     def __len__(self) -> int:
         return max(len(self.step), len(self.device_step))
 
+    def due(self) -> bool:
+        """Something has waited ``BATCH_INTERVAL_S``, or the batch is full."""
+        return (self._clock() - self.sent_ns >= BATCH_INTERVAL_S * 1e9
+                or len(self) >= MAX_BATCH_STEPS)
+
+    def send_if_due(self, link: BatchLink) -> None:
+        if self.due():
+            self.send(link)
+
     def send(self, link: BatchLink) -> None:
         """Hand the buffered columns to the link and start new lists (never mutate sent ones)."""
-        if self.step:
-            link.send_batch("steps", step=self.step, config=self.config,
-                            samples=self.samples, host=self.host)
-        if self.device_step:
-            link.send_batch("device_marks", step=self.device_step, device=self.device)
-        self._reset()
+        with self._lock:
+            if self.step:
+                link.send_batch("steps", step=self.step, config=self.config,
+                                samples=self.samples, host=self.host)
+            if self.device_step:
+                link.send_batch("device_marks", step=self.device_step, device=self.device)
+            self._reset()
+            self.sent_ns = self._clock()
+
+
+class FlushTimer:
+    """Sends ``columns`` every ``interval_s`` when the loop has not (see the module docstring).
+
+    ``send`` is the owner's flush (it may do more than ``StepColumns.send``); it runs on this
+    thread, so it must only touch thread-safe state. An error in it ends the timer with one
+    ``log`` warning and never reaches the training loop.
+    """
+
+    def __init__(self, columns: StepColumns, send: Callable[[], None], log: Callable[[str], None],
+                 *, interval_s: float = BATCH_INTERVAL_S) -> None:
+        self._columns = columns
+        self._send = send
+        self._log = log
+        self._interval_s = interval_s
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpuwatch-flush", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(1.0)
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._interval_s):
+            if not len(self._columns) or not self._columns.due():
+                continue
+            try:
+                self._send()
+            except Exception as exc:
+                self._log(f"steps are now sent only at step boundaries: the flush timer "
+                          f"failed ({type(exc).__name__}: {exc})")
+                return

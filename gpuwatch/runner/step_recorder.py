@@ -34,11 +34,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from gpuwatch.protocol import BATCH_INTERVAL_S, N_MARKS
-from gpuwatch.runner.step_columns import StepColumns
+from gpuwatch.protocol import N_MARKS
+from gpuwatch.runner.step_columns import FlushTimer, StepColumns
 from gpuwatch.runner.timing import TimingBackend
 
-MAX_BATCH_STEPS = 2048
 DATA_END, H2D_END, FORWARD_END, BACKWARD_END, OPTIMIZER_END, END = range(1, N_MARKS)
 
 
@@ -82,8 +81,10 @@ class StepRecorder:
         self.clock = clock
         self._boundary = boundary
         self._config_id = config_id
-        self._columns = StepColumns()
-        self._flushed_ns = clock()
+        self._columns = StepColumns(clock)
+        #: Sends finished steps the script's loop has not (it hangs, or is about to crash).
+        self.flush_timer = FlushTimer(self._columns, self._send_buffered,
+                                      lambda text: link.log("warning", text))
         #: Steps recorded (and sent, or queued to be sent).
         self.steps = 0
         #: "auto" until the script uses ``gw.step()``, then "probe".
@@ -212,11 +213,15 @@ class StepRecorder:
 
     # --- the end --------------------------------------------------------------------------
 
-    def finish(self) -> None:
+    def finish(self, *, keep_open: bool = True) -> None:
         """The script is over: keep an open loader step that got past its data phase (a loop
         left with ``break``; it ends at its last boundary), send everything, wait for the
-        device marks. An optimizer-mode step without its ``optimizer.step()`` is dropped."""
-        if self._host is not None and self._iterator is not None and self._reached > DATA_END:
+        device marks. An optimizer-mode step without its ``optimizer.step()`` is dropped, and
+        so is any open step when ``keep_open`` is false (a stop interrupted it mid-step: a cut
+        step's figures would be wrong)."""
+        self.flush_timer.stop()
+        if (keep_open and self._host is not None and self._iterator is not None
+                and self._reached > DATA_END):
             self._close(self._host[self._reached])
         else:
             self._drop()
@@ -226,7 +231,10 @@ class StepRecorder:
 
     def flush(self) -> None:
         self._columns.send(self.link)
-        self._flushed_ns = self.clock()
+
+    def _send_buffered(self) -> None:
+        """The flush timer's send: only what is buffered (the backend is the loop's alone)."""
+        self._columns.send(self.link)
 
     # --- marks ----------------------------------------------------------------------------
 
@@ -271,9 +279,7 @@ class StepRecorder:
             self.link.log("info", f"first step seen: {(host[END] - host[0]) / 1e6:.0f} ms")
         for step_id, marks in self.backend.poll(wait=False):
             self._columns.add_device(step_id, marks)
-        if (self.clock() - self._flushed_ns >= BATCH_INTERVAL_S * 1e9
-                or len(self._columns) >= MAX_BATCH_STEPS):
-            self.flush()
+        self._columns.send_if_due(self.link)
 
     def _drop(self) -> None:
         """Forget an open step that will never be complete (a mode switch, a ``gw.step()``

@@ -2,8 +2,11 @@
 
 ``FAULT_SCRIPT`` is a real training loop (DataLoader with 2 workers, an optimizer, and a
 plain ``sleep`` child process that does not watch its parent) that injects one fault after
-``FAULT_AFTER`` steps. Every process it starts leaves its pid in the output folder, so a test
-can check afterwards, with psutil, that none of them is alive.
+``FAULT_AFTER`` steps. ``slow_hang`` first spends ``SLOW_START_S`` (its third argument) before
+the loop, like a script loading a dataset or compiling, then hangs; ``segfault`` crashes a
+second after its last step (a crash some time after the last step: every step must be kept).
+Every process it starts leaves its pid in the output folder, so a test can check afterwards,
+with psutil, that none of them is alive.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ FAULT_SCRIPT = textwrap.dedent('''
     from torch.utils.data import DataLoader, Dataset
 
     OUT, FAULT = sys.argv[1], sys.argv[2]
+    SLOW_START_S = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
 
     def note(name):
         open(os.path.join(OUT, name), "w").close()
@@ -49,6 +53,7 @@ FAULT_SCRIPT = textwrap.dedent('''
         model = torch.nn.Linear(8, 1)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         loader = DataLoader(Items(), batch_size=8, num_workers=2, worker_init_fn=worker_init)
+        time.sleep(SLOW_START_S)
         for step, x in enumerate(loader):
             if step == FAULT_AFTER:
                 note("fault")
@@ -58,8 +63,9 @@ FAULT_SCRIPT = textwrap.dedent('''
                     sys.exit(3)
                 if FAULT == "segfault":
                     import ctypes
+                    time.sleep(1.0)
                     ctypes.string_at(0)
-                if FAULT in ("hang", "ignore_term"):
+                if FAULT in ("hang", "ignore_term", "slow_hang"):
                     while True:
                         time.sleep(1)
             loss = model(x).pow(2).mean()

@@ -16,23 +16,34 @@ from faults import FAULT_AFTER, assert_all_gone, kill_all, recorded_pids, write_
 from waiting import wait_until
 
 from gpuwatch.core import session as session_module
-from gpuwatch.core.outcome import describe, facts_from
-from gpuwatch.core.session import STALL_PREFIX, LaunchSpec, Session, SessionState
+from gpuwatch.core.headless import HeadlessOptions, run_headless
+from gpuwatch.core.liveness import STALL_PREFIX
+from gpuwatch.core.outcome import EXIT_HUNG, describe, facts_from
+from gpuwatch.core.session import LaunchSpec, Session, SessionState
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and sleep(1)")
 
 START_S = 120  # the runner imports torch first; the machine may be busy
 #: Every process of the tree must be gone this soon after the runner ended.
 TREE_GONE_S = 10
+#: The no-step and stall notices of the hang tests come this soon (seconds).
+NOTICE_S = 2.0
+#: Steps a hung script completed: ``hang``/``slow_hang`` stop in step FAULT_AFTER; a worker
+#: that deadlocks on item 64 leaves the loop waiting for batch 8 (batch size 8).
+COMPLETED = {"hang": FAULT_AFTER, "slow_hang": FAULT_AFTER, "worker_hang": 8}
 
 
-def _run(session: Session, tmp_path: Path, fault: str) -> Path:
+def _run(session: Session, tmp_path: Path, fault: str, *extra: str) -> Path:
     out = tmp_path / "out"
     out.mkdir()
     script = write_fault_script(tmp_path)
-    session.start(LaunchSpec(script=str(script), script_args=(str(out), fault), device="cpu",
-                             cwd=str(tmp_path)))
+    session.start(LaunchSpec(script=str(script), script_args=(str(out), fault, *extra),
+                             device="cpu", cwd=str(tmp_path)))
     return out
+
+
+def _log(session: Session) -> list[str]:
+    return [line.text for line in session.drain_log()]
 
 
 def _wait_for_fault(session: Session, out: Path) -> None:
@@ -58,10 +69,12 @@ def test_a_script_that_raises_exits_or_segfaults_is_reported_and_leaves_nothing(
         assert says in outcome.sentence, outcome.sentence
         if fault == "exit3":
             assert outcome.exit_code == 3
+        if fault == "segfault":
+            assert outcome.exit_code == 139, "128 + SIGSEGV, as a shell reports it"
         assert session.steps.count >= received, "every step received is kept"
-        if fault != "segfault":  # the runner sends its last steps when the script ends
-            assert session.steps.count == FAULT_AFTER
-        assert session.steps.count >= 1
+        # Sent when the script ends, or (segfault, a second after the last step) by the flush
+        # timer before the crash: no step is lost.
+        assert session.steps.count == FAULT_AFTER
         if fault == "raise":
             log = "\n".join(line.text for line in session.drain_log())
             assert "Traceback" in log and "train fault.py" in log, "the script's traceback"
@@ -89,36 +102,76 @@ def test_a_runner_killed_with_sigkill_is_reported_and_its_tree_ends(
         kill_all(out)
 
 
-@pytest.mark.parametrize("fault", ["hang", "worker_hang"])
-def test_a_hung_loop_gets_the_no_step_notice_and_stop_ends_it(
+@pytest.mark.parametrize("fault", ["slow_hang", "worker_hang"])
+def test_a_hung_loop_gets_the_stall_notice_and_stop_ends_it(
         tmp_path: Path, monkeypatch, fault: str) -> None:
-    """No step for a while (main loop stuck, or a DataLoader worker deadlocked): the notice
-    says so, the steps stay, and Stop (polite, then terminate) ends the whole tree."""
+    """No step for a while (main loop stuck after a slow start, or a DataLoader worker
+    deadlocked): the stall notice says so even after the no-step notice of a slow start, every
+    completed step is sent although no boundary comes, and Stop ends the whole tree."""
     monkeypatch.setattr(session_module, "POLITE_STOP_S", 2.0)
-    session = Session(sample_coarse=False, no_step_notice_s=2.0)
-    out = _run(session, tmp_path, fault)
+    session = Session(sample_coarse=False, no_step_notice_s=NOTICE_S)
+    out = _run(session, tmp_path, fault, str(2 * NOTICE_S) if fault == "slow_hang" else "0")
     try:
-        # The stall notice, not the one a slow start gets first ("no training step yet": the
-        # script's spawned workers import torch, which can take longer than 2 s here).
         wait_until(lambda: (session.notice or "").startswith(STALL_PREFIX)
-                   or not session.state.name.endswith("ING"), START_S, "the no-step notice")
+                   or not session.state.name.endswith("ING"), START_S, "the stall notice")
         assert session.notice is not None and session.notice.startswith(STALL_PREFIX), \
             session.notice
-        # The runner batches steps (a send at most every 50 ms, at a step boundary): those of
-        # the last 50 ms before the hang stay in the runner; everything received is kept.
-        received = session.steps.count
-        assert received >= 1
         assert describe(facts_from(session)).sentence == session.notice
+        # The runner's flush timer sends the steps finished before the hang.
+        wait_until(lambda: session.steps.count == COMPLETED[fault], 30,
+                   f"all {COMPLETED[fault]} completed steps (got {session.steps.count})")
+        log = _log(session)
+        if fault == "slow_hang":  # the slow start's notice came first, and was cleared
+            no_step = next(i for i, text in enumerate(log)
+                           if text.startswith("no training step yet"))
+            first = next(i for i, text in enumerate(log) if text.startswith("first step after"))
+            stall = next(i for i, text in enumerate(log) if text.startswith(STALL_PREFIX))
+            assert no_step < first < stall, log
+            assert "notice is cleared" in log[first]
         started = time.monotonic()
         session.stop()
         assert session.wait_ended(30)
-        assert time.monotonic() - started < 2.0 + session_module.TERMINATE_S + 5
+        assert time.monotonic() - started < session_module.stop_grace_s(None) + 2.0 \
+            + session_module.TERMINATE_S + 5
         assert session.state is SessionState.FINISHED, session.error
-        assert session.steps.count >= received
+        outcome = describe(facts_from(session))
+        assert outcome.sentence.startswith("train fault.py was hung: no step for "), \
+            outcome.sentence
+        assert outcome.exit_code == EXIT_HUNG
+        assert session.steps.count == COMPLETED[fault], "the step the stop cut is not counted"
         assert_all_gone(out, TREE_GONE_S)
     finally:
         session.close()
         kill_all(out)
+
+
+def test_headless_shows_the_stall_after_a_slow_start_and_exits_non_zero(
+        tmp_path: Path, capsys) -> None:
+    """``gpuwatch run --headless --seconds N`` on a script that starts slowly, trains, then
+    hangs: stderr has the no-step notice, its clearing, then the stall notice while the run
+    goes on; the end says it was hung, with exit code 124."""
+    out = tmp_path / "out"
+    out.mkdir()
+    script = write_fault_script(tmp_path)
+    session = Session(sample_coarse=False, no_step_notice_s=NOTICE_S)
+    options = HeadlessOptions(script=str(script), script_args=(str(out), "slow_hang",
+                                                               str(2 * NOTICE_S)),
+                              device="cpu", cwd=str(tmp_path), seconds=20.0)
+    try:
+        code = run_headless(options, session=session)
+    finally:
+        kill_all(out)
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    notices = [line for line in err if line.startswith("gpuwatch: ")]
+    kinds = [text.split(":")[1].strip().split(" ")[:3] for text in notices]
+    assert ["no", "training", "step"] in kinds and ["first", "step", "after"] in kinds \
+        and ["no", "step", "for"] in kinds, notices
+    assert kinds.index(["no", "training", "step"]) < kinds.index(["first", "step", "after"]) \
+        < kinds.index(["no", "step", "for"]), notices
+    assert code == EXIT_HUNG, captured.out
+    assert captured.out.startswith("train fault.py was hung: no step for "), captured.out
+    assert_all_gone(out, TREE_GONE_S)
 
 
 def test_stop_escalates_to_kill_within_a_bounded_time(session: Session, tmp_path: Path,
