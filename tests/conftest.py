@@ -4,11 +4,10 @@ test leaves a run's private directory behind in the temp folder."""
 from __future__ import annotations
 
 import os
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
+from temp_dirs import private_dirs
 
 # Must be set before any Qt import: tests run without a display (CI, this machine).
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -30,14 +29,6 @@ def isolated_user_dirs(tmp_path_factory, monkeypatch):
 #: A run's private directory goes when its runner has ended; that can take a few seconds after
 #: a test is done with it (the stop escalates on a loaded machine).
 PRIVATE_DIR_GONE_S = 30.0
-
-
-def private_dirs(pid: int | None = None) -> set[Path]:
-    """The private directories that process ``pid`` (default: this one) made for its runs and
-    that are still in the temp folder (``gpuwatch.core.link`` names them after their maker,
-    so another test run on the same machine is not counted)."""
-    pid = os.getpid() if pid is None else pid
-    return set(Path(tempfile.gettempdir()).glob(f"gpuwatch-{pid}-*"))
 
 
 @pytest.fixture(autouse=True)
