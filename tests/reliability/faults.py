@@ -48,8 +48,9 @@ FAULT_SCRIPT = textwrap.dedent('''
         note(f"pid-main-{os.getpid()}")
         helper = subprocess.Popen(["sleep", "600"])  # a child that never looks at its parent
         note(f"pid-helper-{helper.pid}")
-        if FAULT == "ignore_term":
+        if FAULT == "ignore_term":  # deaf to the stop's SIGINT and to SIGTERM: only a kill ends it
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         model = torch.nn.Linear(8, 1)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         loader = DataLoader(Items(), batch_size=8, num_workers=2, worker_init_fn=worker_init)
