@@ -65,6 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
                                            "NVML, display, Python")
     doctor.add_argument("--python", dest="doctor_python", metavar="PATH", type=_python_path,
                         help="training interpreter to check (default: this one)")
+    doctor.set_defaults(doctor_parser=doctor)
+    doctor.add_argument("--gpu", action="store_true",
+                        help="check that gpuwatch measures this GPU right (about 30 s): "
+                             "sleep kernels of known length through the real runner, busy "
+                             "share against the truth, zero synchronizations, NVML, kernel "
+                             "capture; without an NVIDIA GPU it says so and exits 0")
+    doctor.add_argument("--report", type=Path, metavar="FILE",
+                        help="where --gpu writes its JSON report (default: gpu-check.json "
+                             "beside the app log)")
     _add_bench_parser(sub)
     _add_export_parser(sub)
     _add_run_parser(sub)
@@ -249,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error("--self-test runs on its own, without a command")
             return _self_test(args)
         if args.command == "doctor":
+            if args.report is not None and not args.gpu:
+                args.doctor_parser.error("--report goes with --gpu")
+            if args.gpu:
+                return _gpu_check(args)
             from gpuwatch.core.doctor import run_doctor
 
             return run_doctor(args.doctor_python or args.python)
@@ -410,6 +423,29 @@ def _replay(args: argparse.Namespace) -> int:
         theme=args.replay_theme or args.theme,
         window_size=args.replay_window_size or args.window_size)
     return _open_window(window)
+
+
+def _gpu_check(args: argparse.Namespace) -> int:
+    """``doctor --gpu``: the ground-truth check, its progress on stderr, the table on stdout."""
+    from gpuwatch.core import launcher
+    from gpuwatch.core.gpu_check import default_report_path, print_report, run_gpu_check
+
+    try:
+        python = args.doctor_python or args.python or launcher.default_python()
+    except launcher.NoInterpreterError as exc:
+        print(f"gpuwatch doctor --gpu: {exc}")
+        return 1
+    path = args.report or default_report_path()
+    if not path.parent.is_dir() and args.report is not None:
+        args.doctor_parser.error(f"--report: folder {str(path.parent)!r} does not exist")
+
+    def progress(text: str) -> None:
+        sys.stderr.write(f"gpu check: {text}\n")
+        sys.stderr.flush()
+
+    report = run_gpu_check(python, path, progress=progress)
+    print_report(report, path)
+    return 0 if report.ok else 1
 
 
 def _self_test(args: argparse.Namespace) -> int:

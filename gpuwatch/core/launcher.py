@@ -46,6 +46,15 @@ def bundle_dir() -> Path | None:
     return Path(getattr(sys, "_MEIPASS", Path(sys.executable).parent)).resolve()
 
 
+def runner_source_root() -> Path:
+    """The folder holding the ``gpuwatch`` package whose runner source this install ships
+    (the package's parent from a source install; the build's plain copy when frozen)."""
+    bundle = bundle_dir()
+    if bundle is not None:
+        return bundle / FROZEN_RUNNER_SOURCE
+    return PACKAGE_DIR.parent
+
+
 def runner_pythonpath(python: str, private_dir: Path) -> str:
     """A PYTHONPATH entry from which ``python -m gpuwatch.runner`` imports.
 
