@@ -57,6 +57,15 @@ FUNCTION_NOT_FOUND = ("not available in this NVIDIA driver "
                       "(verify nvidia-ml-py is compatible with your driver)")
 NO_PERMISSION = "insufficient permissions for this NVML query"
 GPU_LOST = "the GPU is lost (fell off the bus or crashed)"
+DRIVER_UNLOADED = "the NVIDIA driver is no longer loaded"
+NVML_UNINITIALIZED = "NVML stopped answering (uninitialized): the driver went away or was reset"
+#: Codes after which a device answers nothing more in this process: ``nvml.h`` documents
+#: GPU_IS_LOST ("fallen off the bus or otherwise inaccessible"), and DRIVER_NOT_LOADED and
+#: UNINITIALIZED mean the library has no driver to talk to. Keyed by ``nvmlReturn_t`` value.
+DRIVER_GONE = {15: GPU_LOST, 9: DRIVER_UNLOADED, 1: NVML_UNINITIALIZED}
+#: nvml.h: "On MIG-enabled GPUs, querying device utilization rates is not currently supported"
+#: (nor utilization samples).
+MIG_NO_UTILIZATION = "not reported for MIG devices (NVML has no utilization per MIG instance)"
 #: NVML_ERROR_NOT_FOUND: e.g. ``nvmlDeviceGetSamples`` has nothing newer than the timestamp.
 NO_DATA = "no data yet"
 
@@ -208,8 +217,9 @@ def _error_reason(name: str, exc: Exception, quiet_missing: bool) -> str:
         return NO_DATA
     if isinstance(exc, pynvml.NVMLError_NoPermission):
         return NO_PERMISSION
-    if isinstance(exc, pynvml.NVMLError_GpuIsLost):
-        return GPU_LOST
+    gone = DRIVER_GONE.get(getattr(exc, "value", None))
+    if gone is not None:
+        return gone
     return f"NVML error: {exc}"
 
 
@@ -258,9 +268,15 @@ def _text(value: Any) -> str | None:
 
 
 def normalize_uuid(uuid: str) -> str:
-    """Comparable UUID: NVML says ``GPU-8f0e...``, torch may say ``8f0e...`` (no prefix)."""
+    """Comparable UUID: the hex without NVML's ``GPU-``/``MIG-`` prefix.
+
+    NVML says ``GPU-8f0e...`` for a GPU and ``MIG-5c1b...`` for a MIG device; torch prints
+    CUDA's UUID bare, and for a MIG device CUDA's UUID *is* the MIG UUID (``cuDeviceGetUuid_v2``:
+    "If the device is in MIG mode, returns its MIG UUID"), so the runner may send it with the
+    wrong prefix. The 128-bit value alone is globally unique.
+    """
     u = uuid.strip().lower()
-    return u[4:] if u.startswith("gpu-") else u
+    return u[4:] if u.startswith(("gpu-", "mig-")) else u
 
 
 def normalize_pci_bus_id(bus_id: str) -> str:
@@ -288,11 +304,13 @@ def normalize_pci_bus_id(bus_id: str) -> str:
 class DeviceInfo:
     """One NVML device as listed for ``gpuwatch doctor`` and the device menu."""
 
-    index: int
+    index: int  # NVML's index of the GPU (of the parent GPU, for a MIG device)
     name: str | None
     uuid: str | None
     pci_bus_id: str | None
     handle: Any = field(default=None, repr=False, compare=False)
+    mig_index: int | None = None  # a MIG device: its index under the GPU
+    mig_enabled: bool = False  # a GPU in MIG mode: CUDA sees only its MIG devices
 
     def as_dict(self) -> dict[str, Any]:
         return {"index": self.index, "name": self.name, "uuid": self.uuid,
@@ -319,8 +337,17 @@ def _pci_of(handle: Any) -> str | None:
     return _text(getattr(info, "busId", None)) or _text(getattr(info, "busIdLegacy", None))
 
 
+def _mig_enabled(handle: Any) -> bool:
+    """Whether the GPU is in MIG mode (Ampere and newer; NOT_SUPPORTED before: not in it)."""
+    reply = query_with_reason("nvmlDeviceGetMigMode", handle, quiet_missing=True)
+    if not reply.ok:
+        return False
+    enable = getattr(_binding(), "NVML_DEVICE_MIG_ENABLE", 1)
+    return int(reply.value[0]) == enable
+
+
 def list_devices() -> list[DeviceInfo]:
-    """All devices NVML can open (empty if NVML is unavailable)."""
+    """All GPUs NVML can open (empty if NVML is unavailable); MIG devices: ``mig_devices``."""
     count = query("nvmlDeviceGetCount")
     if count is NA:
         return []
@@ -332,17 +359,42 @@ def list_devices() -> list[DeviceInfo]:
         devices.append(DeviceInfo(index=index,
                                   name=_text(query("nvmlDeviceGetName", handle)),
                                   uuid=_text(query("nvmlDeviceGetUUID", handle)),
-                                  pci_bus_id=_pci_of(handle), handle=handle))
+                                  pci_bus_id=_pci_of(handle), handle=handle,
+                                  mig_enabled=_mig_enabled(handle)))
     return devices
+
+
+def mig_devices(gpu: DeviceInfo) -> list[DeviceInfo]:
+    """The MIG devices of a GPU in MIG mode (empty otherwise).
+
+    MIG device indices may have holes (a destroyed instance leaves NOT_FOUND at its index), so
+    every index below ``nvmlDeviceGetMaxMigDeviceCount`` is tried.
+    """
+    if not gpu.mig_enabled:
+        return []
+    count = query("nvmlDeviceGetMaxMigDeviceCount", gpu.handle)
+    if count is NA:
+        return []
+    found = []
+    for mig_index in range(int(count)):
+        handle = query("nvmlDeviceGetMigDeviceHandleByIndex", gpu.handle, mig_index)
+        if handle is NA:
+            continue
+        found.append(DeviceInfo(index=gpu.index, name=_text(query("nvmlDeviceGetName", handle)),
+                                uuid=_text(query("nvmlDeviceGetUUID", handle)),
+                                pci_bus_id=gpu.pci_bus_id, handle=handle, mig_index=mig_index))
+    return found
 
 
 def find_device(uuid: str | None = None, pci_bus_id: str | None = None,
                 index: int | None = None) -> DeviceMatch:
     """Find the NVML device of the runner's torch device: UUID, then PCI bus id, then index.
 
-    Raises NvmlUnavailable if NVML is unusable or nothing matches. Index matching is a last
-    resort: CUDA orders devices fastest-first and honours CUDA_VISIBLE_DEVICES, NVML orders
-    by PCI bus, so the same index may name different GPUs.
+    The UUID may name a GPU or a MIG device. The index is used only when the runner sent no
+    identity: CUDA orders devices fastest-first and renumbers them after CUDA_VISIBLE_DEVICES,
+    NVML orders them by PCI bus, so the same index may name another GPU, and an identity that
+    matches nothing (NVML sees other GPUs than the runner) must not be papered over by it.
+    Raises NvmlUnavailable if NVML is unusable or nothing matches.
     """
     init()
     devices = list_devices()
@@ -353,29 +405,34 @@ def find_device(uuid: str | None = None, pci_bus_id: str | None = None,
         for dev in devices:
             if dev.uuid and normalize_uuid(dev.uuid) == want:
                 return DeviceMatch(dev, "uuid")
+        for gpu in devices:
+            for mig in mig_devices(gpu):
+                if mig.uuid and normalize_uuid(mig.uuid) == want:
+                    return DeviceMatch(mig, "uuid")
     if pci_bus_id:
         want = normalize_pci_bus_id(pci_bus_id)
         for dev in devices:
             if dev.pci_bus_id and normalize_pci_bus_id(dev.pci_bus_id) == want:
-                return DeviceMatch(dev, "pci_bus_id")
-    if index is not None:
+                warning = None
+                if dev.mig_enabled:
+                    warning = (f"GPU {dev.index} is in MIG mode and the training device's MIG "
+                               "instance was not identified: memory is the whole GPU's")
+                return DeviceMatch(dev, "pci_bus_id", warning)
+    if index is not None and not (uuid or pci_bus_id):
         for dev in devices:
             if dev.index == index:
-                return DeviceMatch(dev, "index", _index_warning(index, len(devices),
-                                                                bool(uuid or pci_bus_id)))
+                return DeviceMatch(dev, "index", _index_warning(index, len(devices)))
     raise NvmlUnavailable(f"no NVML device matches the training device (uuid={uuid!r}, "
                           f"pci_bus_id={pci_bus_id!r}, index={index!r})")
 
 
-def _index_warning(index: int, n_devices: int, identity_missed: bool) -> str | None:
-    if n_devices == 1 and not identity_missed:
+def _index_warning(index: int, n_devices: int) -> str | None:
+    if n_devices == 1:
         return None  # one GPU: the index cannot name another one
     text = (f"matched the GPU by index {index}: CUDA and NVML indices may differ unless "
             "CUDA_DEVICE_ORDER=PCI_BUS_ID")
     if os.environ.get("CUDA_VISIBLE_DEVICES"):
         text += "; CUDA_VISIBLE_DEVICES is set, which renumbers CUDA devices"
-    if identity_missed:
-        text += " (its UUID/PCI bus id matched no NVML device)"
     return text
 
 

@@ -386,7 +386,14 @@ class NvmlSampler(Sampler):
         else:
             reason = rates.reason if rates.reason == samples.reason else \
                 f"{rates.reason} (sample buffer: {samples.reason})"
+            if self._on_mig() and rates.reason == nvml.NOT_SUPPORTED:
+                reason = nvml.MIG_NO_UTILIZATION
             self.store.set_status(_status(_UTIL_SPEC, False, reason, source="NVML"))
+
+    def _on_mig(self) -> bool:
+        """Whether the handle is a MIG device or a GPU in MIG mode."""
+        device = self.match.device if self.match is not None else None
+        return device is not None and (device.mig_index is not None or device.mig_enabled)
 
     # -- poll --
 
@@ -403,6 +410,8 @@ class NvmlSampler(Sampler):
             else:
                 self._fail(_UTIL_SPEC, reply.reason)
         for spec, func, args, convert in list(self._points.values()):
+            if self._util_mode is None and not self._points:
+                break  # the driver went away: everything is retired already
             reply = nvml.query_with_reason(func, self.handle, *args)
             if reply.ok:
                 self._ok(spec.name)
@@ -456,10 +465,21 @@ class NvmlSampler(Sampler):
         self._failures[name] = 0
 
     def _fail(self, spec: _Spec, reason: str | None) -> None:
-        """Skip this reading; after repeated failures (or a lost GPU) retire the metric."""
+        """Skip this reading; after repeated failures retire the metric.
+
+        A lost GPU or a vanished driver answers nothing more: every metric is retired at
+        once, with one log line, and the thread ends (no polling into the void).
+        """
+        if reason in nvml.DRIVER_GONE.values():
+            log.warning("NVML sampling stopped: %s", reason)
+            for each in _NVML_SPECS:
+                self.store.set_status(_status(each, False, reason, source="NVML"))
+            self._util_mode = None
+            self._points.clear()
+            return
         count = self._failures.get(spec.name, 0) + 1
         self._failures[spec.name] = count
-        if count < _MAX_FAILURES and reason != nvml.GPU_LOST:
+        if count < _MAX_FAILURES:
             return
         log.warning("NVML metric %s stopped: %s", spec.name, reason)
         self.store.set_status(_status(spec, False, reason or "NVML query failed",
