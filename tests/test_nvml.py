@@ -674,3 +674,14 @@ def test_a_driver_that_disappears_mid_run_ends_sampling_with_a_reason(
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) <= 1
     assert nvml.query("nvmlDeviceGetCount") is nvml.NA  # later queries: n/a, never raise
     assert machine.total_calls() <= calls_at_end + 1
+
+
+def test_a_driver_gone_before_the_run_says_so(
+    machine: FakeNvml, two_gpus: tuple[FakeDevice, FakeDevice]
+) -> None:
+    nvml.init()  # the window initialised NVML earlier; the driver went away since
+    machine.remove_driver(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    store = SeriesStore()
+    assert not NvmlSampler.for_device(store, uuid=UUID0).probe()
+    for name in NVML_METRICS:
+        assert store.statuses()[name].reason == nvml.DRIVER_UNLOADED

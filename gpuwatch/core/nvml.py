@@ -397,6 +397,9 @@ def find_device(uuid: str | None = None, pci_bus_id: str | None = None,
     Raises NvmlUnavailable if NVML is unusable or nothing matches.
     """
     init()
+    count = query_with_reason("nvmlDeviceGetCount")
+    if not count.ok:  # e.g. the driver went away since NVML was initialised
+        raise NvmlUnavailable(count.reason or "NVML cannot count devices")
     devices = list_devices()
     if not devices:
         raise NvmlUnavailable("NVML lists no devices")
