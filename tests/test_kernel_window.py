@@ -60,16 +60,35 @@ def test_simulated_cuda_idle_categories_follow_hta() -> None:
     # SIMULATED one stream: gap 1 (launched before the previous ended, short) = kernel wait;
     # gap 2 (launched in time, long) = other; gap 3 (launched after the end) = host wait;
     # gap 4 (launch unknown, long) = other.
-    short = KERNEL_WAIT_NS - 10
+    us = 1000
+    short, long = KERNEL_WAIT_NS - 10, KERNEL_WAIT_NS + 20 * us
+    s2 = 100 * us + short
+    s3 = s2 + 100 * us + long
+    s4 = s3 + 100 * us + 200 * us
+    s5 = s4 + 100 * us + long
     w = KernelWindow.from_message(window([
-        (K, 1, 0, 100, 0, None), (K, 1, 100 + short, 200, 50, None),
-        (K, 1, 300, 400, 150, None), (K, 1, 600, 700, 500, None),
-        (K, 1, 750, 800, None, None)]))
+        (K, 1, 0, 100 * us, 0, None), (K, 1, s2, s2 + 100 * us, 50 * us, None),
+        (K, 1, s3, s3 + 100 * us, s3 - long - 10 * us, None),
+        (K, 1, s4, s4 + 100 * us, s4 - 150 * us, None),
+        (K, 1, s5, s5 + 100 * us, None, None)], t1=s5 + 100 * us))
     idle = w.summary().idle
     assert idle.kernel_wait_ns == short
-    assert idle.other_ns == 100 + 50
-    assert idle.host_wait_ns == 200
+    assert idle.other_ns == 2 * long
+    assert idle.host_wait_ns == 200 * us
     assert w.summary().underfilled_busy_share is None  # no geometry: n/a, not 0
+
+
+def test_back_to_back_kernels_microseconds_apart_are_kernel_wait() -> None:
+    # Real A100 traces (tests/fixtures/gpu_traces) put 1-16 µs between kernels queued in time,
+    # and HTA calls those kernel wait: its threshold of 30 applies to the trace's µs.
+    us = 1000
+    w = KernelWindow.from_message(window([
+        (K, 1, 0, 50 * us, 0, None), (K, 1, 52 * us, 90 * us, 1 * us, None),
+        (K, 1, 106 * us, 150 * us, 2 * us, None), (K, 1, 181 * us, 200 * us, 3 * us, None)],
+        t1=200 * us))
+    idle = w.summary().idle
+    assert idle.kernel_wait_ns == (2 + 16) * us
+    assert idle.other_ns == 31 * us and idle.host_wait_ns == 0
 
 
 def test_cpu_window_counts_ops_and_every_gap_is_host_wait() -> None:

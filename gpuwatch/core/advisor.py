@@ -71,7 +71,7 @@ RULES: tuple[Rule, ...] = (
     Rule("channels-last", "device busy share with AMP on and channels_last off",
          "≥ 50 %", "channels_last = on (vision)",
          "NHWC lets mixed-precision convolutions pick faster kernels"),
-    Rule("capture-kernel-wait", "kernel capture (CUDA): HTA kernel wait (gaps under 30 ns "
+    Rule("capture-kernel-wait", "kernel capture (CUDA): HTA kernel wait (gaps under 30 µs "
          "between back-to-back kernels launched in time) ÷ window", "≥ 10 %",
          "compile = reduce-overhead (CUDA graphs), else default",
          "launch overhead between many small kernels: graphs replay them in one launch"),
