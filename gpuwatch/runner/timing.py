@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpuwatch.protocol import ACTIVE_LAST, N_MARKS
 
@@ -94,12 +94,18 @@ class CudaEventBackend(TimingBackend):
     ``elapsed_time`` is float32 milliseconds, whose rounding grows with the offset (≈0.5 µs at
     10 s, ≈4 µs at 65 s), so the anchor must stay recent. Two ways, neither stalls the loop:
 
-    * **calibrate** when a poll finds the stream drained and the last calibration is
-      ``calibrate_every_s`` old. Drained means every event set is done except, at most, the
-      newest one's sync-phase tail (its ``optimizer_end`` is done): that step's ``end`` marker
-      was recorded microseconds before the poll, so requiring it too would almost never find an
-      idle stream. The spin of each try is bounded by ``spin_limit_ns`` in case the sync phase
-      left work behind. Calibrating also absorbs drift between the GPU and host clocks.
+    * **calibrate** when the last calibration is ``calibrate_every_s`` old, on
+      ``calibration_stream``: a stream of its own with no work (torch's pool streams are
+      created ``cudaStreamNonBlocking``, ``c10/cuda/CUDAStream.cpp``, so they do not wait for
+      the default stream), where the calibration event completes at once even while the
+      training stream is busy. Calibrating absorbs drift between the GPU and host clocks, so
+      it must not depend on the training stream ever draining: a sync-free loop that keeps the
+      GPU busy never drains, and chaining alone carries the drift forward (500 ppm was 0.26 ms
+      off after one second on the simulated device, growing without bound). Without a
+      calibration stream (an injected simulation) a poll calibrates only when the training
+      stream is drained: every event set done except, at most, the newest one's sync-phase
+      tail (its ``optimizer_end`` is done). The spin of each try is bounded by
+      ``spin_limit_ns`` in case the stream has work after all.
     * **chain** when the anchor is ``chain_after_s`` old and no calibration happened: the newest
       completed event becomes the anchor, with the host time just computed for it. Free (no
       record, no spin); each chain adds at most half a float32 ULP of its offset (≈30 ns at 1 s),
@@ -108,8 +114,9 @@ class CudaEventBackend(TimingBackend):
     Each event set is converted with the anchor that was current when it began, so an offset is
     never negative; a replaced anchor event is reused only once those sets are harvested.
 
-    ``event_factory``, ``clock`` and ``synchronize`` are injectable so the logic is tested on a
-    simulated stream without CUDA; the defaults use ``torch.cuda`` (imported only here).
+    ``event_factory``, ``clock``, ``synchronize`` and ``calibration_stream`` are injectable so
+    the logic is tested on a simulated stream without CUDA; the defaults use ``torch.cuda``
+    (imported only here; the calibration stream is a new stream of the current device).
     ``synchronize`` runs once, before the loop (initial calibration), and in ``poll(wait=True)``
     after it.
     """
@@ -121,15 +128,19 @@ class CudaEventBackend(TimingBackend):
                  clock: Callable[[], int] = time.perf_counter_ns,
                  synchronize: Callable[[], None] | None = None,
                  tries: int = 5, spin_limit_ns: int = 2_000_000,
-                 calibrate_every_s: float = 5.0, chain_after_s: float = 1.0) -> None:
+                 calibrate_every_s: float = 5.0, chain_after_s: float = 1.0,
+                 calibration_stream: Any = None) -> None:
         if event_factory is None or synchronize is None:
             import torch
 
             def cuda_event() -> TimingEvent:
                 return torch.cuda.Event(enable_timing=True)  # type: ignore[no-any-return]
 
+            if event_factory is None and calibration_stream is None:
+                calibration_stream = torch.cuda.Stream()
             event_factory = event_factory or cuda_event
             synchronize = synchronize or torch.cuda.synchronize
+        self._calibration_stream = calibration_stream
         self._factory = event_factory
         self._clock = clock
         self._synchronize = synchronize
@@ -202,7 +213,8 @@ class CudaEventBackend(TimingBackend):
             return done
         calibrated = False
         now = self._clock()
-        if (self._drained() and now - self._calibrated_at_ns >= self._calibrate_every_ns
+        idle = self._calibration_stream is not None or self._drained()
+        if (idle and now - self._calibrated_at_ns >= self._calibrate_every_ns
                 and now >= self._retry_at_ns):
             calibrated = self._calibrate(spin_limit_ns=self._spin_limit_ns)
             if not calibrated:  # busy after all (another stream?): don't spin at every step
@@ -226,7 +238,10 @@ class CudaEventBackend(TimingBackend):
         for _ in range(self._tries):
             event = self._spare()
             h0 = self._clock()
-            event.record()
+            if self._calibration_stream is None:
+                event.record()
+            else:
+                event.record(self._calibration_stream)  # type: ignore[call-arg]
             h1: int | None = None
             while not event.query():
                 if self._clock() - h0 > spin_limit_ns:

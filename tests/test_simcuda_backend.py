@@ -1,0 +1,131 @@
+"""The runner's ``CudaEventBackend``, built by its own ``make_backend``, on the SIMULATED device
+(``tests/simcuda``; a model, not a GPU measurement): its device marks against the simulation's
+ground truth (when each event marker was reached, every kernel's start and end)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+from simcuda.fixtures import installed
+from simcuda.model import SimConfig, SimGpu
+
+from gpuwatch.protocol import ACTIVE_FIRST, ACTIVE_LAST, N_MARKS
+from gpuwatch.runner.nvtx_ranges import NvtxPhases
+from gpuwatch.runner.session import make_backend
+from gpuwatch.runner.timing import CudaEventBackend, TimingBackend
+
+CLOCK_HZ = 1.0e9
+#: Device work per step: forward, backward and optimizer phases (1, 2, 1 ms).
+PHASE_CYCLES = {2: 1_000_000, 3: 2_000_000, 4: 1_000_000}
+#: float32 milliseconds over a few seconds' offset, and integer rounding.
+ROUNDING_NS = 2_000
+
+
+@dataclass
+class Run:
+    """Ground truth and what the backend reported, per step."""
+
+    truth: dict[int, list[int]] = field(default_factory=dict)
+    host: dict[int, list[int]] = field(default_factory=dict)
+    kernels: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    marks: dict[int, list[int]] = field(default_factory=dict)
+    max_bracket_ns: int = 0
+
+
+def _events(backend: TimingBackend) -> CudaEventBackend:
+    assert isinstance(backend, NvtxPhases), "on CUDA the event backend has NVTX ranges"
+    assert isinstance(backend.inner, CudaEventBackend)
+    return backend.inner
+
+
+def run_steps(sim: SimGpu, backend: TimingBackend, *, device: int, steps: int,
+              host_gap_s: float = 0.0) -> Run:
+    """A training loop's calls to the backend, with ``_sleep`` kernels on ``device`` as the
+    step's work; the ground truth of each mark is the marker the backend just recorded."""
+    events = _events(backend)
+    run = Run(max_bracket_ns=events.bracket_ns)
+    truth_device = sim.devices[device]
+    for step in range(steps):
+        backend.begin(step)
+        host, truth, kernels = [], [], []
+        for index in range(N_MARKS):
+            if index in PHASE_CYCLES:
+                with torch.cuda.device(device):
+                    torch.cuda._sleep(PHASE_CYCLES[index])
+                kernels.append(truth_device.kernels[-1])
+            host.append(time.perf_counter_ns())
+            backend.mark(index)
+            truth.append(truth_device.markers[-1].complete_ns)
+        backend.end()
+        run.host[step], run.truth[step] = host, truth
+        run.kernels[step] = [(k.start_ns, k.end_ns) for k in kernels]
+        run.marks.update(backend.poll())
+        run.max_bracket_ns = max(run.max_bracket_ns, events.bracket_ns)
+        if host_gap_s:
+            time.sleep(host_gap_s)  # the host's own work between steps (data loading, ...)
+    run.marks.update(backend.poll(wait=True))
+    return run
+
+
+def assert_marks_match(run: Run, tolerance_ns: int) -> None:
+    assert set(run.marks) == set(run.truth), "every step got device marks"
+    for step, marks in run.marks.items():
+        errors = [abs(m - t) for m, t in zip(marks, run.truth[step], strict=True)]
+        assert max(errors) <= tolerance_ns, (step, errors, tolerance_ns)
+        first_start = min(start for start, _ in run.kernels[step])
+        last_end = max(end for _, end in run.kernels[step])
+        # The stream-active span [data_end, optimizer_end] covers the step's kernels.
+        assert marks[ACTIVE_FIRST] <= first_start + tolerance_ns
+        assert marks[ACTIVE_LAST] >= last_end - tolerance_ns
+        assert all(b >= a - tolerance_ns for a, b in zip(marks, marks[1:]))
+
+
+@pytest.fixture
+def one_gpu() -> Iterator[SimGpu]:
+    with installed(SimConfig(sleep_clock_hz=CLOCK_HZ)) as sim:
+        yield sim
+
+
+def test_device_marks_match_the_ground_truth(one_gpu: SimGpu) -> None:
+    backend = make_backend(torch, torch.device("cuda", 0))
+    assert backend.kind == "cuda_events"
+    run = run_steps(one_gpu, backend, device=0, steps=30)
+    assert_marks_match(run, run.max_bracket_ns + ROUNDING_NS)
+    # The device was the bottleneck: the host ran ahead, so markers completed after the host
+    # placed them, and the device marks are not the host's.
+    late = [run.truth[s][ACTIVE_LAST] - run.host[s][ACTIVE_LAST] for s in run.truth]
+    assert min(late) > 1_000_000
+    assert _events(backend).skipped == 0
+    assert not one_gpu.waits or {w.kind for w in one_gpu.waits} == {"device_synchronize"}
+    backend.close()
+
+
+def test_device_marks_follow_a_drifting_device_clock() -> None:
+    """A device clock 500 ppm fast: without re-anchoring, marks 1 s after the anchor would be
+    0.5 ms off; chaining (1 s) and calibration (every 0.3 s here, when drained) keep them
+    within the bracket plus the drift since the last calibration."""
+    drift_ppm = 500
+    with installed(SimConfig(sleep_clock_hz=CLOCK_HZ, drift_ppm=drift_ppm)) as sim:
+        torch.cuda.set_device(0)
+        backend = NvtxPhases(CudaEventBackend(calibrate_every_s=0.3))
+        run = run_steps(sim, backend, device=0, steps=60, host_gap_s=0.01)
+        events = _events(backend)
+        assert events.calibrations > 1, "re-calibrated while running"
+        drift_ns = round(drift_ppm * 1e-6 * 0.5e9)  # at most ~0.5 s since a calibration
+        assert_marks_match(run, run.max_bracket_ns + drift_ns + ROUNDING_NS)
+
+
+def test_second_device_marks_land_on_its_stream() -> None:
+    """``make_backend`` must make the chosen device current: the events are recorded on that
+    device's stream, where its work is (on device 0 they would time an idle stream)."""
+    with installed(SimConfig(devices=2, sleep_clock_hz=CLOCK_HZ)) as sim:
+        torch.cuda.set_device(0)
+        backend = make_backend(torch, torch.device("cuda", 1))
+        run = run_steps(sim, backend, device=1, steps=10)
+        assert not sim.devices[0].markers, "nothing recorded on device 0"
+        assert_marks_match(run, run.max_bracket_ns + ROUNDING_NS)
+        torch.cuda.set_device(0)
