@@ -4,6 +4,7 @@ ground truth (when each event marker was reached, every kernel's start and end).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,8 +43,9 @@ def _events(backend: TimingBackend) -> CudaEventBackend:
     return backend.inner
 
 
-def run_steps(sim: SimGpu, backend: TimingBackend, *, device: int, steps: int,
-              host_gap_s: float = 0.0) -> Run:
+def run_steps(
+    sim: SimGpu, backend: TimingBackend, *, device: int, steps: int, host_gap_s: float = 0.0
+) -> Run:
     """A training loop's calls to the backend, with ``_sleep`` kernels on ``device`` as the
     step's work; the ground truth of each mark is the marker the backend just recorded."""
     events = _events(backend)
@@ -81,7 +83,7 @@ def assert_marks_match(run: Run, tolerance_ns: int) -> None:
         # The stream-active span [data_end, optimizer_end] covers the step's kernels.
         assert marks[ACTIVE_FIRST] <= first_start + tolerance_ns
         assert marks[ACTIVE_LAST] >= last_end - tolerance_ns
-        assert all(b >= a - tolerance_ns for a, b in zip(marks, marks[1:]))
+        assert all(b >= a - tolerance_ns for a, b in itertools.pairwise(marks))
 
 
 @pytest.fixture
