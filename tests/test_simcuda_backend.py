@@ -16,7 +16,7 @@ from simcuda.model import SimConfig, SimGpu
 
 from gpuwatch.protocol import ACTIVE_FIRST, ACTIVE_LAST, N_MARKS
 from gpuwatch.runner.nvtx_ranges import NvtxPhases
-from gpuwatch.runner.session import make_backend
+from gpuwatch.runner.session import DeviceError, make_backend, resolve_device
 from gpuwatch.runner.timing import CudaEventBackend, TimingBackend
 
 CLOCK_HZ = 1.0e9
@@ -131,3 +131,11 @@ def test_second_device_marks_land_on_its_stream() -> None:
         assert not sim.devices[0].markers, "nothing recorded on device 0"
         assert_marks_match(run, run.max_bracket_ns + ROUNDING_NS)
         torch.cuda.set_device(0)
+
+
+def test_resolve_device_on_two_devices() -> None:
+    with installed(SimConfig(devices=2)):
+        assert resolve_device(torch, "auto") == torch.device("cuda", 0)
+        assert resolve_device(torch, "cuda:1") == torch.device("cuda", 1)
+        with pytest.raises(DeviceError, match="this machine has 2 CUDA device"):
+            resolve_device(torch, "cuda:2")

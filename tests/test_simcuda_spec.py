@@ -312,3 +312,18 @@ class _reinstalled:
 
         uninstall()
         install(SimConfig(devices=2, sleep_clock_hz=CLOCK_HZ))
+
+
+def test_cuda_visible_devices_is_read_at_initialization(
+    sim: SimGpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner hides CUDA from a script watched on the CPU with ``CUDA_VISIBLE_DEVICES=""``
+    before torch is imported; the simulation honours it like CUDA does."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with _reinstalled(SimConfig(devices=2)):
+        assert not torch.cuda.is_available() and torch.cuda.device_count() == 0
+        assert not torch.accelerator.is_available()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,7,0")
+    with _reinstalled(SimConfig(devices=2)):
+        assert torch.cuda.device_count() == 1, "the list ends at the first unknown device"
+        assert torch.cuda.get_device_name(0) == "simcuda GPU 1"

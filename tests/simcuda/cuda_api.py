@@ -249,7 +249,7 @@ class device:
 
 
 def is_available() -> bool:
-    return True
+    return bool(gpu().devices)
 
 
 def device_count() -> int:

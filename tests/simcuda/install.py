@@ -57,12 +57,17 @@ CUDA_NAMES = (
 )
 
 
+def _current_accelerator(check_available: bool = False) -> torch.device | None:
+    """torch's answer on a CUDA build: cuda, or None if asked to check and none is visible."""
+    return None if check_available and not cuda_api.is_available() else torch.device("cuda")
+
+
 def _accelerator_api() -> dict[str, Any]:
     api = cuda_api
     return {
         "is_available": api.is_available,
         "device_count": api.device_count,
-        "current_accelerator": lambda check_available=False: torch.device("cuda"),
+        "current_accelerator": _current_accelerator,
         "current_device_index": api.current_device,
         "current_device_idx": api.current_device,
         "set_device_index": api.set_device,

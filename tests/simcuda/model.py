@@ -19,11 +19,12 @@ with ``debug_visible`` telling which kind it was.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 SYNC_ERROR = "called a synchronizing CUDA operation"
@@ -150,9 +151,9 @@ class DeviceClock:
 class SimDevice:
     """One device: its clock, streams (0 is the default stream), ground truth, memory."""
 
-    def __init__(self, index: int, config: SimConfig, epoch_ns: int) -> None:
+    def __init__(self, index: int, spec: DeviceSpec, config: SimConfig, epoch_ns: int) -> None:
         self.index = index
-        self.spec = config.spec(index)
+        self.spec = spec
         self.clock = DeviceClock(config.drift_ppm, config.offset_ns, epoch_ns)
         self.streams: dict[int, SimStream] = {0: SimStream(index, 0)}
         self.kernels: deque[Kernel] = deque(maxlen=HISTORY)
@@ -172,7 +173,10 @@ class SimGpu:
         self.config = config
         self.now = clock
         self.epoch_ns = clock()
-        self.devices = [SimDevice(i, config, self.epoch_ns) for i in range(config.devices)]
+        self.devices = [
+            SimDevice(i, config.spec(physical), config, self.epoch_ns)
+            for i, physical in enumerate(visible_devices(config.devices))
+        ]
         self.waits: deque[HostWait] = deque(maxlen=HISTORY)
         self.on_wait: Callable[[HostWait], None] | None = None
         self.debug_mode = config.sync_debug_mode
@@ -278,6 +282,21 @@ class SimGpu:
         if self.on_wait is not None:
             self.on_wait(wait)
         sleep_until(self.now, until_ns)
+
+
+def visible_devices(count: int, environ: Mapping[str, str] = os.environ) -> list[int]:
+    """The physical devices ``CUDA_VISIBLE_DEVICES`` leaves visible, in its order (CUDA reads
+    it at initialization; the list ends at the first entry that names no device)."""
+    value = environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return list(range(count))
+    visible: list[int] = []
+    for entry in value.split(","):
+        part = entry.strip()
+        if not part.isdigit() or int(part) >= count or int(part) in visible:
+            break
+        visible.append(int(part))
+    return visible
 
 
 def sleep_until(clock: Callable[[], int], until_ns: int) -> None:
