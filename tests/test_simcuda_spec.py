@@ -327,3 +327,20 @@ def test_cuda_visible_devices_is_read_at_initialization(
     with _reinstalled(SimConfig(devices=2)):
         assert torch.cuda.device_count() == 1, "the list ends at the first unknown device"
         assert torch.cuda.get_device_name(0) == "simcuda GPU 1"
+
+
+def test_fused_optimizer_with_grad_scaler_stays_on_the_device(sim: SimGpu) -> None:
+    """Optimizers group their tensors by the device C++ reports; the groups must name the
+    simulated device, or the scaler's tensors would be copied to the host every step."""
+    model = torch.nn.Linear(8, 8).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=True)
+    scaler = torch.amp.GradScaler("cuda")
+    weight = model.weight
+    assert weight.get_device() == 0 and not weight.is_cpu and torch.ones(1).is_cpu
+    sim.waits.clear()
+    for _ in range(2):
+        scaler.scale(model(torch.ones(4, 8, device="cuda")).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+    assert not sim.waits, [w.kind for w in sim.waits]

@@ -112,6 +112,11 @@ def install(config: SimConfig | None = None) -> SimGpu:
         patch(torch.cuda, name, getattr(cuda_api, name))
     for name, value in _accelerator_api().items():
         patch(torch.accelerator, name, value)
+    patch(
+        torch._C,
+        "_group_tensors_by_device_and_dtype",
+        placement.group_tensors_by_device_and_dtype(torch._C._group_tensors_by_device_and_dtype),
+    )
     patch(torch.Tensor, "pin_memory", placement.pin_memory)
     patch(torch.Tensor, "is_pinned", placement.tensor_is_pinned)
     for mode in (placement.DeviceKernels(), placement.DevicePlacement()):

@@ -196,6 +196,11 @@ class DevicePlacement(TorchFunctionMode):
             return func(*args) if index is None else torch.device("cuda", index)
         if _accessor(func, "is_cuda", "__get__"):
             return device_of(args[0]) is not None
+        if _accessor(func, "is_cpu", "__get__"):
+            return device_of(args[0]) is None
+        if func is torch.Tensor.get_device:
+            index = device_of(args[0])
+            return func(*args) if index is None else index
         if _accessor(func, "data", "__set__"):
             func(*args)
             mark(args[0], device_of(args[1]))
@@ -358,6 +363,23 @@ def _check_devices(func: Any, tensors: list[torch.Tensor], devices: set[int | No
             f"Expected all tensors to be on the same device, but found at least "
             f"two devices, {names[0]} and {names[1]}! ({func})"
         )
+
+
+def group_tensors_by_device_and_dtype(original: Any) -> Any:
+    """Wrap ``torch._C._group_tensors_by_device_and_dtype`` (optimizers and the GradScaler group
+    their tensors with it): its keys carry the tensors' real device, the CPU, which the
+    optimizer would then copy its scaler tensors to; device tensors get their CUDA device."""
+
+    def grouped(tensorlistlist: Any, with_indices: bool = False) -> Any:
+        groups = original(tensorlistlist, with_indices)
+        out = {}
+        for (device, dtype), value in groups.items():
+            first = next((t for t in value[0][0] if t is not None), None)
+            index = device_of(first)
+            out[(device if index is None else torch.device("cuda", index), dtype)] = value
+        return out
+
+    return grouped
 
 
 def pin_memory(self: torch.Tensor, device: Any = None) -> torch.Tensor:
