@@ -72,22 +72,40 @@ def test_source_install_env_is_unchanged(monkeypatch):
     assert launcher.clean_env(environ) == environ
 
 
-def test_frozen_runner_env_cleans_first_then_adds_the_runner_source(frozen, tmp_path,
-                                                                    monkeypatch):
-    """The environment a frozen Session gives the runner, used for real: the venv's Python
-    imports ``gpuwatch.runner`` from the bundle's source folder, without the bundle's
-    libraries on LD_LIBRARY_PATH."""
+def test_frozen_runner_env_is_the_users_and_boot_runs_the_shipped_source(frozen, tmp_path,
+                                                                         monkeypatch):
+    """The environment and command a frozen Session gives the runner, used for real: the venv's
+    Python runs ``gpuwatch.runner`` from the bundle's source folder (``boot_code``), without
+    the bundle's libraries on LD_LIBRARY_PATH and with nothing of ours on PYTHONPATH."""
+    import json
     import subprocess
+    import textwrap
 
     monkeypatch.setenv("LD_LIBRARY_PATH", str(frozen))
     monkeypatch.setenv("LD_LIBRARY_PATH_ORIG", "/opt/user-lib")
-    env = launcher.runner_env(b"k" * 32, launcher.runner_pythonpath(sys.executable, tmp_path))
+    monkeypatch.setenv("PYTHONPATH", "/opt/user-python")
+    root = launcher.runner_pythonpath(sys.executable, tmp_path)
+    assert root == str(frozen / launcher.FROZEN_RUNNER_SOURCE)
+    env = launcher.runner_env(b"k" * 32)
     assert env["LD_LIBRARY_PATH"] == "/opt/user-lib"
-    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(frozen / launcher.FROZEN_RUNNER_SOURCE)
-    out = subprocess.run(
-        [sys.executable, "-c", "import gpuwatch.runner; print(gpuwatch.runner.__file__)"],
-        env=env, capture_output=True, text=True, check=True, cwd=tmp_path)
-    assert Path(out.stdout.strip()).is_relative_to(frozen / launcher.FROZEN_RUNNER_SOURCE)
+    assert env["PYTHONPATH"] == "/opt/user-python"
+    cli = Path(root) / "gpuwatch" / "runner" / "cli.py"
+    cli.write_text(cli.read_text(encoding="utf-8") + textwrap.dedent('''
+
+        def main(argv=None):
+            import json
+            import sys
+            print(json.dumps({"cli": __file__, "path": sys.path}))
+            return 0
+    '''), encoding="utf-8")
+    command = launcher.script_command(sys.executable, "unused", "train.py", [], device="cpu",
+                                      root=root)
+    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True,
+                         cwd=tmp_path, timeout=60)
+    seen = json.loads(out.stdout)
+    assert Path(seen["cli"]) == cli
+    assert seen["path"][-1] == root and seen["path"].count(root) == 1
+    assert seen["path"][1] == "/opt/user-python"  # the user's PYTHONPATH, first as usual
 
 
 def test_frozen_doctor_without_python_is_one_line_not_a_traceback(frozen, capsys):

@@ -56,12 +56,14 @@ def runner_source_root() -> Path:
 
 
 def runner_pythonpath(python: str, private_dir: Path) -> str:
-    """A PYTHONPATH entry from which ``python -m gpuwatch.runner`` imports.
+    """The folder holding the ``gpuwatch`` package that ``python`` runs the runner from.
 
     For our own interpreter that is the directory holding the package. Another interpreter
     (a user's torch environment) must not see our site-packages, so it gets a plain copy
     of the runner's source (stdlib + torch only, DESIGN §1) in the session's private dir,
     with ``gpuwatch.probe`` so a user's script run there can ``import gpuwatch.probe``.
+    The runner itself is started with it by ``boot_code`` (never through ``PYTHONPATH``);
+    ``child_env`` puts it on ``PYTHONPATH`` for the probe, which runs no user code.
     """
     bundle = bundle_dir()
     if bundle is not None:  # the build ships the runner's source as plain files
@@ -96,16 +98,31 @@ def default_python() -> str:
     return sys.executable
 
 
+def boot_code(root: str) -> str:
+    """``python -c`` source that runs ``gpuwatch.runner`` from the folder ``root``.
+
+    The script a runner watches must see the environment and ``sys.path`` of a plain
+    ``python SCRIPT`` (docs/design.md, Lifecycle), so nothing goes on ``PYTHONPATH``: the
+    boot puts ``root`` in front of ``sys.path`` only to import our ``gpuwatch`` package, and
+    ``gpuwatch.runner.script_environment.settle_source_root`` moves it to the end.
+    """
+    return (f"import sys; sys.path.insert(0, {root!r}); "
+            "from gpuwatch.runner.script_environment import settle_source_root; "
+            f"settle_source_root({root!r}); "
+            "from gpuwatch.runner.cli import main; sys.exit(main())")
+
+
 def runner_command(python: str, address: str, workload: str, device: str,
-                   extra: Sequence[str] = ()) -> list[str]:
-    return [python, "-m", "gpuwatch.runner", "--connect", address,
+                   extra: Sequence[str] = (), *, root: str) -> list[str]:
+    """The runner training a built-in workload; ``root`` from ``runner_pythonpath``."""
+    return [python, "-c", boot_code(root), "--connect", address,
             "--workload", workload, "--device", device, *extra]
 
 
 def script_command(python: str, address: str, script: str, script_args: Sequence[str], *,
-                   device: str, extra: Sequence[str] = ()) -> list[str]:
+                   device: str, root: str, extra: Sequence[str] = ()) -> list[str]:
     """The runner running a user's script as ``__main__``; its argv goes after ``--``."""
-    return [python, "-m", "gpuwatch.runner", "--connect", address, "--script", script,
+    return [python, "-c", boot_code(root), "--connect", address, "--script", script,
             "--device", device, *extra, "--", *script_args]
 
 
@@ -158,20 +175,20 @@ def prepare_frozen_children() -> None:
 
 def child_env(pythonpath: str) -> dict[str, str]:
     """Our environment, cleaned of a frozen app's paths, with ``pythonpath`` first on
-    PYTHONPATH (for runner and probe)."""
+    PYTHONPATH: for ``--probe`` only, which runs no user code (a runner gets ``runner_env``)."""
     env = clean_env()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH")) if p)
     return env
 
 
-def runner_env(authkey: bytes, pythonpath: str) -> dict[str, str]:
-    env = child_env(pythonpath)
+def runner_env(authkey: bytes) -> dict[str, str]:
+    """The user's environment (cleaned of a frozen app's paths) plus the link's key, which the
+    runner removes before a script's first line. Nothing else: no ``PYTHONPATH`` (the runner
+    is found by ``boot_code``), no ``PYTHONUNBUFFERED``/``PYTHONIOENCODING`` (the runner sets
+    up its streams in-process) and no ``CUDA_DEVICE_ORDER`` (it decides which GPU a script's
+    ``cuda:0`` is; the GUI matches the device to NVML by UUID or PCI bus id instead)."""
+    env = clean_env()
     env[protocol.AUTHKEY_ENV] = authkey.hex()
-    env["PYTHONUNBUFFERED"] = "1"
-    # NVML numbers GPUs by PCI bus; make torch's cuda:N agree so the device menu and the
-    # NVML match mean the same GPU (a user's explicit setting wins).
-    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    env.setdefault("PYTHONIOENCODING", "utf-8")
     return env
 
 

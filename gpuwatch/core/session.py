@@ -407,15 +407,15 @@ class Session:
         authkey = link.new_authkey()
         self._listener = link.LinkListener(self._private_dir, authkey)
         extra = ["--max-steps", str(spec.max_steps)] if spec.max_steps else []
+        root = launcher.runner_pythonpath(python, self._private_dir)
         if spec.script:
             cmd = launcher.script_command(python, self._listener.address, spec.script,
-                                          spec.script_args, device=spec.device,
+                                          spec.script_args, device=spec.device, root=root,
                                           extra=extra)
         else:
             cmd = launcher.runner_command(python, self._listener.address, spec.workload,
-                                          spec.device, extra)
-        env = launcher.runner_env(authkey, launcher.runner_pythonpath(python,
-                                                                       self._private_dir))
+                                          spec.device, extra, root=root)
+        env = launcher.runner_env(authkey)
         self._proc = launcher.spawn(cmd, env, cwd=spec.cwd)
         if self._sample_coarse:
             self._add_sampler(ProcessTreeSampler(self.coarse, self._proc.pid))

@@ -1,5 +1,9 @@
 """``python -m gpuwatch.runner``: the training process the GUI starts (DESIGN.md §2).
 
+The GUI starts it as ``python -c BOOT`` (``gpuwatch.core.launcher.boot_code``) so that nothing
+of gpuwatch's goes into the environment a watched script sees (``script_environment``); ``-m``
+works too wherever the ``gpuwatch`` package is importable.
+
 ``--workload NAME`` trains a built-in workload; ``--script PATH -- ARGS`` runs the user's own
 script instead (``script_session``), with everything after ``--`` as its arguments.
 
@@ -20,6 +24,7 @@ import re
 from collections.abc import Sequence
 
 from gpuwatch.runner.link import Link, LinkError, read_authkey
+from gpuwatch.runner.script_environment import configure_stdio
 from gpuwatch.runner.workloads import WORKLOAD_NAMES
 
 EXIT_LINK = 3
@@ -78,6 +83,7 @@ def split_script_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
+    configure_stdio()
     own, script_args = split_script_args(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(own)  # exits 2 on bad arguments

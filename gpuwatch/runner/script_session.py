@@ -29,6 +29,7 @@ from typing import Any
 
 from gpuwatch.protocol import PROTOCOL_VERSION
 from gpuwatch.runner.link import Link
+from gpuwatch.runner.script_environment import enter_script
 
 EXIT_OK = 0
 EXIT_SCRIPT_ERROR = 1
@@ -119,7 +120,7 @@ def _watch(link: Link, torch: Any, device: Any, *, path: str, full_path: str,
     link.log("info", f"running {path} {' '.join(args)}".rstrip() + f" in {os.getcwd()}")
 
     sys.argv = [path, *args]
-    sys.path[0] = os.path.dirname(full_path)
+    enter_script(full_path)  # sys.path[0] as python PATH sets it (script_environment)
     probe.attach_runner(agent)
     hooks.install()
     control.start()
