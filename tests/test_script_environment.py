@@ -268,3 +268,41 @@ def test_boot_code_imports_the_runner_from_its_root_without_pythonpath(tmp_path)
     assert Path(seen["cli"]) == cli
     assert seen["path"][0] == "" and seen["path"][-1] == str(root)
     assert seen["path"].count(str(root)) == 1
+
+
+def test_a_scripts_print_reaches_the_window_while_it_runs(tmp_path, monkeypatch) -> None:
+    """Without PYTHONUNBUFFERED in the environment, the runner's own line buffering still shows
+    a script's ``print`` (no flush) while the script runs, in UTF-8."""
+    from waiting import wait_until
+
+    from gpuwatch.core.session import LaunchSpec, Session
+
+    for name in ONCE_ADDED:
+        monkeypatch.delenv(name, raising=False)
+    go_on = tmp_path / "go-on"
+    script = tmp_path / "talk.py"
+    script.write_text(
+        textwrap.dedent(f"""
+            import os, time
+            print("naïve ✓ line")
+            deadline = time.monotonic() + 120
+            while not os.path.exists({str(go_on)!r}) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        """),
+        encoding="utf-8",
+    )
+    session = Session(sample_coarse=False)
+    seen: list[str] = []
+
+    def printed() -> bool:
+        seen.extend(line.text for line in session.drain_log() if line.source == "runner")
+        return "naïve ✓ line" in seen
+
+    try:
+        session.start(LaunchSpec(script=str(script), cwd=str(tmp_path), device="cpu"))
+        wait_until(printed, 90, "the script's line while it runs")
+        assert not session.wait_ended(0), "the script was still running"
+    finally:
+        go_on.touch()
+        assert session.wait_ended(60)
+        session.close()
