@@ -344,3 +344,15 @@ def test_fused_optimizer_with_grad_scaler_stays_on_the_device(sim: SimGpu) -> No
         scaler.update()
         optimizer.zero_grad()
     assert not sim.waits, [w.kind for w in sim.waits]
+
+
+def test_to_follows_torchs_rules(sim: SimGpu) -> None:
+    x = torch.ones(3, device=0)  # an index names a GPU
+    assert x.device == torch.device("cuda", 0)
+    assert x.to("cuda") is x and x.to(torch.float32) is x and x.to(x) is x, "nothing to do"
+    half = x.to(torch.float16)
+    assert half is not x and half.device == x.device and half.dtype == torch.float16
+    assert torch.ones(2).to(x).device == x.device
+    assert x.to(torch.ones(1, dtype=torch.float64)).dtype == torch.float64
+    assert x.to("cuda:1").device == torch.device("cuda", 1)
+    assert torch.empty(4, pin_memory=True).is_pinned()

@@ -131,8 +131,8 @@ def mark_all(tree: Any, index: int | None) -> None:
 
 def _cuda_index(device: Any) -> int | None:
     """The CUDA device index ``device`` names (current device for plain "cuda"), else None."""
-    if isinstance(device, int) and not isinstance(device, bool):
-        return None
+    if isinstance(device, int) and not isinstance(device, bool):  # an index names a GPU
+        device = torch.device("cuda", device)
     if isinstance(device, str):
         if not device.startswith("cuda"):
             return None
@@ -235,6 +235,10 @@ class DevicePlacement(TorchFunctionMode):
         if kind is not None and device_of(args[0]) is not None:
             device_to_host(args[0], kind=kind)
             return _reading(func, args, kwargs)
+        if kwargs.get("pin_memory"):  # a factory allocating page-locked host memory
+            out = func(*args, **{**kwargs, "pin_memory": False})
+            setattr(out.untyped_storage(), PINNED_ATTR, True)
+            return out
         index = _cuda_index(kwargs.get("device"))
         if index is None:
             return func(*args, **kwargs)
@@ -260,24 +264,26 @@ class DevicePlacement(TorchFunctionMode):
             device: Any = (
                 torch.device("cuda", target_index) if target_index is not None else other.device
             )
-            args = (other.dtype, *args[1:])
-            kwargs = {**kwargs, "device": device}
+            args = (device, other.dtype, *args[1:])
         parsed = torch._C._nn._parse_to(*args, **{k: v for k, v in kwargs.items() if k != "copy"})
         device, dtype, non_blocking = parsed[0], parsed[1], parsed[2]
         target = _cuda_index(device) if device is not None else source
         copy = bool(kwargs.get("copy", False))
-        memory_format = (
-            parsed[3] if len(parsed) > 3 and parsed[3] is not None else torch.preserve_format
-        )
-        if target == source and device is not None and not copy and dtype in (None, tensor.dtype):
-            return tensor  # already there: torch returns the tensor itself
+        memory_format = parsed[3] if len(parsed) > 3 and parsed[3] is not None else None
+        if (
+            target == source
+            and not copy
+            and dtype in (None, tensor.dtype)
+            and memory_format in (None, torch.preserve_format)
+        ):
+            return tensor  # nothing to do: torch returns the tensor itself
         if target is None and source is None:
             return torch.Tensor.to(tensor, *args, **kwargs)
         cpu_kwargs: dict[str, Any] = {
             "device": "cpu",
             "dtype": dtype or tensor.dtype,
             "copy": True,
-            "memory_format": memory_format,
+            "memory_format": memory_format or torch.preserve_format,
         }
         if target is not None and source is None:  # host → device
             out = torch.Tensor.to(tensor, **cpu_kwargs)
