@@ -2,8 +2,8 @@
 
 ``runner_env(config)`` returns the environment variables that make a child Python install the
 simulation right after it imports torch (``boot/sitecustomize.py``). Tests put them into
-``os.environ`` before ``Session.start`` (the launcher copies ``os.environ`` into the runner's
-environment and keeps an existing ``PYTHONPATH`` after its own entry)::
+``os.environ`` before ``Session.start`` (the launcher passes ``os.environ``, ``PYTHONPATH``
+included, on to the runner)::
 
     config = SimConfig(report_path=str(tmp_path / "waits.jsonl"), sync_debug_mode=0)
     for name, value in runner_env(config).items():
