@@ -7,8 +7,11 @@ follow Kineto's conventions (notes/measurement.md §2.2). The CPU tests use the 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,13 +21,20 @@ import torch
 from gpuwatch import protocol
 from gpuwatch.core.kernel_window import KernelWindow
 from gpuwatch.runner.kernel_capture import (
+    CLOCK_MARKS,
+    DISTURBED,
+    MARKER,
+    REPLACED,
+    CuptiRelease,
     KernelCapture,
     epoch_offset,
     kernel_geometry,
+    marker_offset,
     parse_steps,
     window_message,
 )
 from gpuwatch.runner.nvtx_ranges import NvtxPhases
+from gpuwatch.runner.profiler_watch import RECORDING
 from gpuwatch.runner.timing import HostBackend
 
 OFFSET = 1_000_000_000_000  # simulated epoch - perf_counter offset
@@ -153,13 +163,19 @@ def test_bad_step_counts_are_not_accepted(value: Any) -> None:
 # ---- the window's life cycle with a fake profiler ----------------------------------------
 
 class FakeProfiler:
-    """Follows ``schedule(wait=0, warmup=1, active=N)``: ``on_ready`` at the N+1-th step()."""
+    """Follows ``schedule(wait=0, warmup=1, active=N)``: ``on_ready`` at the N+1-th step().
+
+    Marker ranges opened while it "records" become events on the SIMULATED Kineto clock
+    (``perf_counter_ns + OFFSET``), as torch's ``record_function`` ranges would.
+    """
 
     def __init__(self, steps: int, on_ready: Any, events: list[Any], fail: str = "") -> None:
-        self.steps, self.on_ready, self.events, self.fail = steps, on_ready, events, fail
+        self.steps, self.on_ready, self.fail = steps, on_ready, fail
+        self.events = list(events)
         self.calls = 0
         self.running = False
         self.stopped = 0
+        self.environ_at_stop: dict[str, str] = {}
 
     def start(self) -> None:
         if self.fail == "start":
@@ -169,11 +185,16 @@ class FakeProfiler:
     def step(self) -> None:
         self.calls += 1
         if self.calls == self.steps + 1:
+            self.running = False
             self.on_ready(self)
 
     def stop(self) -> None:
         self.running = False
         self.stopped += 1
+
+    @property
+    def recording(self) -> bool:
+        return self.running and 1 <= self.calls <= self.steps
 
     @property
     def profiler(self) -> Any:
@@ -189,17 +210,83 @@ class FakeProfiler:
         return Inner()
 
 
-def make_capture(device: str = "cpu", events: list[Any] | None = None, fail: str = ""
-                 ) -> tuple[KernelCapture, FakeLink, list[FakeProfiler]]:
+class FakeWatch:
+    """Stands in for ``ProfilerWatch``: the test says whether the script's profiler is on."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self.listeners: list[Any] = []
+        self.own_depth = 0
+
+    def subscribe(self, listener: Any) -> bool:
+        self.listeners.append(listener)
+        return True
+
+    def unsubscribe(self, listener: Any) -> None:
+        self.listeners.remove(listener)
+
+    @contextlib.contextmanager
+    def own(self) -> Iterator[None]:
+        self.own_depth += 1
+        try:
+            yield
+        finally:
+            self.own_depth -= 1
+
+    def busy_reason(self) -> str | None:
+        return self.reason
+
+    def script_calls(self, what: str) -> None:
+        for listener in list(self.listeners):
+            listener(what)
+
+
+@dataclass
+class Rig:
+    capture: KernelCapture
+    link: FakeLink
+    made: list[FakeProfiler]
+    watch: FakeWatch
+    environ: dict[str, str]
+
+
+def make_rig(device: str = "cpu", *, events: list[Any] | None = None, fail: str = "",
+             cuda: tuple[int, int] | None = (13, 0), environ: dict[str, str] | None = None,
+             marks: bool = True) -> Rig:
     link = FakeLink()
     made: list[FakeProfiler] = []
+    watch = FakeWatch()
+    env = {} if environ is None else environ
 
     def factory(dev: str, steps: int, on_ready: Any) -> FakeProfiler:
         prof = FakeProfiler(steps, on_ready, events or [], fail)
+        original_stop = prof.stop
+
+        def stop() -> None:
+            prof.environ_at_stop = dict(env)
+            original_stop()
+
+        prof.stop = stop  # type: ignore[method-assign]
         made.append(prof)
         return prof
 
-    return KernelCapture(link, device=device, profiler_factory=factory), link, made
+    @contextlib.contextmanager
+    def marker(name: str) -> Iterator[None]:
+        start = time.perf_counter_ns()
+        yield
+        if marks and made and made[-1].recording:
+            made[-1].events.append(FakeKinetoEvent(name, "user_annotation", start,
+                                                   time.perf_counter_ns(), 555))
+
+    capture = KernelCapture(link, device=device, profiler_factory=factory, marker=marker,
+                            watch=watch, release=CuptiRelease(env, lambda: cuda))
+    return Rig(capture, link, made, watch, env)
+
+
+def make_capture(device: str = "cpu", events: list[Any] | None = None, fail: str = ""
+                 ) -> tuple[KernelCapture, FakeLink, list[FakeProfiler]]:
+    rig = make_rig(device, events=events, fail=fail)
+    return rig.capture, rig.link, rig.made
 
 
 def test_window_opens_at_a_boundary_records_n_steps_after_a_warmup_and_tears_down() -> None:
@@ -284,6 +371,7 @@ def test_real_cpu_capture_twice_in_a_row_puts_ops_inside_the_steps() -> None:
             spans[step] = (t0, time.perf_counter_ns())
             step += 1
         capture.at_boundary(step)
+    capture.close()
     windows = [KernelWindow.from_message(m) for m in link.kernels()]
     assert [w.status for w in windows] == ["ok", "ok"], link.logs
     for w in windows:
@@ -338,3 +426,223 @@ def test_simulated_cuda_window_reaches_the_last_kernel_that_ran_after_the_host()
     message = window_message(events, device="cuda", offset_ns=OFFSET, t0_ns=0, t1_ns=400,
                              steps=[1], perturbed=[0, 1])
     assert message["t1_ns"] == message["covered_t1_ns"] == 480
+
+
+# ---- the clock: marker ranges instead of wall-clock pairs ----------------------------------
+
+def test_marker_offset_is_the_middle_of_what_every_bracket_allows() -> None:
+    # Kineto = host + 1000. Marker 1 ran inside host [100, 140], marker 2 inside [200, 210].
+    spans, brackets = [(1110, 1130), (1203, 1207)], [(100, 140), (200, 210)]
+    assert marker_offset(spans, brackets) == 1000  # [990, 1010] ∩ [997, 1003]
+    # Brackets that disagree (a clock stepped between them): the narrowest one decides.
+    assert marker_offset([(500, 505), (1100, 1101)], [(0, 10), (100, 102)]) == 1100 - 101
+    with pytest.raises(ValueError):
+        marker_offset([], [])
+
+
+TICK_NS = 15_600_000  # Windows' time.time_ns() before Python 3.13 (GetSystemTimeAsFileTime)
+
+
+class SimulatedHost:
+    """A perf_counter that advances 300 ns a read and a wall clock that ticks every 15.6 ms."""
+
+    OFFSET = 5 * 10**17  # the true wall - perf_counter offset
+
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def clock(self) -> int:
+        self.now += 300
+        return self.now
+
+    def coarse_wall(self) -> int:
+        wall = self.now + self.OFFSET
+        return wall - wall % TICK_NS
+
+
+def test_wall_clock_pairs_fail_with_a_windows_tick_and_markers_do_not_need_them() -> None:
+    """SIMULATED 15.6 ms wall clock: the old pairs are off by up to a tick, median half."""
+    errors = []
+    for phase in range(0, TICK_NS, TICK_NS // 400):
+        host = SimulatedHost(10**12 + phase)
+        errors.append(abs(epoch_offset(host.coarse_wall, host.clock) - host.OFFSET))
+    assert max(errors) > 15_000_000 and 7_000_000 < statistics.median(errors) < 8_600_000
+    assert max(errors) > 1_000_000  # what the offset must not be off by
+
+
+def test_real_cpu_window_offset_holds_with_a_15_6_ms_wall_clock() -> None:
+    walls: list[int] = []
+
+    def coarse_wall() -> int:  # SIMULATED Windows wall clock (must not be needed at all)
+        walls.append(1)
+        now = time.time_ns()
+        return now - now % TICK_NS
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    link = FakeLink()
+    capture = KernelCapture(link, device="cpu", wall=coarse_wall)
+    spans = {}
+    capture.request(2)
+    for step in range(4):
+        capture.at_boundary(step)
+        t0 = time.perf_counter_ns()
+        model(torch.randn(16, 32)).sum().backward()
+        spans[step] = (t0, time.perf_counter_ns())
+    capture.at_boundary(4)
+    capture.close()
+    [window] = [KernelWindow.from_message(m) for m in link.kernels()]
+    assert window.ok, link.logs
+    assert capture.offset_source == "markers" and not walls
+    # On Linux Kineto's CPU clock is CLOCK_REALTIME, so precise pairs give the true offset.
+    assert capture.offset_ns is not None
+    assert abs(capture.offset_ns - epoch_offset()) <= 1_000_000
+    assert spans[1][0] - 1_000 <= int(window.start.min())
+    assert int(window.end.max()) <= spans[2][1] + 1_000
+    assert not any(name.startswith(MARKER) for name in window.names)
+
+
+def test_simulated_kineto_clock_unrelated_to_the_wall_is_found_from_the_markers() -> None:
+    """Windows/macOS: Kineto's CPU clock is torch's steady clock, not the Unix epoch."""
+    rig = make_rig(events=[FakeKinetoEvent("aten::mm", "cpu_op", 0, 5)])
+    rig.capture.request(1)
+    for step in range(3):
+        rig.capture.at_boundary(step)
+    [window] = rig.link.kernels()
+    assert window["status"] == "ok" and window["names"] == ["aten::mm"]
+    [start], [end] = window["start"], window["end"]
+    assert abs(start) <= 1_000_000 and end - start == 5  # off by at most a marker's bracket
+    assert rig.capture.offset_source == "markers"
+    assert rig.capture.offset_ns is not None and abs(rig.capture.offset_ns - OFFSET) <= 1_000_000
+    assert len(rig.made[0].events) == 1 + CLOCK_MARKS
+
+
+def test_events_without_the_windows_markers_are_not_reported_as_its_own() -> None:
+    rig = make_rig(events=[FakeKinetoEvent("aten::mm", "cpu_op", 0, 5)], marks=False)
+    rig.capture.request(1)
+    for step in range(3):
+        rig.capture.at_boundary(step)
+    [window] = rig.link.kernels()
+    assert window["status"] == "failed" and window["error"] == REPLACED
+
+
+def test_a_cpu_window_without_ops_is_failed_never_ok_with_busy_0() -> None:
+    rig = make_rig(events=[])
+    rig.capture.request(1)
+    for step in range(3):
+        rig.capture.at_boundary(step)
+    [window] = rig.link.kernels()
+    assert window["status"] == "failed" and "no CPU ops" in window["error"]
+
+
+# ---- the script's own profiler (SIMULATED by the fake watch; real one: test_kernel_capture_
+# profiler.py) -----------------------------------------------------------------------------
+
+def test_request_while_the_scripts_profiler_is_on_is_refused_and_starts_nothing() -> None:
+    rig = make_rig()
+    rig.watch.reason = RECORDING
+    rig.capture.request(2)
+    rig.capture.at_boundary(0)
+    [window] = rig.link.kernels()
+    assert window["status"] == "refused" and window["error"] == RECORDING
+    assert "its trace" in RECORDING and not rig.made and not rig.capture.busy
+
+
+def test_scripts_profiler_started_between_request_and_boundary_refuses_the_window() -> None:
+    rig = make_rig()
+    rig.capture.request(2)
+    rig.watch.reason = RECORDING
+    rig.capture.at_boundary(0)
+    [window] = rig.link.kernels()
+    assert window["status"] == "refused" and not rig.made and not rig.capture.busy
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_scripts_profiler_starting_in_the_window_closes_ours_first(device: str) -> None:
+    rig = make_rig(device, events=[FakeKinetoEvent("k", "kernel" if device == "cuda"
+                                                   else "cpu_op", 0, 5)])
+    rig.capture.request(3)
+    rig.capture.at_boundary(0)
+    rig.capture.at_boundary(1)
+    rig.watch.script_calls("prepare")  # before the script's prepare reaches Kineto
+    prof = rig.made[0]
+    assert prof.stopped == 1 and not rig.capture.busy
+    assert prof.environ_at_stop == {}  # no CUPTI teardown under the script's session
+    [window] = rig.link.kernels()
+    assert window["status"] == "failed" and window["error"] == DISTURBED
+    for step in range(2, 6):
+        rig.capture.at_boundary(step)
+    assert len(rig.link.kernels()) == 1 and rig.environ == {}
+
+
+# ---- CUPTI is detached after a CUDA window -----------------------------------------------
+
+CUDA_EVENTS = [FakeKinetoEvent("gemm", "kernel", 10, 20, 7, 1)]  # SIMULATED
+
+
+def run_window(rig: Rig, steps: int = 2, last_boundary: int = 6) -> None:
+    rig.capture.request(steps)
+    for step in range(last_boundary + 1):
+        rig.capture.at_boundary(step)
+
+
+def test_cuda_window_has_kineto_detach_cupti_for_one_step_then_restores_the_environment(
+) -> None:
+    rig = make_rig("cuda", events=CUDA_EVENTS)
+    rig.capture.request(2)
+    for step in range(4):  # warm-up 0, recorded 1-2, closed at the boundary before step 3
+        rig.capture.at_boundary(step)
+    assert rig.made[0].environ_at_stop == {"TEARDOWN_CUPTI": "1"}
+    assert rig.environ == {"TEARDOWN_CUPTI": "1"}  # until step 3's CUDA calls finalize CUPTI
+    [window] = rig.link.kernels()
+    assert window["status"] == "ok" and window["perturbed"] == [0, 1, 2, 3]
+    rig.capture.at_boundary(4)
+    assert rig.environ == {}
+
+
+def test_scripts_profiler_right_after_a_window_gets_its_own_environment() -> None:
+    rig = make_rig("cuda", events=CUDA_EVENTS)
+    rig.capture.request(1)
+    for step in range(3):
+        rig.capture.at_boundary(step)
+    assert rig.environ == {"TEARDOWN_CUPTI": "1"}
+    rig.watch.script_calls("prepare")
+    assert rig.environ == {}
+
+
+@pytest.mark.parametrize(("environ", "cuda", "said"), [
+    ({"TEARDOWN_CUPTI": "0"}, (13, 0), "TEARDOWN_CUPTI=0 is set"),
+    ({}, (12, 4), "before CUDA 12.6"),
+    ({}, None, "CUDA unknown"),
+])
+def test_cupti_teardown_is_left_to_the_script_or_skipped_where_unsafe(
+        environ: dict[str, str], cuda: tuple[int, int] | None, said: str) -> None:
+    before = dict(environ)
+    rig = make_rig("cuda", events=CUDA_EVENTS, cuda=cuda, environ=environ)
+    for _ in range(2):
+        run_window(rig)
+        rig.capture.at_boundary(7)
+    assert rig.environ == before and rig.made[0].environ_at_stop == before
+    notes = [text for level, text in rig.link.logs if "CUPTI stays attached" in text]
+    assert len(notes) == 1 and said in notes[0]  # said once per run
+    assert [w["status"] for w in rig.link.kernels()] == ["ok", "ok"]
+    assert rig.link.kernels()[0]["perturbed"] == [0, 1, 2]
+
+
+def test_script_set_teardown_is_kept_and_a_cpu_window_never_touches_the_environment() -> None:
+    rig = make_rig("cuda", events=CUDA_EVENTS, environ={"TEARDOWN_CUPTI": "1"})
+    run_window(rig)
+    assert rig.environ == {"TEARDOWN_CUPTI": "1"} and not any(
+        "CUPTI stays" in text for _, text in rig.link.logs)
+    cpu = make_rig("cpu", events=[FakeKinetoEvent("aten::mm", "cpu_op", 0, 5)])
+    run_window(cpu)
+    assert cpu.environ == {} and cpu.made[0].environ_at_stop == {}
+
+
+def test_closing_restores_the_environment_and_leaves_the_watch() -> None:
+    rig = make_rig("cuda", events=CUDA_EVENTS)
+    rig.capture.request(1)
+    for step in range(3):
+        rig.capture.at_boundary(step)
+    assert rig.environ and rig.watch.listeners
+    rig.capture.close()
+    assert rig.environ == {} and not rig.watch.listeners

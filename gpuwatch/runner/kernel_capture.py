@@ -1,14 +1,35 @@
 """On-demand kernel capture: ``torch.profiler`` over the next N steps, read without JSON.
 
 A ``capture {steps: N}`` arms a window; it opens at the next step boundary and covers one
-warm-up step (the profiler's start-up cost lands there, notes/measurement.md §2.4) and then
-N recorded steps: ``schedule(wait=0, warmup=1, active=N, repeat=1)``, one ``prof.step()`` per
-boundary. Events come from ``prof.profiler.kineto_results.events()`` in ``on_trace_ready``
-(raw ``_KinetoEvent``s: no trace file, no ``FunctionEvent`` trees), are matched by their
-``activity_type()`` *name* (the enum's numbers move between versions) and moved from Kineto's
-Unix-epoch clock to ``perf_counter_ns`` with the tightest of several
-``time_ns()``/``perf_counter_ns()`` pairs. The profiler is stopped right after: CUPTI allows one
-subscriber per process, so holding it would break the user's own Nsight or profiler.
+warm-up step (the profiler's start-up cost lands there, docs/design.md "Kernel capture") and
+then N recorded steps: ``schedule(wait=0, warmup=1, active=N, repeat=1)``, one ``prof.step()``
+per boundary. Events come from ``prof.profiler.kineto_results.events()`` in ``on_trace_ready``
+(raw ``_KinetoEvent``s: no trace file, no ``FunctionEvent`` trees) and are matched by their
+``activity_type()`` *name* (the enum's numbers move between versions).
+
+**Clock.** Kineto's timestamps are not ``perf_counter_ns``: on Linux they are Unix-epoch ns, on
+Windows and macOS torch's steady clock, converted from the TSC. So as the window starts
+recording, the capture opens ``CLOCK_MARKS`` empty ``record_function`` ranges, each between two
+``perf_counter_ns`` reads; every marker's Kineto start and end must lie inside its bracket,
+which bounds the offset from both sides (``marker_offset``, about a microsecond wide). No wall
+clock is involved, so Windows' 15.6 ms ``time.time_ns()`` tick (before Python 3.13) does not
+matter. The markers are left out of the window; if they are missing, the events are not this
+window's (another session replaced it) and the window fails.
+
+**The script's own profiler wins.** Kineto runs one session per process and the last one
+prepared cancels the others (``profiler_watch.py``). A capture is refused while the script's
+profiler records or warms up; if the script starts one during a window, the capture stops its
+own session first (so the script's trace is whole) and reports the window as failed.
+
+**Nothing stays attached.** ``prof.stop()`` disables Kineto's activities, but on CUDA Kineto
+detaches CUPTI (``cuptiFinalize``) only when ``TEARDOWN_CUPTI=1`` (pytorch/kineto
+``CuptiActivityApi::teardownContext``); without it CUPTI stays loaded and later steps can run
+slower (pytorch/pytorch#144455, #146604) and another CUPTI client cannot subscribe. So on
+CUDA ≥ 12.6 (where teardown no longer crashes with CUDA graphs) and unless the script set the
+variable itself, the capture sets ``TEARDOWN_CUPTI=1`` for its stop and the step after it (the
+teardown finishes on that step's first CUDA call, which is then marked perturbed), and restores
+the environment at the next boundary or as soon as the script prepares a profiler. Otherwise
+CUPTI stays attached and the runner says so once.
 
 What goes out is one ``kernels`` message (protocol.py): on CUDA the kernels, memcpys and
 memsets with their stream, launch time (the correlated runtime call) and launch geometry from
@@ -16,18 +37,23 @@ memsets with their stream, launch time (the correlated runtime call) and launch 
 busy time and would overlap on a lane). At most ``MAX_EVENTS`` events, the earliest; the rest
 are counted in ``dropped``. The window is ``[t0_ns, t1_ns]``: from the first recorded step's
 start to the boundary after the last one, on CUDA extended to the last device event's end (the
-GPU runs behind the host). A window that cannot start or be read ends as ``status: failed``
-with one sentence, and training goes on.
+GPU runs behind the host). A window that cannot start, is disturbed or cannot be read ends as
+``status: failed`` with one sentence (a request the script's profiler forbids as ``refused``),
+and training goes on.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from gpuwatch.protocol import KERNEL_KINDS, MAX_CAPTURE_STEPS, MAX_MESSAGE_BYTES
+from gpuwatch.runner.profiler_watch import ProfilerWatch
 
 #: Events per ``kernels`` message (~45 bytes each on a CPU, ~120 with CUDA geometry); a
 #: message that would still pass ``MESSAGE_BUDGET`` bytes keeps fewer (``fit_message``).
@@ -36,8 +62,20 @@ MAX_EVENTS = 50_000
 MESSAGE_BUDGET = MAX_MESSAGE_BYTES * 3 // 4
 #: Longer names (templated C++ kernels) are cut: the name table is sent once per window.
 MAX_NAME_CHARS = 300
-#: Clock pairs sampled per window; the narrowest one gives the epoch → perf_counter offset.
+#: Clock pairs sampled by ``epoch_offset``, the fallback when no marker could be emitted.
 CLOCK_PAIRS = 7
+#: Marker ranges emitted as a window starts recording; they pin Kineto's clock to the host's.
+CLOCK_MARKS = 5
+#: Name prefix of the marker ranges (``gpuwatch:clock#0`` ...), never shown as events.
+MARKER = "gpuwatch:clock#"
+#: The CUDA runtime from which Kineto's CUPTI teardown is safe with CUDA graphs
+#: (pytorch/pytorch#146604).
+TEARDOWN_MIN_CUDA = (12, 6)
+
+DISTURBED = ("the script started its own profiler during the window; gpuwatch closed its "
+             "capture first so the script's trace stays whole")
+REPLACED = ("the capture's profiler session was replaced by another one (its events are not "
+            "this window's)")
 
 _KIND_OF_ACTIVITY = {"kernel": KERNEL_KINDS.index("kernel"),
                      "gpu_memcpy": KERNEL_KINDS.index("memcpy"),
@@ -86,6 +124,109 @@ def epoch_offset(wall: Callable[[], int] = time.time_ns,
     return best[1]
 
 
+def marker_offset(spans: list[tuple[int, int]], brackets: list[tuple[int, int]]) -> int:
+    """Kineto clock minus ``perf_counter_ns``, from marker ranges and their host brackets.
+
+    Marker i ran between host reads ``brackets[i] = (a, b)`` and Kineto recorded it as
+    ``spans[i] = (start, end)``, so the offset lies in ``[end - b, start - a]``. The
+    intersection over all markers is taken, and its middle returned; if the intervals disagree
+    (a clock stepped), the narrowest bracket's own middle is.
+    """
+    if not spans or len(spans) != len(brackets):
+        raise ValueError("one bracket per marker span is needed")
+    pairs = list(zip(spans, brackets, strict=True))
+    low = max(end - b for (_, end), (_, b) in pairs)
+    high = min(start - a for (start, _), (a, _) in pairs)
+    if low <= high:
+        return (low + high) // 2
+    (start, end), (a, b) = min(pairs, key=lambda pair: pair[1][1] - pair[1][0])
+    return (start + end) // 2 - (a + b) // 2
+
+
+def marker_spans(events: Iterable[KinetoEvent], count: int) -> list[tuple[int, int]] | None:
+    """The Kineto spans of markers ``MARKER0 .. MARKER{count-1}``, or None if any is missing."""
+    found: dict[str, tuple[int, int]] = {}
+    for event in events:
+        name = event.name()
+        if name.startswith(MARKER):
+            found.setdefault(name, (event.start_ns(), event.end_ns()))
+    spans = [found.get(f"{MARKER}{i}") for i in range(count)]
+    return None if any(span is None for span in spans) else spans  # type: ignore[return-value]
+
+
+def cuda_runtime_version() -> tuple[int, int] | None:
+    """``torch.version.cuda`` as (major, minor), or None on a build without CUDA."""
+    try:
+        import torch
+
+        major, minor = str(torch.version.cuda).split(".")[:2]
+        return int(major), int(minor)
+    except Exception:
+        return None
+
+
+class CuptiRelease:
+    """Has Kineto detach CUPTI when a CUDA window stops (module docstring, "Nothing stays
+    attached"), by setting ``TEARDOWN_CUPTI=1`` around the stop; leaves a value the script
+    set alone."""
+
+    def __init__(self, environ: MutableMapping[str, str] | None = None,
+                 cuda_version: Callable[[], tuple[int, int] | None] = cuda_runtime_version
+                 ) -> None:
+        self.environ = os.environ if environ is None else environ
+        self._cuda_version = cuda_version
+        self._set = False
+
+    @property
+    def armed(self) -> bool:
+        return self._set
+
+    def arm(self) -> str | None:
+        """Before the window's profiler stops: set the variable, or say why CUPTI stays."""
+        if self._set:
+            return None
+        current = self.environ.get("TEARDOWN_CUPTI")
+        if current is not None:
+            return (None if current == "1" else
+                    f"CUPTI stays attached after the capture (TEARDOWN_CUPTI={current} is "
+                    f"set): later steps may run slower, and no other CUPTI tool can attach")
+        version = self._cuda_version()
+        if version is None or version < TEARDOWN_MIN_CUDA:
+            shown = "unknown" if version is None else f"{version[0]}.{version[1]}"
+            return (f"CUPTI stays attached after the capture: before CUDA 12.6 Kineto's "
+                    f"teardown can crash CUDA graphs (this torch: CUDA {shown}); later steps "
+                    f"may run slower")
+        self.environ["TEARDOWN_CUPTI"] = "1"
+        self._set = True
+        return None
+
+    def restore(self) -> None:
+        """The teardown has run (or the script is about to profile): the script's environment
+        again."""
+        if self._set and self.environ.get("TEARDOWN_CUPTI") == "1":
+            del self.environ["TEARDOWN_CUPTI"]
+        self._set = False
+
+
+def torch_marker(name: str) -> AbstractContextManager[Any]:
+    """An empty profiler range (``record_function``): a ``user_annotation`` event."""
+    from torch.autograd.profiler import record_function
+
+    return record_function(name)
+
+
+class SessionWatch(Protocol):
+    """What ``KernelCapture`` needs of ``profiler_watch.ProfilerWatch`` (tests use fakes)."""
+
+    def subscribe(self, listener: Callable[[str], None]) -> bool: ...
+
+    def unsubscribe(self, listener: Callable[[str], None]) -> None: ...
+
+    def own(self) -> AbstractContextManager[None]: ...
+
+    def busy_reason(self) -> str | None: ...
+
+
 def parse_steps(value: Any) -> int | None:
     """The step count of a ``capture`` request, or None if it is not 1..MAX_CAPTURE_STEPS."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -125,8 +266,11 @@ def window_message(events: Iterable[KinetoEvent], *, device: str, offset_ns: int
         kind = _KIND_OF_ACTIVITY.get(activity)
         if kind is None or (kind == _CPU_OP) == cuda:  # CUDA: GPU activities; CPU: CPU ops
             continue
+        name = event.name()
+        if name.startswith(MARKER):  # the capture's own clock markers
+            continue
         rows.append((event.start_ns() - offset_ns, event.end_ns() - offset_ns, kind,
-                     event.device_resource_id(), event.name(),
+                     event.device_resource_id(), name,
                      event.metadata_json() if cuda else "",
                      event.correlation_id() if cuda else 0))
     order = sorted(range(len(rows)), key=lambda i: (rows[i][0], -rows[i][1]))
@@ -220,28 +364,44 @@ class KernelCapture:
 
     ``request`` is called from ``apply_control``; ``at_boundary`` between every two steps
     (not while paused); ``close`` when the loop ends (a window still open is torn down and
-    reported as failed). ``profiler_factory`` is injectable for tests.
+    reported as failed). The profiler, the marker ranges, the session watch and the CUPTI
+    release are injectable for tests.
     """
 
     def __init__(self, link: CaptureLink, *, device: str,
                  profiler_factory: Callable[[str, int, Callable[[Any], None]], Any]
                  = torch_profiler,
                  clock: Callable[[], int] = time.perf_counter_ns,
-                 wall: Callable[[], int] = time.time_ns) -> None:
+                 wall: Callable[[], int] = time.time_ns,
+                 marker: Callable[[str], AbstractContextManager[Any]] = torch_marker,
+                 watch: SessionWatch | None = None,
+                 release: CuptiRelease | None = None) -> None:
         self.link = link
         self.device = device
         self._factory = profiler_factory
         self._clock = clock
         self._wall = wall
+        self._marker = marker
+        self._watch: SessionWatch = ProfilerWatch.shared() if watch is None else watch
+        self._release = CuptiRelease() if release is None else release
+        self._lock = threading.RLock()
         self._wanted: int | None = None
         self._prof: Any = None
         self._steps = 0
         self._first_step = 0  # the warm-up step's id
         self._t0_ns = 0
         self._t1_ns = 0
+        self._brackets: list[tuple[int, int]] = []
         self._message: dict[str, Any] | None = None
         self._error: str | None = None
+        self._disturbed = False
+        self._release_at: int | None = None  # the boundary that restores TEARDOWN_CUPTI
+        self._cupti_note_sent = False
+        #: Kineto clock minus perf_counter_ns of the last window, and how it was found.
+        self.offset_ns: int | None = None
+        self.offset_source = ""
         self.windows_sent = 0
+        self._watching = self._watch.subscribe(self._on_script_profiler)
 
     @property
     def busy(self) -> bool:
@@ -249,36 +409,56 @@ class KernelCapture:
 
     def request(self, steps: Any) -> None:
         n = parse_steps(steps)
-        if n is None:
-            self._report("refused", f"capture needs a whole number of steps from 1 to "
-                                    f"{MAX_CAPTURE_STEPS}, not {steps!r}")
-        elif self.busy:
-            self._report("refused", "a kernel capture is already running: wait for its "
-                                    "window")
-        else:
-            self._wanted = n
+        with self._lock:
+            reason = self._watch.busy_reason()
+            if n is None:
+                self._report("refused", f"capture needs a whole number of steps from 1 to "
+                                        f"{MAX_CAPTURE_STEPS}, not {steps!r}")
+            elif self.busy:
+                self._report("refused", "a kernel capture is already running: wait for its "
+                                        "window")
+            elif reason is not None:
+                self._report("refused", reason)
+            else:
+                self._wanted = n
 
     def at_boundary(self, next_step: int) -> None:
         """Open an armed window, or advance the open one by one step."""
-        if self._prof is not None:
-            self._advance(next_step)
-        elif self._wanted is not None:
-            self._open(next_step)
+        with self._lock:
+            if self._release_at is not None and next_step >= self._release_at:
+                self._release_at = None
+                self._release.restore()
+            if self._prof is not None:
+                self._advance(next_step)
+            elif self._wanted is not None:
+                self._open(next_step)
 
     def close(self) -> None:
-        """The loop is ending: never leave the profiler running."""
-        self._wanted = None
-        if self._prof is not None:
-            self._teardown()
-            self._report("failed", "the run ended before the capture window was complete")
+        """The loop is ending: never leave the profiler running, nor the environment set."""
+        with self._lock:
+            self._wanted = None
+            if self._prof is not None:
+                self._teardown()
+                self._report("failed", "the run ended before the capture window was complete")
+            self._release_at = None
+            self._release.restore()
+            if self._watching:
+                self._watch.unsubscribe(self._on_script_profiler)
+                self._watching = False
 
     def _open(self, next_step: int) -> None:
         steps, self._wanted = self._wanted, None
         assert steps is not None
-        self._message, self._error = None, None
+        reason = self._watch.busy_reason()
+        if reason is not None:  # the script's profiler started after the request
+            self._report("refused", reason)
+            return
+        self._message, self._error, self._disturbed = None, None, False
+        self._brackets = []
         try:
-            self._prof = self._factory(self.device, steps, self._on_ready)
-            self._prof.start()
+            with self._watch.own():
+                self._prof = self._factory(self.device, steps, self._on_ready)
+                self._prof.start()
         except Exception as exc:
             self._teardown()
             self._report("failed", f"the profiler could not start ({_reason(exc)}); "
@@ -292,37 +472,76 @@ class KernelCapture:
         last = done >= 1 + self._steps
         if last:
             self._t1_ns = self._clock()
+            self._arm_release(next_step)
         try:
-            self._prof.step()  # the step after the last recorded one calls _on_ready
+            with self._watch.own():
+                self._prof.step()  # the step after the last recorded one calls _on_ready
         except Exception as exc:
             self._error = f"the profiler failed ({_reason(exc)})"
         if done == 1:
             self._t0_ns = self._clock()  # the first recorded step starts now
+            self._mark_clock()
         if last or self._error is not None:
             self._teardown()
             self._finish(next_step, self._clock() - self._t1_ns if last else 0)
 
+    def _mark_clock(self) -> None:
+        """Marker ranges between host clock reads, while the window records (``_on_ready``
+        turns them into the clock offset)."""
+        brackets = []
+        try:
+            for i in range(CLOCK_MARKS):
+                a = self._clock()
+                with self._marker(f"{MARKER}{i}"):
+                    pass
+                brackets.append((a, self._clock()))
+        except Exception as exc:  # no markers: the wall-clock pairs stand in
+            self.link.log("info", f"kernel capture clock markers: {_reason(exc)}")
+            brackets = []
+        self._brackets = brackets
+
     def _on_ready(self, prof: Any) -> None:
         """``on_trace_ready``: read the raw events while the results are alive."""
+        if self._disturbed:
+            return
         try:
-            events = prof.profiler.kineto_results.events()
+            events = list(prof.profiler.kineto_results.events())
+            offset = self._offset(events)
+            if offset is None:
+                self._error = REPLACED
+                return
             active = list(range(self._first_step + 1, self._first_step + 1 + self._steps))
             self._message = fit_message(
-                list(events), device=self.device, offset_ns=epoch_offset(self._wall, self._clock),
-                t0_ns=self._t0_ns, t1_ns=self._t1_ns, steps=active,
-                perturbed=[self._first_step, *active])
+                events, device=self.device, offset_ns=offset, t0_ns=self._t0_ns,
+                t1_ns=self._t1_ns, steps=active, perturbed=[self._first_step, *active])
         except Exception as exc:
             self._error = f"the profiler's events could not be read ({_reason(exc)})"
+
+    def _offset(self, events: list[KinetoEvent]) -> int | None:
+        """Kineto clock minus host clock from this window's markers (None: they are not in
+        the events), or from wall-clock pairs when no marker could be emitted."""
+        if self._brackets:
+            spans = marker_spans(events, len(self._brackets))
+            if spans is None:
+                return None
+            self.offset_ns, self.offset_source = marker_offset(spans, self._brackets), "markers"
+        else:
+            self.offset_ns = epoch_offset(self._wall, self._clock)
+            self.offset_source = "wall clock pairs"
+        return self.offset_ns
 
     def _finish(self, next_step: int, stall_ns: int) -> None:
         message, self._message = self._message, None
         if self._error is not None or message is None:
             self._report("failed", self._error or "the profiler delivered no events")
             return
-        if self.device == "cuda" and not message["type"]:
+        if not message["type"]:
             self._report("failed", "the profiler recorded no GPU activity; "
-                                   + _cupti_hint(self.device))
+                                   + _cupti_hint(self.device) if self.device == "cuda" else
+                                   "the profiler recorded no CPU ops in the window")
             return
+        if self._release.armed:  # CUPTI is finalized on the next step's first CUDA call
+            message["perturbed"] = [*message["perturbed"], next_step]
         self.link.send("kernels", **message)
         self.windows_sent += 1
         # Reading the events runs between two steps: say what it cost (a step left out).
@@ -330,12 +549,39 @@ class KernelCapture:
                               f"{stall_ns / 1e9:.2f} s between steps {next_step - 1} and "
                               f"{next_step}")
 
-    def _teardown(self) -> None:
+    def _arm_release(self, next_step: int) -> None:
+        """On CUDA, before the profiler stops: have Kineto detach CUPTI (``CuptiRelease``)
+        until the boundary after the next step."""
+        if self.device != "cuda":
+            return
+        note = self._release.arm()
+        if self._release.armed:
+            self._release_at = next_step + 1
+        elif note is not None and not self._cupti_note_sent:
+            self._cupti_note_sent = True
+            self.link.log("warning", note)
+
+    def _on_script_profiler(self, what: str) -> None:
+        """The script is about to prepare, enable or disable a profiler session: close an
+        open window first (Kineto would cancel the script's trace or the window's), and give
+        the script back its environment."""
+        with self._lock:
+            if self._prof is not None:
+                self._disturbed = True
+                self._teardown(release=False)  # the script's session takes CUPTI over
+                self._report("failed", DISTURBED)
+            self._release_at = None
+            self._release.restore()
+
+    def _teardown(self, release: bool = True) -> None:
         prof, self._prof = self._prof, None
         if prof is None:
             return
+        if release and not self._release.armed:
+            self._arm_release(self._first_step + 1 + self._steps)
         try:
-            prof.stop()
+            with self._watch.own():
+                prof.stop()
         except Exception as exc:  # already stopped by its schedule, or broken: nothing held
             self.link.log("info", f"profiler stop: {_reason(exc)}")
 
