@@ -79,7 +79,8 @@ def test_frozen_runner_env_is_the_users_and_boot_runs_the_shipped_source(frozen,
     the bundle's libraries on LD_LIBRARY_PATH and with nothing of ours on PYTHONPATH."""
     import json
     import subprocess
-    import textwrap
+
+    from test_script_environment import REPORTING_MAIN
 
     monkeypatch.setenv("LD_LIBRARY_PATH", str(frozen))
     monkeypatch.setenv("LD_LIBRARY_PATH_ORIG", "/opt/user-lib")
@@ -90,19 +91,13 @@ def test_frozen_runner_env_is_the_users_and_boot_runs_the_shipped_source(frozen,
     assert env["LD_LIBRARY_PATH"] == "/opt/user-lib"
     assert env["PYTHONPATH"] == "/opt/user-python"
     cli = Path(root) / "gpuwatch" / "runner" / "cli.py"
-    cli.write_text(cli.read_text(encoding="utf-8") + textwrap.dedent('''
-
-        def main(argv=None):
-            import json
-            import sys
-            print(json.dumps({"cli": __file__, "path": sys.path}))
-            return 0
-    '''), encoding="utf-8")
-    command = launcher.script_command(sys.executable, "unused", "train.py", [], device="cpu",
-                                      root=root)
+    cli.write_text(cli.read_text(encoding="utf-8") + REPORTING_MAIN, encoding="utf-8")
+    command = launcher.script_command(sys.executable, str(tmp_path / "no-such.sock"),
+                                      "train.py", [], device="cpu", root=root)
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True,
                          cwd=tmp_path, timeout=60)
-    seen = json.loads(out.stdout)
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["code"] == 3, out.stderr  # no GUI to connect to
     assert Path(seen["cli"]) == cli
     assert seen["path"][-1] == root and seen["path"].count(root) == 1
     assert seen["path"][1] == "/opt/user-python"  # the user's PYTHONPATH, first as usual

@@ -237,37 +237,56 @@ def test_enter_script_replaces_only_the_first_entry(monkeypatch, tmp_path) -> No
     assert sys.path == [str(tmp_path.resolve()), "/lib", "/site"]
 
 
-def test_boot_code_imports_the_runner_from_its_root_without_pythonpath(tmp_path) -> None:
-    """``boot_code`` in a real interpreter: the runner's ``main`` runs from ``root`` (a copy
-    here, as for another interpreter), and ``root`` ends up last on ``sys.path``."""
-    root = Path(launcher.runner_pythonpath("/nonexistent/python", tmp_path / "private"))
-    cli = root / "gpuwatch" / "runner" / "cli.py"
-    cli.write_text(
-        cli.read_text(encoding="utf-8")
-        + textwrap.dedent("""
+#: Appended to a copy of ``gpuwatch/runner/cli.py``: the real ``main`` runs (and fails to
+#: connect, exit 3), then the process prints where cli came from and what sys.path became.
+REPORTING_MAIN = """
 
-        def main(argv=None):
-            import json
-            import sys
-            print(json.dumps({"cli": __file__, "path": sys.path}))
-            return 0
-    """),
-        encoding="utf-8",
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+_real_main = main
+
+
+def main(argv=None, *, source_root=None):
+    import json
+    import sys
+
+    code = _real_main(argv, source_root=source_root)
+    print(json.dumps({"cli": __file__, "path": sys.path, "code": code}))
+    return 0
+"""
+
+
+def reporting_root(private: Path) -> Path:
+    """A copy of the runner's source (as for another interpreter) whose main reports."""
+    root = Path(launcher.runner_pythonpath("/nonexistent/python", private))
+    cli = root / "gpuwatch" / "runner" / "cli.py"
+    cli.write_text(cli.read_text(encoding="utf-8") + REPORTING_MAIN, encoding="utf-8")
+    return root
+
+
+@pytest.mark.parametrize("mode", ["script", "workload"])
+def test_boot_code_runs_the_runner_from_its_root_without_pythonpath(tmp_path, mode) -> None:
+    """``boot_code`` in a real interpreter: the runner's code comes from ``root``; for a script
+    ``root`` ends up last on ``sys.path`` (before the link is even tried), for a built-in
+    workload it stays first, so its workers import the same gpuwatch."""
+    root = reporting_root(tmp_path / "private")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", AUTHKEY_ENV)}
+    address = str(tmp_path / "no-such.sock")
+    if mode == "script":
+        command = launcher.script_command(
+            sys.executable, address, "train.py", [], device="cpu", root=str(root)
+        )
+    else:
+        command = launcher.runner_command(sys.executable, address, "mlp", "cpu", root=str(root))
     done = subprocess.run(
-        [sys.executable, "-c", launcher.boot_code(str(root)), "--probe"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, check=True, timeout=60
     )
-    seen = json.loads(done.stdout)
-    assert Path(seen["cli"]) == cli
-    assert seen["path"][0] == "" and seen["path"][-1] == str(root)
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["code"] == 3, done.stderr  # no GUI to connect to
+    assert Path(seen["cli"]) == root / "gpuwatch" / "runner" / "cli.py"
     assert seen["path"].count(str(root)) == 1
+    if mode == "script":
+        assert seen["path"][0] == "" and seen["path"][-1] == str(root)
+    else:
+        assert seen["path"][0] == str(root)
 
 
 def test_a_scripts_print_reaches_the_window_while_it_runs(tmp_path, monkeypatch) -> None:

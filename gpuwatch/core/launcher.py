@@ -103,13 +103,13 @@ def boot_code(root: str) -> str:
 
     The script a runner watches must see the environment and ``sys.path`` of a plain
     ``python SCRIPT`` (docs/design.md, Lifecycle), so nothing goes on ``PYTHONPATH``: the
-    boot puts ``root`` in front of ``sys.path`` only to import our ``gpuwatch`` package, and
-    ``gpuwatch.runner.script_environment.settle_source_root`` moves it to the end.
+    boot puts ``root`` in front of ``sys.path`` to import our ``gpuwatch`` package, and for
+    a script the runner moves it to the end before anything else is imported
+    (``gpuwatch.runner.script_environment.settle_source_root``). A built-in workload keeps it
+    in front, so its forkserver/spawn workers import the same ``gpuwatch`` as the runner.
     """
     return (f"import sys; sys.path.insert(0, {root!r}); "
-            "from gpuwatch.runner.script_environment import settle_source_root; "
-            f"settle_source_root({root!r}); "
-            "from gpuwatch.runner.cli import main; sys.exit(main())")
+            f"from gpuwatch.runner.cli import main; sys.exit(main(source_root={root!r}))")
 
 
 def runner_command(python: str, address: str, workload: str, device: str,

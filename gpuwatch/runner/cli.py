@@ -24,7 +24,7 @@ import re
 from collections.abc import Sequence
 
 from gpuwatch.runner.link import Link, LinkError, read_authkey
-from gpuwatch.runner.script_environment import configure_stdio
+from gpuwatch.runner.script_environment import configure_stdio, settle_source_root
 from gpuwatch.runner.workloads import WORKLOAD_NAMES
 
 EXIT_LINK = 3
@@ -80,7 +80,9 @@ def split_script_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return argv[:cut], argv[cut + 1:]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, source_root: str | None = None) -> int:
+    """Run as the arguments say; ``source_root`` is the ``sys.path`` entry the launcher's boot
+    put in front to import gpuwatch (None under ``-m``)."""
     import sys
 
     configure_stdio()
@@ -89,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(own)  # exits 2 on bad arguments
     if script_args and args.script is None:
         parser.error("arguments after -- are the script's: they need --script PATH")
+    if source_root is not None and args.script is not None:
+        settle_source_root(source_root)  # before torch: nothing of ours shadows the script's
     if args.probe:
         from gpuwatch.runner import probe
 

@@ -3,13 +3,12 @@
 gpuwatch's launcher (``gpuwatch.core.launcher.boot_code``) starts the runner as ``python -c
 BOOT`` with nothing of its own in the environment but the link's key, which the runner removes
 before the script starts. The runner finds its own code through one ``sys.path`` entry that
-``BOOT`` inserts in front only while it imports the ``gpuwatch`` package; ``settle_source_root``
-then moves it to the end (or drops it, where the interpreter already lists it, as with an
-install in site-packages). Once
-``gpuwatch`` is imported its submodules load from that package's own folder, whatever
-``sys.path`` says, and a trailing entry shadows nothing: spawned or forkserver DataLoader
-workers (which get the parent's ``sys.path``) and the script itself can still
-``import gpuwatch.probe``.
+``BOOT`` inserts in front to import the ``gpuwatch`` package; for a script,
+``settle_source_root`` then moves it to the end (or drops it, where the interpreter already
+lists it, as with an install in site-packages). Once ``gpuwatch`` is imported its submodules
+load from that package's own folder, whatever ``sys.path`` says, and a trailing entry shadows
+nothing: spawned or forkserver DataLoader workers (which get the parent's ``sys.path``) and the
+script itself can still ``import gpuwatch.probe``.
 
 ``enter_script`` sets ``sys.path[0]`` as ``python SCRIPT`` does
 (https://docs.python.org/3/library/sys_path_init.html): the directory of the script with
