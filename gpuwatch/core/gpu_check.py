@@ -43,10 +43,14 @@ from gpuwatch.core.store import StepsView
 
 REPORT_NAME = "gpu-check.json"
 SCRIPT_NAME = "gpuwatch_gpu_check.py"
-#: The loop: STEPS steps of a GAP_MS host gap then one KERNEL_MS sleep kernel (≈ 60 % busy).
+#: The loop: STEPS steps of a GAP_MS host gap then one KERNEL_MS sleep kernel, which runs
+#: during the next step's gap (≈ KERNEL_MS / GAP_MS = 67 % busy). The gap must be the longer:
+#: the loop never waits for the device, so with longer kernels
+#: the host would run ahead, the queue would grow and the device would be busy 100 % of the
+#: time whatever the host does (the truth below is kernel time over host time).
 STEPS = 240
-KERNEL_MS = 12.0
-GAP_MS = 8.0
+KERNEL_MS = 8.0
+GAP_MS = 12.0
 #: Steps measured for the busy share: warm-up left out, and all before the capture.
 MEASURED = range(20, 170)
 #: The capture is asked for once this many steps arrived (after the measured ones).
@@ -309,7 +313,12 @@ def _judge_nvml(report: GpuCheckReport, session: Session) -> None:
     if match.matched_by == "index":
         report.add("NVML device", "warn", match.warning or "matched by index only")
     else:
-        report.add("NVML device", "pass", f"{match.device.name} found by {match.matched_by}")
+        note = f" ({match.warning})" if match.warning else ""
+        report.add(
+            "NVML device",
+            "warn" if match.warning else "pass",
+            f"{match.device.name} found by {match.matched_by}{note}",
+        )
     status = session.coarse.statuses().get(NVML_GPU_UTIL)
     if status is None or not status.available:
         reason = status.reason if status is not None else "never sampled"

@@ -4,8 +4,9 @@ Patched: the ``torch.cuda`` functions and classes listed in ``CUDA_NAMES`` (look
 time by gpuwatch and by torch's own Python code: optimizers ask
 ``is_current_stream_capturing``, ``torch.manual_seed`` seeds CUDA, ...), ``torch.accelerator``
 (the DataLoader's ``pin_memory`` asks ``torch.accelerator.is_available()`` and its pin thread
-calls ``set_device_index``), ``Tensor.pin_memory``/``is_pinned``, and the two placement modes
-on the installing thread. Left real on purpose: ``torch.cuda.nvtx`` (works without a driver),
+calls ``set_device_index``), ``Tensor.pin_memory``/``is_pinned``, ``torch.profiler.profile``
+(a CUDA-activity trace gets the simulated device's work: ``simcuda.profiler``), and the two
+placement modes on the installing thread. Left real on purpose: ``torch.cuda.nvtx`` (works without a driver),
 ``torch.backends.cudnn``/``torch.backends.cuda`` flags (plain switches), ``torch.version.cuda``.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 
 import torch
 
-from simcuda import cuda_api, placement
+from simcuda import cuda_api, placement, profiler
 from simcuda.model import SimConfig, SimGpu
 
 CUDA_NAMES = (
@@ -117,6 +118,7 @@ def install(config: SimConfig | None = None) -> SimGpu:
         "_group_tensors_by_device_and_dtype",
         placement.group_tensors_by_device_and_dtype(torch._C._group_tensors_by_device_and_dtype),
     )
+    patch(torch.profiler, "profile", profiler.profile_class(sim))
     patch(torch.Tensor, "pin_memory", placement.pin_memory)
     patch(torch.Tensor, "is_pinned", placement.tensor_is_pinned)
     for mode in (placement.DeviceKernels(), placement.DevicePlacement()):

@@ -1,0 +1,207 @@
+"""GPU activity in ``torch.profiler`` on the simulated device: what CUPTI adds to a trace.
+
+On a GPU, a ``torch.profiler.profile`` with ``ProfilerActivity.CUDA`` returns, besides the CPU
+ops, one activity per device work item (``kernel``, ``gpu_memcpy``, ``gpu_memset``; its
+``device_resource_id`` is the stream) and one ``cuda_runtime`` launch call per item with the
+same correlation id, all on the clock Kineto stamps the CPU ops with (the shape the real traces
+in ``tests/fixtures/gpu_traces`` have). That clock is torch's approximate clock converted to
+Unix ns, which differs from ``time.time_ns()`` by up to a millisecond here, so the device's
+host times are moved onto it through empty ``record_function`` ranges ("clock marks") emitted
+at known host times while the profiler records. Without a GPU the real profiler records the
+CPU ops only.
+
+``profile_class(sim)`` is the subclass of ``torch.profiler.profile`` that ``install()`` puts in
+its place: when CUDA activity was asked for, it adds the simulated device's work items that
+started while the profiler recorded (from the step where its schedule turned to recording) to
+what ``prof.profiler.kineto_results.events()`` returns in ``on_trace_ready``. The CPU ops stay the
+real profiler's. Launch geometry is not modelled: ``metadata_json`` is empty, as Kineto leaves
+it for copies.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch.profiler as torch_profiler
+from torch.autograd.profiler import record_function
+
+from simcuda.model import Kernel, SimGpu
+
+_RECORDING = {"RECORD", "RECORD_AND_SAVE"}
+
+
+@dataclass(frozen=True)
+class SimActivity:
+    """One Kineto event (the ``_KinetoEvent`` methods gpuwatch reads), epoch ns."""
+
+    event_name: str
+    activity: str
+    start: int
+    end: int
+    resource: int
+    correlation: int
+
+    def name(self) -> str:
+        return self.event_name
+
+    def activity_type(self) -> str:
+        return self.activity
+
+    def start_ns(self) -> int:
+        return self.start
+
+    def end_ns(self) -> int:
+        return self.end
+
+    def device_resource_id(self) -> int:
+        return self.resource
+
+    def correlation_id(self) -> int:
+        return self.correlation
+
+    def metadata_json(self) -> str:
+        return ""
+
+
+#: The empty ranges that tie the profiler's clock to the host's (user_annotation events).
+CLOCK_MARK = "simcuda::clock"
+
+
+def emit_clock_mark() -> tuple[int, int]:
+    """An empty ``record_function`` range between two host reads: the Kineto clock (torch's
+    approximate clock converted to Unix ns, not ``time.time_ns()``) stamps it too."""
+    a = time.perf_counter_ns()
+    with record_function(CLOCK_MARK):
+        pass
+    return a, time.perf_counter_ns()
+
+
+def kineto_minus_host_ns(events: list[Any], brackets: list[tuple[int, int]]) -> int:
+    """Kineto clock minus host clock: the middle of what every clock mark allows (a mark that
+    ran between host reads a and b and was stamped [start, end] puts the offset in
+    [end - b, start - a])."""
+    spans = [(e.start_ns(), e.end_ns()) for e in events if e.name() == CLOCK_MARK]
+    if not spans or len(spans) != len(brackets):
+        raise RuntimeError(f"{len(spans)} clock marks in the trace, {len(brackets)} emitted")
+    low = max(end - b for (_, end), (_, b) in zip(spans, brackets, strict=True))
+    high = min(start - a for (start, _), (a, _) in zip(spans, brackets, strict=True))
+    return (low + high) // 2
+
+
+def activities_of(kernels: list[Kernel], offset_ns: int, ids: Iterator[int]) -> list[SimActivity]:
+    """A launch call and a device activity per work item, paired by correlation id."""
+    out: list[SimActivity] = []
+    for correlation, kernel in zip(ids, kernels, strict=False):
+        copy = kernel.name.startswith("memcpy")
+        launch = "cudaMemcpyAsync" if copy else "cudaLaunchKernel"
+        out.append(
+            SimActivity(
+                launch,
+                "cuda_runtime",
+                kernel.enqueue_ns + offset_ns,
+                kernel.enqueue_ns + offset_ns + 2_000,
+                0,
+                correlation,
+            )
+        )
+        out.append(
+            SimActivity(
+                kernel.name,
+                "gpu_memcpy" if copy else "kernel",
+                kernel.start_ns + offset_ns,
+                kernel.end_ns + offset_ns,
+                kernel.stream,
+                correlation,
+            )
+        )
+    return out
+
+
+class _Results:
+    def __init__(self, real: Any, extra: list[SimActivity]) -> None:
+        self._real = real
+        self._extra = extra
+
+    def events(self) -> list[Any]:
+        return [*self._real.events(), *self._extra]
+
+
+class _View:
+    """What ``on_trace_ready`` receives: the real profile, with ``profiler.kineto_results``
+    answering the simulated activities too."""
+
+    def __init__(self, real: Any, results: _Results) -> None:
+        self._real = real
+        self.kineto_results = results
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+class _ProfileView:
+    def __init__(self, prof: Any, results: _Results) -> None:
+        self._prof = prof
+        self.profiler = _View(prof.profiler, results)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._prof, name)
+
+
+def profile_class(sim: SimGpu) -> type:
+    """A ``torch.profiler.profile`` that adds ``sim``'s device work to CUDA-activity traces."""
+    ids = itertools.count(1_000_000)
+
+    class SimProfile(torch_profiler.profile):  # type: ignore[misc, name-defined]
+        def __init__(
+            self, *args: Any, activities: Any = None, on_trace_ready: Any = None, **kwargs: Any
+        ) -> None:
+            self._sim_cuda = activities is not None and (
+                torch_profiler.ProfilerActivity.CUDA in activities
+            )
+            self._sim_ready = on_trace_ready
+            self._sim_since: int | None = None
+            self._sim_marks: list[tuple[int, int]] = []
+            super().__init__(
+                *args,
+                activities=activities,
+                on_trace_ready=self._sim_on_ready if on_trace_ready else None,
+                **kwargs,
+            )
+
+        def _sim_note(self) -> None:
+            action = getattr(getattr(self, "current_action", None), "name", "")
+            if action not in _RECORDING:
+                return
+            if self._sim_since is None:
+                self._sim_since = sim.now()
+            if self._sim_cuda:
+                self._sim_marks.append(emit_clock_mark())
+
+        def start(self) -> None:
+            super().start()
+            self._sim_note()
+
+        def step(self) -> None:
+            super().step()
+            self._sim_note()
+
+        def _sim_on_ready(self, prof: Any) -> None:
+            extra: list[SimActivity] = []
+            real = prof.profiler.kineto_results
+            if self._sim_cuda and self._sim_since is not None:
+                since, until = self._sim_since, sim.now()
+                kernels = [
+                    k
+                    for d in sim.devices
+                    for k in list(d.kernels)
+                    if since <= k.enqueue_ns <= until
+                ]
+                offset = kineto_minus_host_ns(list(real.events()), self._sim_marks)
+                extra = activities_of(kernels, offset, ids)
+            self._sim_ready(_ProfileView(prof, _Results(real, extra)))
+
+    return SimProfile
