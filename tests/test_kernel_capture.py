@@ -2,7 +2,8 @@
 
 There is no GPU here. The CUDA tests feed SIMULATED events: fake objects with the
 ``_KinetoEvent`` method names, whose activity types, streams, correlation ids and metadata
-follow Kineto's conventions (notes/measurement.md §2.2). The CPU tests use the real profiler.
+follow Kineto's conventions (pytorch/kineto ``libkineto/src/output_json.cpp``). The CPU tests
+use the real profiler.
 """
 
 from __future__ import annotations

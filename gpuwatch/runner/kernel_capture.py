@@ -346,7 +346,8 @@ def _number(value: Any) -> float | None:
 def torch_profiler(device: str, steps: int, on_ready: Callable[[Any], None]) -> Any:
     """A started-later ``torch.profiler.profile``: one warm-up step, then ``steps`` recorded.
 
-    Shapes, stacks and memory stay off (cost, notes/measurement.md §2.4).
+    Shapes, stacks and memory stay off: each costs time per recorded op
+    (https://pytorch.org/docs/stable/profiler.html).
     """
     from torch.profiler import ProfilerActivity, profile, schedule
 
