@@ -537,9 +537,9 @@ class KernelCapture:
             self._report("failed", self._error or "the profiler delivered no events")
             return
         if not message["type"]:
-            self._report("failed", "the profiler recorded no GPU activity; "
-                                   + _cupti_hint(self.device) if self.device == "cuda" else
-                                   "the profiler recorded no CPU ops in the window")
+            self._report("failed", ("the profiler recorded no GPU activity; "
+                                    + _cupti_hint(self.device)) if self.device == "cuda"
+                         else "the profiler recorded no CPU ops in the window")
             return
         if self._release.armed:  # CUPTI is finalized on the next step's first CUDA call
             message["perturbed"] = [*message["perturbed"], next_step]
