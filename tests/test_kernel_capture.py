@@ -387,25 +387,26 @@ def test_real_cpu_capture_twice_in_a_row_puts_ops_inside_the_steps() -> None:
 # ---- NVTX phase ranges --------------------------------------------------------------------
 
 def test_nvtx_ranges_wrap_each_phase_and_never_leak() -> None:
-    stack: list[str] = []
+    open_ranges: dict[int, str] = {}
     seen: list[str] = []
 
-    def push(name: str) -> None:
-        stack.append(name)
+    def start(name: str) -> int:
         seen.append(name)
+        open_ranges[len(seen)] = name
+        return len(seen)
 
-    backend = NvtxPhases(HostBackend(), push=push, pop=stack.pop)
+    backend = NvtxPhases(HostBackend(), start=start, end=open_ranges.pop)
     for _ in range(2):
         backend.begin(0)
         for i in range(protocol.N_MARKS):
             backend.mark(i)
-            assert len(stack) == (1 if i < protocol.N_MARKS - 1 else 0)
+            assert len(open_ranges) == (1 if i < protocol.N_MARKS - 1 else 0)
         backend.end()
     assert seen[:len(protocol.PHASES)] == [f"gpuwatch:{p}" for p in protocol.PHASES]
     backend.begin(1)
     backend.mark(0)
     backend.begin(2)  # a dropped step (script mode) must not leave its range open
-    assert stack == []
+    assert open_ranges == {}
     assert backend.kind == "host"
 
 

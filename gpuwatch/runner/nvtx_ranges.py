@@ -1,9 +1,13 @@
 """NVTX ranges around the host phases, so Nsight Systems shows gpuwatch's phases by name.
 
 A ``TimingBackend`` wrapper: the loop already calls ``mark(i)`` at every phase boundary, so
-the range of ``PHASES[i]`` is pushed there and popped at the next mark. ``make_backend`` wraps
-the CUDA backend only, once at start: on a CPU device nothing of this runs, and on CUDA each
-mark costs one ``range_pop`` and one ``range_push`` (a no-op unless a tool listens).
+the range of ``PHASES[i]`` is started there and ended at the next mark. The ranges are
+start/end ranges with ids (``torch.cuda.nvtx.range_start``/``range_end``, NVTX's
+``nvtxRangeStartA``/``nvtxRangeEnd``), not push/pop: push/pop ranges live on the thread's
+stack, where ending ours would close whatever the user's script pushed last, and the user's
+pops would close ours. ``make_backend`` wraps the CUDA backend only, once at start: on a CPU
+device nothing of this runs, and on CUDA each mark costs one ``range_end`` and one
+``range_start`` (a no-op unless a tool listens).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpuwatch.protocol import N_MARKS, PHASES
-from gpuwatch.runner.timing import DeviceMarks, TimingBackend
+from gpuwatch.runner.timing import DeviceMarks, MarkSkips, TimingBackend
 
 #: Range names: ``gpuwatch:data``, ``gpuwatch:forward``, ...
 RANGE_NAMES: tuple[str, ...] = tuple(f"gpuwatch:{phase}" for phase in PHASES)
@@ -19,23 +23,24 @@ _LAST = N_MARKS - 1
 
 
 class NvtxPhases(TimingBackend):
-    """``inner`` with an NVTX range per phase; ``push``/``pop`` default to ``torch.cuda.nvtx``."""
+    """``inner`` with an NVTX range per phase; ``start``/``end`` default to
+    ``torch.cuda.nvtx.range_start``/``range_end``."""
 
-    def __init__(self, inner: TimingBackend, *, push: Callable[[str], object] | None = None,
-                 pop: Callable[[], object] | None = None) -> None:
-        if push is None or pop is None:
+    def __init__(self, inner: TimingBackend, *, start: Callable[[str], int] | None = None,
+                 end: Callable[[int], object] | None = None) -> None:
+        if start is None or end is None:
             import torch
 
-            push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+            start, end = torch.cuda.nvtx.range_start, torch.cuda.nvtx.range_end
         self.inner = inner
         self.kind = inner.kind
-        self._push = push
-        self._pop = pop
-        self._open = False
+        self._start = start
+        self._end = end
+        self._open: int | None = None
 
-    @property  # type: ignore[override]
-    def skipped(self) -> int:
-        return self.inner.skipped
+    @property
+    def skips(self) -> MarkSkips:
+        return self.inner.skips
 
     def begin(self, step_id: int) -> None:
         self._close()  # a step dropped before its end (script mode) left its range open
@@ -45,8 +50,7 @@ class NvtxPhases(TimingBackend):
         self.inner.mark(index)
         self._close()
         if index < _LAST:
-            self._push(RANGE_NAMES[index])
-            self._open = True
+            self._open = self._start(RANGE_NAMES[index])
 
     def end(self) -> None:
         self.inner.end()
@@ -59,6 +63,6 @@ class NvtxPhases(TimingBackend):
         self.inner.close()
 
     def _close(self) -> None:
-        if self._open:
-            self._pop()
-            self._open = False
+        if self._open is not None:
+            self._end(self._open)
+            self._open = None

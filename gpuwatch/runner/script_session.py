@@ -39,6 +39,8 @@ EXIT_INTERRUPTED = 130
 INITIAL_WARMUP_STEPS = 3
 #: Frames of these files are left out of a script's traceback (they are not the user's).
 _GPUWATCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+#: How runpy's frames are named: frozen (Python >= 3.11) or its source file.
+_RUNPY_FILES = frozenset({"<frozen runpy>", getattr(runpy, "__file__", None) or ""})
 
 
 @dataclass
@@ -77,10 +79,10 @@ def run_script(link: Link, *, path: str, args: Sequence[str], device_spec: str,
     except Exception as exc:
         return _failed_early(link, type(exc).__name__, f"cannot import torch: {exc}",
                              traceback.format_exc(), EXIT_SCRIPT_ERROR)
-    from gpuwatch.runner.session import DeviceError, resolve_device
+    from gpuwatch.runner.session import DeviceError, script_device
 
     try:
-        device = resolve_device(torch, device_spec)
+        device = script_device(torch, device_spec)
     except DeviceError as exc:
         return _failed_early(link, "DeviceError", str(exc), "", EXIT_USAGE)
     try:
@@ -99,10 +101,15 @@ def _watch(link: Link, torch: Any, device: Any, *, path: str, full_path: str,
     from gpuwatch.runner.probe_agent import ProbeAgent
     from gpuwatch.runner.probe_knobs import ProbeKnobs
     from gpuwatch.runner.script_control import ScriptControl
-    from gpuwatch.runner.session import device_info, make_backend, say, versions
+    from gpuwatch.runner.session import device_info, make_script_backend, say, versions
     from gpuwatch.runner.step_recorder import StepRecorder
 
-    backend = make_backend(torch, device)
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)  # --device cuda:N: the script's default CUDA device
+    backend = make_script_backend(
+        torch, device, notify=lambda text: link.log("info", text),
+        on_device=lambda index: link.send(
+            "device", device=device_info(torch, torch.device("cuda", index))))
     link.send("hello", protocol=PROTOCOL_VERSION, pid=os.getpid(),
               workload=os.path.basename(full_path), device=device_info(torch, device),
               versions=versions(torch), os=platform.platform(), knobs=[],
@@ -116,7 +123,8 @@ def _watch(link: Link, torch: Any, device: Any, *, path: str, full_path: str,
     control.flush = recorder.flush
     hooks = AutoHooks(torch, recorder)
     agent = ProbeAgent(recorder, knobs)
-    os.register_at_fork(after_in_child=lambda: probe.attach_runner(None))
+    if hasattr(os, "register_at_fork"):  # Windows has none (and no fork)
+        os.register_at_fork(after_in_child=lambda: probe.attach_runner(None))
     link.log("info", f"running {path} {' '.join(args)}".rstrip() + f" in {os.getcwd()}")
 
     sys.argv = [path, *args]
@@ -138,6 +146,9 @@ def _watch(link: Link, torch: Any, device: Any, *, path: str, full_path: str,
     except Exception as exc:  # never hide the script's own outcome
         link.log("error", f"could not send the last steps: {type(exc).__name__}: {exc}")
     backend.close()
+    skips = backend.skips
+    if skips.total:
+        link.log("warning", f"{skips.total} step(s) without device marks: {skips.describe()}")
     cuda_used = _cuda_used(torch)
     if device.type != "cuda" and cuda_used:
         link.log("warning", "the script used CUDA, but gpuwatch timed it on the host "
@@ -153,7 +164,7 @@ def _watch(link: Link, torch: Any, device: Any, *, path: str, full_path: str,
     if outcome.reason != "link_closed":
         link.send("bye", reason=outcome.reason, code=outcome.code, steps=recorder.steps,
                   cuda_used=cuda_used, instrumentation=recorder.instrumentation,
-                  interrupted=control.interrupted)
+                  interrupted=control.interrupted, device_marks_skipped=skips.total)
     link.finished()
     link.close()
     return outcome.exit_code
@@ -186,29 +197,37 @@ def exit_code(exc: SystemExit) -> int:
 
 
 def script_traceback(exc: BaseException) -> str:
-    """The traceback as ``python SCRIPT`` prints it, without gpuwatch's and runpy's frames."""
-    formatted = traceback.TracebackException.from_exception(exc)
-    seen: set[int] = set()
-    pending = [formatted]
-    while pending:
-        part = pending.pop()
-        if id(part) in seen:
-            continue
-        seen.add(id(part))
-        part.stack = traceback.StackSummary.from_list(
-            [frame for frame in part.stack if not _not_users(frame.filename)])
-        pending.extend(p for p in (part.__cause__, part.__context__) if p is not None)
-    return "".join(formatted.format())
+    """The traceback as ``python SCRIPT`` prints it, without gpuwatch's and runpy's frames:
+    every other frame (the script's, torch's, the standard library's) is kept, in chained
+    exceptions and exception groups too. Should trimming itself fail, the whole traceback is
+    given rather than none (the script's error must never turn into one of gpuwatch's)."""
+    try:
+        formatted = traceback.TracebackException.from_exception(exc)
+        seen: set[int] = set()
+        pending = [formatted]
+        while pending:
+            part = pending.pop()
+            if id(part) in seen:
+                continue
+            seen.add(id(part))
+            part.stack = traceback.StackSummary.from_list(
+                [frame for frame in part.stack if not _not_users(frame.filename)])
+            pending.extend(p for p in (part.__cause__, part.__context__) if p is not None)
+            pending.extend(getattr(part, "exceptions", None) or ())
+        return "".join(formatted.format())
+    except Exception:
+        return "".join(traceback.format_exception(exc))
 
 
 def _not_users(filename: str) -> bool:
-    return (filename.startswith(_GPUWATCH_DIR) or filename == "<frozen runpy>"
-            or os.path.basename(filename) == "runpy.py")
+    """A frame of gpuwatch's own package or of runpy (not a user's file that is merely called
+    ``runpy.py``)."""
+    return filename.startswith(_GPUWATCH_DIR) or filename in _RUNPY_FILES
 
 
 def _cuda_used(torch: Any) -> bool:
-    """Whether the script put anything on a CUDA device (hello's device probe initializes CUDA
-    but allocates nothing, so the allocator's peak tells)."""
+    """Whether the script put anything on a CUDA device (gpuwatch's own events allocate
+    nothing, so the allocator's peak tells)."""
     try:
         if not torch.cuda.is_initialized():
             return False

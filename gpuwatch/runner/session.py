@@ -12,10 +12,12 @@ import platform
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from gpuwatch.protocol import PROTOCOL_VERSION
 from gpuwatch.runner.availability import knob_schema
+from gpuwatch.runner.follow_device import FollowDevice
 from gpuwatch.runner.link import Link
 from gpuwatch.runner.loop import TrainingLoop
 from gpuwatch.runner.nvtx_ranges import NvtxPhases
@@ -58,6 +60,29 @@ def resolve_device(torch: Any, spec: str) -> Any:
     return torch.device("cuda", index)
 
 
+def script_device(torch: Any, spec: str) -> Any:
+    """The device a watched script is announced on, without starting CUDA.
+
+    ``torch.cuda.device_count()`` asks NVML before CUDA is initialized (torch's
+    ``_device_count_nvml``; it falls back to ``cudaGetDeviceCount`` only where NVML fails),
+    whereas ``is_available()`` runs ``cuInit``, after which the ``CUDA_VISIBLE_DEVICES`` a
+    script sets is ignored. ``cuda`` and ``auto`` give ``cuda`` without an index: the device
+    is the one the script makes current, known at its first step."""
+    if spec == "cpu":
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    if spec == "auto":
+        return torch.device("cuda") if count > 0 else torch.device("cpu")
+    if count <= 0:
+        raise DeviceError(f"--device {spec}: CUDA is not available to torch {torch.__version__}")
+    if spec == "cuda":
+        return torch.device("cuda")
+    index = int(spec.partition(":")[2])
+    if index >= count:
+        raise DeviceError(f"--device {spec}: this machine has {count} CUDA device(s)")
+    return torch.device("cuda", index)
+
+
 def usable_cores() -> int:
     """CPU cores this process may run on (its affinity mask where the OS has one)."""
     try:
@@ -94,7 +119,13 @@ def cpu_name() -> str:
 
 def device_info(torch: Any, device: Any) -> dict[str, Any]:
     """``hello["device"]``: what the GUI needs to find the matching NVML device, and the usable
-    CPU cores (the scale of the CPU analog of utilization)."""
+    CPU cores (the scale of the CPU analog of utilization). A CUDA device without an index is
+    a script's device before its first step (reading its properties would start CUDA):
+    ``pending``, named by a ``device`` message once the script has chosen it."""
+    if device.type == "cuda" and device.index is None:
+        return {"kind": "cuda", "index": None, "name": "CUDA (the script's device, named at "
+                "its first step)", "uuid": None, "pci_bus_id": None, "driver_model": None,
+                "pending": True, "cores": usable_cores()}
     if device.type == "cuda":
         info = cuda_device(torch, device.index)
         return {"kind": "cuda", "index": device.index, "name": info["name"],
@@ -123,7 +154,16 @@ def make_backend(torch: Any, device: Any) -> TimingBackend:
     device truth."""
     if device.type == "cuda":
         torch.cuda.set_device(device)  # events are recorded on this device's current stream
-        return NvtxPhases(CudaEventBackend())
+        return NvtxPhases(CudaEventBackend(device=device.index))
+    return HostBackend()
+
+
+def make_script_backend(torch: Any, device: Any, *, notify: Callable[[str], None],
+                        on_device: Callable[[int], None]) -> TimingBackend:
+    """A watched script's backend: on CUDA it starts nothing until the script's first step
+    (``FollowDevice``); on a CPU host marks are the device truth."""
+    if device.type == "cuda":
+        return NvtxPhases(FollowDevice(torch, notify=notify, on_device=on_device))
     return HostBackend()
 
 

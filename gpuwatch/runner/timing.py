@@ -3,9 +3,10 @@
 The loop takes host marks itself (``time.perf_counter_ns``) and calls the backend right after
 each one. ``HostBackend`` is for CPU devices, where compute is synchronous and the host spans
 *are* the device truth, so it sends nothing (the GUI mirrors host marks). ``CudaEventBackend``
-records CUDA events on the current stream and converts them to the host's ``perf_counter_ns``
-axis (notes/measurement.md §1): events are read back by ``query()`` only, never by a
-``synchronize()`` inside the loop, and a step is left unmarked rather than ever blocking.
+records CUDA events on the stream that is current at each mark and converts them to the host's
+``perf_counter_ns`` axis (docs/design.md, "A step's marks"): events are read back by
+``query()`` only, never by a ``synchronize()`` inside the loop, and a step is left unmarked
+(and counted in ``skips``) rather than ever blocking or raising.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 from gpuwatch.protocol import ACTIVE_LAST, N_MARKS
@@ -26,11 +27,49 @@ DeviceMarks = tuple[int, list[int]]
 class TimingEvent(Protocol):
     """The part of ``torch.cuda.Event`` the backend uses (a simulation can stand in for it)."""
 
-    def record(self) -> None: ...
+    def record(self, stream: Any = ...) -> None: ...
 
     def query(self) -> bool: ...
 
     def elapsed_time(self, end_event: TimingEvent) -> float: ...
+
+
+@dataclass
+class MarkSkips:
+    """Steps left without device marks, by reason (a dropped step is no step: not counted)."""
+
+    #: No event set was free: the device was a whole pool of steps behind.
+    pool_empty: int = 0
+    #: A mark fell inside CUDA-graph capture, where events may be neither recorded nor read.
+    capturing: int = 0
+    #: The current device changed inside the step (events belong to one device).
+    device_changed: int = 0
+    #: The script had not started CUDA when the step began.
+    no_cuda: int = 0
+    #: The timing backend could not be set up on the device.
+    failed: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(getattr(self, f.name) for f in fields(self))
+
+    def add(self, other: MarkSkips) -> MarkSkips:
+        return MarkSkips(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+    def describe(self) -> str:
+        """``3 while the device was a pool of steps behind, 2 during CUDA-graph capture``."""
+        parts = [f"{getattr(self, name)} {text}" for name, text in _SKIP_REASONS.items()
+                 if getattr(self, name)]
+        return ", ".join(parts)
+
+
+_SKIP_REASONS = {
+    "pool_empty": "while the device was a whole event pool of steps behind",
+    "capturing": "during CUDA-graph capture",
+    "device_changed": "that changed the current device mid-step",
+    "no_cuda": "before the script used CUDA",
+    "failed": "after the device timing failed to start",
+}
 
 
 class TimingBackend(ABC):
@@ -38,8 +77,16 @@ class TimingBackend(ABC):
 
     #: Value of ``hello["timing"]``.
     kind: str
-    #: Steps left without device marks because no event set was free.
-    skipped: int = 0
+
+    @property
+    def skips(self) -> MarkSkips:
+        """Steps left without device marks so far, by reason."""
+        return MarkSkips()
+
+    @property
+    def skipped(self) -> int:
+        """Steps left without device marks so far."""
+        return self.skips.total
 
     @abstractmethod
     def begin(self, step_id: int) -> None:
@@ -114,11 +161,22 @@ class CudaEventBackend(TimingBackend):
     Each event set is converted with the anchor that was current when it began, so an offset is
     never negative; a replaced anchor event is reused only once those sets are harvested.
 
-    ``event_factory``, ``clock``, ``synchronize`` and ``calibration_stream`` are injectable so
-    the logic is tested on a simulated stream without CUDA; the defaults use ``torch.cuda``
-    (imported only here; the calibration stream is a new stream of the current device).
-    ``synchronize`` runs once, before the loop (initial calibration), and in ``poll(wait=True)``
-    after it.
+    **Device and streams.** Events belong to the device they are first recorded on (torch
+    refuses a record on another device's stream), so a backend serves one ``device`` and
+    ``FollowDevice`` keeps one per device. Each mark records on the stream current at that
+    moment (``current_stream``): a step run under ``with torch.cuda.stream(s)`` is measured on
+    ``s``; a set whose marks went to several streams is done when all its events are. A mark
+    that finds another current device abandons the step (``skips.device_changed``); one during
+    CUDA-graph capture (``capturing``) abandons it too (``skips.capturing``), and ``poll``
+    reads nothing while a capture is on. An abandoned set, or one left open by a step the
+    caller dropped (``begin`` without ``end``), goes straight back to the pool.
+
+    ``event_factory``, ``clock``, ``synchronize``, ``calibration_stream``, ``current_stream``
+    and ``capturing`` are injectable so the logic is tested on a simulated stream without CUDA;
+    the defaults use ``torch.cuda`` (imported only here; the calibration stream is a new stream
+    of ``device``, where the pool's events are first recorded, so creating the backend waits
+    for nothing). Without a calibration stream ``synchronize`` runs once at creation (initial
+    calibration); it runs in ``poll(wait=True)`` after the loop.
     """
 
     kind = "cuda_events"
@@ -129,18 +187,28 @@ class CudaEventBackend(TimingBackend):
                  synchronize: Callable[[], None] | None = None,
                  tries: int = 5, spin_limit_ns: int = 2_000_000,
                  calibrate_every_s: float = 5.0, chain_after_s: float = 1.0,
-                 calibration_stream: Any = None) -> None:
+                 calibration_stream: Any = None, device: int | None = None,
+                 current_stream: Callable[[], Any] | None = None,
+                 capturing: Callable[[], bool] | None = None) -> None:
         if event_factory is None or synchronize is None:
             import torch
 
             def cuda_event() -> TimingEvent:
                 return torch.cuda.Event(enable_timing=True)  # type: ignore[no-any-return]
 
-            if event_factory is None and calibration_stream is None:
-                calibration_stream = torch.cuda.Stream()
+            if event_factory is None:
+                if device is None:
+                    device = torch.cuda.current_device()
+                if calibration_stream is None:
+                    calibration_stream = torch.cuda.Stream(device=device)
+                current_stream = current_stream or torch.cuda.current_stream
+                capturing = capturing or torch.cuda.is_current_stream_capturing
             event_factory = event_factory or cuda_event
             synchronize = synchronize or torch.cuda.synchronize
+        self.device = device
         self._calibration_stream = calibration_stream
+        self._current_stream = current_stream
+        self._capturing = capturing or _never
         self._factory = event_factory
         self._clock = clock
         self._synchronize = synchronize
@@ -151,9 +219,13 @@ class CudaEventBackend(TimingBackend):
         self._free: list[list[TimingEvent]] = [
             [event_factory() for _ in range(N_MARKS)] for _ in range(depth)]
         self._spares: list[TimingEvent] = [event_factory() for _ in range(tries + 1)]
-        # torch creates the CUDA event at its first record(): do that now, not inside the loop.
+        # torch creates the CUDA event at its first record(): do that now, not inside the loop,
+        # on the idle calibration stream (it binds the event to the device and waits for nothing).
         for event in (*(ev for events in self._free for ev in events), *self._spares):
-            event.record()
+            if calibration_stream is None:
+                event.record()
+            else:
+                event.record(calibration_stream)
         self._pending: deque[_EventSet] = deque()
         self._current: _EventSet | None = None
         self._sets_begun = 0
@@ -165,8 +237,12 @@ class CudaEventBackend(TimingBackend):
         self.chains = 0
         self._calibrated_at_ns = 0
         self._retry_at_ns = 0
-        self.skipped = 0
-        self._synchronize()
+        self._skips = MarkSkips()
+        #: Stream handles seen in one step's marks, for the caller's notice (several: a side
+        #: stream was current at some marks).
+        self.streams_seen: set[int] = set()
+        if calibration_stream is None:
+            self._synchronize()
         if not self._calibrate(spin_limit_ns=1_000_000_000):
             raise CalibrationError("a CUDA event recorded on an idle stream never completed")
 
@@ -176,18 +252,52 @@ class CudaEventBackend(TimingBackend):
         assert self._anchor is not None  # set by the initial calibration
         return self._anchor.host_ns
 
+    @property
+    def skips(self) -> MarkSkips:
+        return self._skips
+
     def begin(self, step_id: int) -> None:
+        self.abandon()  # the caller dropped the previous step before its end
+        if self._capturing():
+            self._skips.capturing += 1
+            return
         if not self._free:  # the device is `depth` steps behind: leave the step unmarked
-            self._current = None
-            self.skipped += 1
+            self._skips.pool_empty += 1
             return
         assert self._anchor is not None
         self._current = _EventSet(step_id, self._sets_begun, self._free.pop(), self._anchor)
         self._sets_begun += 1
 
-    def mark(self, index: int) -> None:
+    def abandon(self) -> None:
+        """Forget the open step's marks; its event set goes back to the pool (a record
+        overwrites an event's previous one, CUDA Runtime API ``cudaEventRecord``)."""
         if self._current is not None:
-            self._current.events[index].record()
+            self._free.append(self._current.events)
+            self._current = None
+
+    def mark(self, index: int) -> None:
+        current = self._current
+        if current is None:
+            return
+        if self._current_stream is None:
+            current.events[index].record()
+            return
+        if self._capturing():
+            self.abandon()
+            self._skips.capturing += 1
+            return
+        stream = self._current_stream()
+        if stream.device_index != self.device:
+            self.abandon()
+            self._skips.device_changed += 1
+            return
+        current.events[index].record(stream)
+        handle = stream.cuda_stream
+        if current.stream is None:
+            current.stream = handle
+        elif handle != current.stream:
+            current.streams = True
+        self.streams_seen.add(handle)
 
     def end(self) -> None:
         if self._current is not None:
@@ -195,13 +305,15 @@ class CudaEventBackend(TimingBackend):
             self._current = None
 
     def poll(self, *, wait: bool = False) -> list[DeviceMarks]:
+        if self._capturing():  # no query may run during capture
+            return []
         if wait and self._pending:
             self._synchronize()
         done: list[DeviceMarks] = []
         newest: _EventSet | None = None
-        # In order: a set is done when its last event is (stream order), so stop at the first
-        # set still in flight.
-        while self._pending and self._pending[0].events[-1].query():
+        # In order: a set is done when its last event is (stream order; every event when its
+        # marks went to several streams), so stop at the first set still in flight.
+        while self._pending and self._pending[0].done():
             newest = self._pending.popleft()
             anchor, ref = newest.anchor.host_ns, newest.anchor.event
             done.append((newest.step_id,
@@ -291,9 +403,20 @@ class _Anchor:
     host_ns: int
 
 
-@dataclass(frozen=True)
+def _never() -> bool:
+    return False
+
+
+@dataclass
 class _EventSet:
     step_id: int
     seq: int  # order of begin(); sets complete in this order
     events: list[TimingEvent]
     anchor: _Anchor
+    stream: int | None = None  # handle of the stream of the first mark
+    streams: bool = False  # marks went to more than one stream
+
+    def done(self) -> bool:
+        if self.streams:
+            return all(event.query() for event in self.events)
+        return self.events[-1].query()

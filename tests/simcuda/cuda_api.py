@@ -5,6 +5,12 @@ Signatures and errors follow torch 2.14's ``torch/cuda/__init__.py``, ``torch/cu
 and the C++ they call (``c10/cuda/CUDAEvent.h``: ``query()`` is true before any record,
 ``record`` on another device's stream is refused, ``elapsed_time`` checks timing → recorded →
 completed in that order; ``c10/cuda/CUDAFunctions.h`` for which waits the debug mode sees).
+Initialization follows ``torch/cuda/__init__.py``: ``is_available()`` calls
+``cudaGetDeviceCount`` (which runs ``cuInit``, where CUDA reads ``CUDA_VISIBLE_DEVICES``),
+``device_count()`` asks NVML first and initializes nothing, and ``current_device``,
+``set_device``, properties, streams and events run ``_lazy_init``. An event last recorded in a
+capturing stream cannot be queried, synchronized or timed (``cudaErrorCapturedEvent``, CUDA
+Runtime API error types).
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ from typing import Any
 import torch
 
 from simcuda.model import DEBUG_MODES, Graph, SimGpu, SimStream
+
+#: ``cudaErrorCapturedEvent``'s description in the CUDA Runtime API.
+CAPTURED_EVENT_ERROR = "operation not permitted on an event last recorded in a capturing stream"
 
 
 class _Active:
@@ -68,6 +77,8 @@ class Stream:
         _sim: SimStream | None = None,
         **_kwargs: Any,
     ) -> None:
+        if _sim is None:
+            gpu().lazy_init("Stream")
         self.sim = _sim or gpu().new_stream(device_index(device))
         self.priority = priority
         self._saved: list[tuple[int, SimStream]] = []
@@ -136,6 +147,7 @@ class Stream:
 
 
 def current_stream(device: Any = None) -> Stream:
+    gpu().lazy_init("current_stream")
     return Stream(_sim=gpu().current_stream(device_index(device)))
 
 
@@ -178,6 +190,7 @@ class Event:
         self.event_id = 0
         self._device: int | None = None
         self._complete_ns = 0
+        self._captured = False
 
     @property
     def device(self) -> torch.device | None:
@@ -193,15 +206,22 @@ class Event:
                 f"Event device {self._device} does not match recording "
                 f"stream's device {stream.device_index}."
             )
-        if stream.sim.capture is not None:  # an event inside a graph: completes at replay
+        self._captured = stream.sim.capture is not None
+        if self._captured:  # an event inside a graph: completes at replay
             return
         self._complete_ns = gpu().record(stream.sim, self.event_id)
 
+    def _check_not_captured(self) -> None:
+        if self._captured:
+            raise RuntimeError(f"CUDA error: {CAPTURED_EVENT_ERROR}")
+
     def query(self) -> bool:
+        self._check_not_captured()
         return self._device is None or gpu().now() >= self._complete_ns
 
     def synchronize(self) -> None:
         """``cudaEventSynchronize``: a host wait the sync debug mode does not see."""
+        self._check_not_captured()
         if self._device is not None:
             gpu().host_wait("event_synchronize", self._complete_ns, debug_visible=False)
 
@@ -215,6 +235,8 @@ class Event:
             raise ValueError("Both events must be created with argument 'enable_timing=True'.")
         if self._device is None or end_event._device is None:
             raise ValueError("Both events must be recorded before calculating elapsed time.")
+        self._check_not_captured()
+        end_event._check_not_captured()
         if not (self.query() and end_event.query()):
             raise RuntimeError("Both events must be completed before calculating elapsed time.")
         clock = gpu().devices[self._device].clock
@@ -249,14 +271,16 @@ class device:
 
 
 def is_available() -> bool:
+    gpu().init_driver("is_available")
     return bool(gpu().devices)
 
 
 def device_count() -> int:
-    return len(gpu().devices)
+    return gpu().visible_count()
 
 
 def current_device() -> int:
+    gpu().lazy_init("current_device")
     return gpu().current_device()
 
 
@@ -282,6 +306,7 @@ class DeviceProperties:
 
 
 def get_device_properties(device: Any = None) -> DeviceProperties:
+    gpu().lazy_init("get_device_properties")
     index = device_index(device)
     gpu().check_index(index)
     return DeviceProperties(index)
@@ -304,6 +329,7 @@ def synchronize(device: Any = None) -> None:
     """``cudaDeviceSynchronize`` (``c10::cuda::device_synchronize``): every stream of the
     device drained; not reported to the sync debug mode."""
     sim = gpu()
+    sim.lazy_init("synchronize")
     index = device_index(device)
     sim.host_wait("device_synchronize", sim.devices[index].busy_until_ns(), debug_visible=False)
 
@@ -313,7 +339,7 @@ def is_initialized() -> bool:
 
 
 def init() -> None:
-    gpu().initialized = True
+    gpu().lazy_init("init")
 
 
 def is_current_stream_capturing() -> bool:

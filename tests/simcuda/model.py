@@ -173,18 +173,57 @@ class SimGpu:
         self.config = config
         self.now = clock
         self.epoch_ns = clock()
-        self.devices = [
-            SimDevice(i, config.spec(physical), config, self.epoch_ns)
-            for i, physical in enumerate(visible_devices(config.devices))
-        ]
+        self._devices: list[SimDevice] | None = None
+        #: The first call that initialized the driver (``cuInit``: ``CUDA_VISIBLE_DEVICES``
+        #: is read then, and later changes of it are ignored), for test diagnostics.
+        self.initialized_by: str | None = None
         self.waits: deque[HostWait] = deque(maxlen=HISTORY)
         self.on_wait: Callable[[HostWait], None] | None = None
         self.debug_mode = config.sync_debug_mode
+        #: torch's ``_initialized`` (``torch.cuda.is_initialized()``): set by the calls that run
+        #: torch's ``_lazy_init``, not by ``is_available()`` (which only initializes the driver).
         self.initialized = False
         self._next_stream = 1
         self._next_event = 1
         self._lock = threading.RLock()
         self._local = threading.local()
+
+    # --- driver initialization (CUDA reads CUDA_VISIBLE_DEVICES once, at cuInit) ----------
+
+    @property
+    def devices(self) -> list[SimDevice]:
+        """The visible devices; the first access is the driver's initialization."""
+        if self._devices is None:
+            self.init_driver("runtime call")
+        assert self._devices is not None
+        return self._devices
+
+    @property
+    def driver_initialized(self) -> bool:
+        return self._devices is not None
+
+    def init_driver(self, by: str) -> None:
+        """``cuInit``: the visible devices are fixed from ``CUDA_VISIBLE_DEVICES`` as it is now."""
+        if self._devices is not None:
+            return
+        self.initialized_by = by
+        self._devices = [
+            SimDevice(i, self.config.spec(physical), self.config, self.epoch_ns)
+            for i, physical in enumerate(visible_devices(self.config.devices))
+        ]
+
+    def lazy_init(self, by: str) -> None:
+        """torch's ``_lazy_init`` (``current_device``, ``set_device``, properties, streams,
+        events, kernels): the driver, then torch's CUDA state."""
+        self.init_driver(by)
+        self.initialized = True
+
+    def visible_count(self) -> int:
+        """``torch.cuda.device_count()``: before initialization torch asks NVML and parses
+        ``CUDA_VISIBLE_DEVICES`` itself (``_device_count_nvml``), initializing nothing."""
+        if self._devices is None:
+            return len(visible_devices(self.config.devices))
+        return len(self._devices)
 
     # --- per-thread current device and streams (both thread-local in CUDA/c10) ------------
 
@@ -192,8 +231,8 @@ class SimGpu:
         return getattr(self._local, "device", 0)
 
     def set_device(self, index: int) -> None:
+        self.lazy_init("set_device")
         self.check_index(index)
-        self.initialized = True
         self._local.device = index
 
     def check_index(self, index: int) -> None:
@@ -233,7 +272,7 @@ class SimGpu:
         self, stream: SimStream, duration_ns: int, name: str, enqueue_ns: int | None = None
     ) -> Kernel | None:
         """Enqueue a kernel (or copy); during capture it goes into the graph instead."""
-        self.initialized = True
+        self.lazy_init("launch")
         with self._lock:
             if stream.capture is not None:
                 stream.capture.kernels.append((name, duration_ns))
