@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import enum
 import logging
-import math
 import os
 import re
 import threading
@@ -60,9 +59,6 @@ DROPS_LOGGED = 20
 #: A script that has not reached a training step this long after it started gets a notice;
 #: so does any run whose steps stopped arriving this long ago (a hang).
 NO_STEP_NOTICE_S = 30.0
-#: Largest integer a knob may have to be shown: the knob panel's editors are 32-bit Qt spin
-#: boxes (``gpuwatch.qt.knob_panel.INT_LIMIT``; core cannot import qt).
-KNOB_INT_LIMIT = 2**31 - 1
 #: Kernel capture windows kept per run (the oldest falls off).
 MAX_KERNEL_WINDOWS = 32
 #: How often the run clock (``--seconds``, the liveness notices) looks at the time.
@@ -157,8 +153,6 @@ class Session:
         self.stopped_after_s: float | None = None  # set when ``LaunchSpec.seconds`` ran out
         self.spec: LaunchSpec | None = None
         self.dropped_messages = 0
-        #: Valid messages that could not be used, per kind (also in ``dropped_messages``).
-        self.unusable_messages: dict[str, int] = {}
         self.baseline_id: int | None = None
         self.last_refusal: Refusal | None = None
         self._sample_coarse = sample_coarse
@@ -172,12 +166,8 @@ class Session:
         self._windows: collections.deque[KernelWindow] = collections.deque(
             maxlen=MAX_KERNEL_WINDOWS)
         self._capture_steps: int | None = None  # a capture asked for, not answered yet
-        self._hidden_knobs: set[Any] = set()  # knobs left out of the panel (logged once)
         #: Why the last kernel capture did not give a window (refused or failed), if it did not.
         self.capture_error: str | None = None
-        #: Runner notices of instruments that failed and switched themselves off (a ``log``
-        #: with ``off``), in order: what is no longer measured, and why.
-        self.instruments_off: list[str] = []
         self._listeners: list[Listener] = []
         self._state = SessionState.IDLE
         self._lock = threading.Lock()
@@ -210,9 +200,8 @@ class Session:
 
     @property
     def notice(self) -> str | None:
-        """What the user should know while the run goes on (no step yet, stalled; else what
-        is no longer measured), or None."""
-        return self.liveness.notice or "; ".join(self.instruments_off) or None
+        """What the user should know while the run goes on (no step yet, stalled), or None."""
+        return self.liveness.notice
 
     @property
     def stop_requested(self) -> bool:
@@ -317,7 +306,9 @@ class Session:
     def scoreboard(self) -> list[SegmentStats]:
         """One row per configuration (docs/knobs.md §3), speedups against ``baseline_id``."""
         changes = self.config_changes()
-        cores = device_cores(self.hello, os.cpu_count() or 1)
+        cores = 1
+        if self.hello is not None:
+            cores = int(self.hello["device"].get("cores") or os.cpu_count() or 1)
         return self._scoreboard.rows(
             self.steps, changes, self.coarse, device_kind=self.device_kind, cores=cores,
             baseline_id=self.baseline_id, running=self._state in ACTIVE_STATES)
@@ -396,7 +387,6 @@ class Session:
         self.stopped_after_s = None
         self._hello_at = None
         self.dropped_messages = 0
-        self.unusable_messages = {}
         self.baseline_id = None
         self.last_refusal = None
         self._changes.clear()  # the caller holds self._lock
@@ -406,8 +396,6 @@ class Session:
         self._windows.clear()
         self._capture_steps = None
         self.capture_error = None
-        self.instruments_off = []
-        self._hidden_knobs = set()
         self._link = None
         self._stop_requested.clear()
         self._ended.clear()
@@ -462,10 +450,6 @@ class Session:
         while True:
             try:
                 message = lnk.recv()
-            except link.OversizedMessage as exc:  # the run cannot go on without its link
-                self.stop()  # first: stop() leaves a FAILED run alone, and this one must end
-                self._fail(str(exc))
-                break
             except EOFError:
                 break
             except protocol.ProtocolError as exc:
@@ -479,26 +463,8 @@ class Session:
         lnk.close()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
-        """Use one valid message. Whatever it holds, the link thread goes on: a message that
-        cannot be used is dropped, counted and, once per kind, logged with the reason."""
-        try:
-            self._dispatch_kind(message)
-        except Exception as exc:
-            self._unusable(message["kind"], exc)
-            return
+        self._dispatch_kind(message)
         self._notify(message)
-
-    def _unusable(self, kind: str, exc: Exception) -> None:
-        self.dropped_messages += 1
-        seen = self.unusable_messages.get(kind, 0)
-        self.unusable_messages[kind] = seen + 1
-        if seen:
-            return
-        log.warning("could not use a %r message from the runner", kind, exc_info=exc)
-        self._log_line("warning", "gpuwatch",
-                       f"dropped a {kind!r} message from the runner that gpuwatch could not "
-                       f"use ({type(exc).__name__}: {protocol.shorten(str(exc), 300)}); "
-                       f"further {kind!r} messages that fail are counted, not logged")
 
     def _notify(self, message: dict[str, Any]) -> None:
         listeners = self._listeners
@@ -526,10 +492,7 @@ class Session:
         elif kind == "log":
             level = message["level"] if message["level"] in ("info", "warning", "error") \
                 else "info"
-            off = isinstance(message.get("off"), str)
-            if off:
-                self.instruments_off.append(message["text"])
-            self._log_line(level, "runner", message["text"], notice=off)
+            self._log_line(level, "runner", message["text"])
         elif kind == "error":
             self.error_type = message["type"]
             self.error = f"{message['type']}: {message['message']}"
@@ -591,31 +554,12 @@ class Session:
         """The schema grew (a script declared a knob): show it, with its current value."""
         if self.hello is None:
             return
-        self.hello = {**self.hello, "knobs": self._panel_knobs(message["knobs"])}
+        self.hello = {**self.hello, "knobs": list(message["knobs"])}
         with self._lock:
             if self._changes:
                 last = self._changes[max(self._changes)]
                 values = {**last.values, **message["values"]}
                 self._changes[last.id] = dataclasses.replace(last, values=values)
-
-    def _panel_knobs(self, knobs: list[Any]) -> list[Any]:
-        """The schema without the integer knobs the knob panel cannot hold (its editors are
-        32-bit): each is logged once; the script keeps its value and the scoreboard shows it.
-        """
-        kept = []
-        for knob in knobs:
-            too_big = _beyond_panel(knob)
-            if too_big is None:
-                kept.append(knob)
-                continue
-            name = knob.get("name")
-            if name not in self._hidden_knobs:
-                self._hidden_knobs.add(name)
-                self._log_line("warning", "gpuwatch",
-                               f"knob {name!r} is not shown: its {too_big} is beyond what the "
-                               f"knob panel holds (integers up to ±{KNOB_INT_LIMIT:,}); the "
-                               f"script goes on with its value")
-        return kept
 
     def _on_refused(self, message: dict[str, Any]) -> None:
         request = message.get("request")
@@ -636,7 +580,7 @@ class Session:
                        f"speaks {protocol.PROTOCOL_VERSION}: install the same gpuwatch version "
                        f"in the training environment")
             return
-        self.hello = {**hello, "knobs": self._panel_knobs(hello["knobs"])}
+        self.hello = hello
         self._hello_at = time.monotonic()
         initial = hello["config"]
         values = initial.get("values")
@@ -838,27 +782,6 @@ def stop_grace_s(typical_step_s: float | None) -> float:
     if typical_step_s is None:
         return STOP_GRACE_MIN_S
     return min(STOP_GRACE_MAX_S, max(STOP_GRACE_MIN_S, STOP_GRACE_STEPS * typical_step_s))
-
-
-def device_cores(hello: dict[str, Any] | None, default: int = 1) -> int:
-    """The runner's core count from its hello; ``default`` when it sent none or nonsense
-    (a ``1e400`` parses as infinity, which no int holds)."""
-    cores = hello["device"].get("cores") if hello is not None else None
-    if isinstance(cores, int | float) and not isinstance(cores, bool) \
-            and math.isfinite(cores) and cores >= 1:
-        return int(cores)
-    return default
-
-
-def _beyond_panel(knob: Any) -> str | None:
-    """Which integer of an ``int`` knob's schema (default, min, max) the panel cannot hold."""
-    if not isinstance(knob, dict) or knob.get("type") != "int":
-        return None
-    for field in ("default", "min", "max"):
-        value = knob.get(field)
-        if isinstance(value, int) and not -KNOB_INT_LIMIT <= value <= KNOB_INT_LIMIT:
-            return f"{field} {value:,}"
-    return None
 
 
 def _initial_warmup(values: dict[str, Any]) -> int:
