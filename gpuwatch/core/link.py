@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import logging
 import os
+import queue
 import re
 import secrets
 import shutil
@@ -41,15 +42,20 @@ def new_authkey() -> bytes:
     return secrets.token_bytes(32)
 
 
-#: How long a connecting peer may take to answer the authentication challenge (POSIX).
+#: How long a connecting peer may take for the whole authentication challenge (POSIX).
 HANDSHAKE_TIMEOUT_S = 5.0
+#: Challenges run at once; more connections wait in the socket's backlog meanwhile (each
+#: pending challenge ends within ``HANDSHAKE_TIMEOUT_S``, so the wait is bounded too).
+MAX_PENDING_HANDSHAKES = 32
 
 
 class LinkListener:
     """Listens for exactly one runner; closes the listening endpoint once it is connected.
 
-    On POSIX the challenge runs here, with a deadline: ``Listener.accept()`` would wait forever
-    on a peer that connects and says nothing, and the real runner could never get in.
+    On POSIX every connection gets its own challenge thread with a deadline on the *whole*
+    challenge (a timer shuts its socket down), so neither a peer that connects and says
+    nothing nor one that answers a byte at a time holds up the real runner: it is accepted as
+    soon as it has answered, whatever other local connections are doing.
     """
 
     def __init__(self, private_dir: Path, authkey: bytes, *,
@@ -64,54 +70,100 @@ class LinkListener:
             self.address = str(private_dir / "link.sock")
             self._listener = Listener(self.address, family="AF_UNIX")
         self._closed = False
+        self._lock = threading.Lock()
+        self._accepted: queue.Queue[Connection | None] = queue.Queue()
+        self._slots = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
+        self._accept_thread: threading.Thread | None = None
 
     def accept(self) -> Connection | None:
         """Block until an authenticated peer connects; None once ``close()`` was called.
 
-        A peer with a wrong key is rejected, logged, and waited past.
+        A peer with a wrong key, or none within the deadline, is rejected, logged, and
+        waited past.
         """
-        while not self._closed and self._listener is not None:
+        with self._lock:
+            if self._accept_thread is None and not self._closed:
+                self._accept_thread = threading.Thread(
+                    target=self._accept_loop, name="gpuwatch-link-accept", daemon=True)
+                self._accept_thread.start()
+        return self._accepted.get()
+
+    def _accept_loop(self) -> None:
+        while not self._closed:
+            if not self._slots.acquire(timeout=0.2):
+                continue
+            listener = self._listener
             try:
-                conn = self._listener.accept()
-                if sys.platform != "win32":
-                    self._authenticate(conn)
+                if listener is None:
+                    return
+                conn = listener.accept()
             except (OSError, EOFError) as exc:
+                self._slots.release()
                 if self._closed:
-                    return None
-                if isinstance(exc, BlockingIOError):  # SO_RCVTIMEO ran out
-                    exc = f"no answer to the challenge within {self.handshake_timeout_s:g} s"
+                    return
                 log.warning("link: rejected a connection (%s)", exc)
                 continue
-            except Exception as exc:  # AuthenticationError and friends
+            except Exception as exc:  # Windows: AuthenticationError and friends
+                self._slots.release()
                 log.warning("link: rejected an unauthenticated connection (%s)", exc)
                 continue
             if self._closed:  # the wake-up connection from close()
+                self._slots.release()
                 conn.close()
-                return None
-            self._close_listener()
-            return conn
-        return None
+                return
+            if sys.platform == "win32":  # the listener ran the challenge already
+                self._slots.release()
+                self._won(conn)
+                return
+            threading.Thread(target=self._challenge, args=(conn,), daemon=True,
+                             name="gpuwatch-link-challenge").start()
 
-    def _authenticate(self, conn: Connection) -> None:
-        """The challenge ``Listener`` would run, bounded by ``handshake_timeout_s``.
-
-        A receive timeout on the socket makes a silent peer's read fail (OSError), so the
-        wait ends; the timeout is lifted again for the accepted runner.
-        """
+    def _challenge(self, conn: Connection) -> None:
+        """The challenge ``Listener`` would run, bounded as a whole by the deadline."""
         try:
-            _set_receive_timeout(conn, self.handshake_timeout_s)
-            deliver_challenge(conn, self.authkey)
-            answer_challenge(conn, self.authkey)
-            _set_receive_timeout(conn, 0.0)
-        except BaseException:
-            conn.close()
-            raise
+            with _Deadline(conn, self.handshake_timeout_s) as deadline:
+                try:
+                    deliver_challenge(conn, self.authkey)
+                    answer_challenge(conn, self.authkey)
+                except (OSError, EOFError) as exc:
+                    reason: object = exc
+                    if deadline.expired:
+                        reason = (f"no answer to the challenge within "
+                                  f"{self.handshake_timeout_s:g} s")
+                    log.warning("link: rejected a connection (%s)", reason)
+                    conn.close()
+                    return
+                except Exception as exc:  # AuthenticationError and friends
+                    log.warning("link: rejected an unauthenticated connection (%s)", exc)
+                    conn.close()
+                    return
+                if not deadline.finish():
+                    log.warning("link: rejected a connection (no answer to the challenge "
+                                "within %g s)", self.handshake_timeout_s)
+                    conn.close()
+                    return
+        finally:
+            self._slots.release()
+        self._won(conn)
+
+    def _won(self, conn: Connection) -> None:
+        """The first authenticated peer is the runner: hand it out, stop listening."""
+        with self._lock:
+            if self._closed:
+                conn.close()
+                return
+            self._closed = True
+        self._accepted.put(conn)
+        self._wake_accept()
+        self._close_listener()
 
     def close(self) -> None:
         """Stop listening; wakes a thread blocked in ``accept()``."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._accepted.put(None)
         self._wake_accept()
         self._close_listener()
 
@@ -161,11 +213,19 @@ class Link:
         return True
 
     def recv(self) -> dict[str, Any]:
-        """Next valid runner message. Raises EOFError when the link is closed or broken,
-        ProtocolError for a message that must be dropped (the link stays usable)."""
+        """Next valid runner message. Raises EOFError when the link is closed or broken
+        (``OversizedMessage`` for a message over the hard limit), ProtocolError for a
+        message that must be dropped (the link stays usable)."""
         try:
-            data = self._conn.recv_bytes(protocol.HARD_MESSAGE_BYTES)
-        except (OSError, EOFError) as exc:
+            if sys.platform == "win32":  # a pipe handle: no fd to read frames from
+                data = self._conn.recv_bytes(protocol.HARD_MESSAGE_BYTES)
+            else:
+                data = _read_frame(self._conn.fileno(), protocol.HARD_MESSAGE_BYTES)
+        except EOFError:
+            raise
+        except OSError as exc:
+            if "bad message length" in str(exc):  # Windows: over the limit, size unknown
+                raise OversizedMessage(None) from exc
             raise EOFError(str(exc)) from exc
         return protocol.decode(data, allowed=protocol.RUNNER_KINDS)
 
@@ -174,13 +234,80 @@ class Link:
             self._conn.close()
 
 
-def _set_receive_timeout(conn: Connection, seconds: float) -> None:
-    """SO_RCVTIMEO on the connection's socket (0: none); plain reads then fail when it
-    runs out, which a ``settimeout`` (a non-blocking socket) would break."""
-    whole = int(seconds)
-    value = struct.pack("ll", whole, int((seconds - whole) * 1e6))
-    with socket.socket(fileno=os.dup(conn.fileno())) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+class _Deadline:
+    """Shuts a connection's socket down once ``seconds`` have passed, unless ``finish()`` came
+    first: a read blocked in the challenge then ends (EOF), however the peer trickles bytes."""
+
+    def __init__(self, conn: Connection, seconds: float) -> None:
+        self._conn = conn
+        self._lock = threading.Lock()
+        self._done = False
+        self.expired = False
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def finish(self) -> bool:
+        """The challenge is over: True if in time (the socket is then left alone)."""
+        with self._lock:
+            self._done = True
+            return not self.expired
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.expired = True
+        with contextlib.suppress(OSError), \
+                socket.socket(fileno=os.dup(self._conn.fileno())) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+MiB = 1024 * 1024
+
+
+class OversizedMessage(EOFError):
+    """The runner sent a message over ``protocol.HARD_MESSAGE_BYTES``: the link cannot go on
+    (the rest of the stream is that message), and the user must be told why it ended."""
+
+    def __init__(self, size: int | None) -> None:
+        self.size = size
+        limit = protocol.HARD_MESSAGE_BYTES // MiB
+        what = f"a message of {size / MiB:,.0f} MiB" if size is not None else "a message"
+        super().__init__(f"the runner sent {what}, over the {limit} MiB limit: gpuwatch "
+                         f"closed the link, so the run stopped (a runner bug, or something "
+                         f"else writing to the link)")
+
+
+def _read_frame(fd: int, limit: int) -> bytes:
+    """One ``Connection.send_bytes`` frame read straight from the socket (POSIX), so that a
+    frame over ``limit`` is refused with its size (``recv_bytes`` says only "bad message
+    length"). The header: 4-byte big-endian size, or -1 and an 8-byte size."""
+    size = struct.unpack("!i", _read_exact(fd, 4))[0]
+    if size == -1:
+        size = struct.unpack("!Q", _read_exact(fd, 8))[0]
+    if size < 0:
+        raise EOFError(f"bad message length {size}")
+    if size > limit:
+        raise OversizedMessage(size)
+    return _read_exact(fd, size)
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = os.read(fd, min(n, MiB))
+        if not chunk:
+            raise EOFError("the link was closed")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
 
 
 #: Private directories are named ``gpuwatch-<pid>-<random>`` after the process that made them.

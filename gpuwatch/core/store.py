@@ -40,7 +40,7 @@ class StepsView:
 
     @classmethod
     def empty(cls) -> StepsView:
-        return cls(np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int32),
+        return cls(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64),
                    np.empty((0, N_MARKS), np.int64), np.empty((0, N_MARKS), np.int64),
                    np.empty(0, bool))
 
@@ -52,8 +52,11 @@ class StepStore:
         self.capacity = capacity
         self._lock = threading.Lock()
         self._step = np.zeros(capacity, np.int64)
-        self._config = np.zeros(capacity, np.int32)
-        self._samples = np.zeros(capacity, np.int32)
+        # Every column is int64, like every integer the protocol accepts: a script may count
+        # samples in tokens (billions), and a value the ring cannot hold would end the link's
+        # reader thread.
+        self._config = np.zeros(capacity, np.int64)
+        self._samples = np.zeros(capacity, np.int64)
         self._host = np.zeros((capacity, N_MARKS), np.int64)
         self._device = np.zeros((capacity, N_MARKS), np.int64)
         self._has_device = np.zeros(capacity, bool)

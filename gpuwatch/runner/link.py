@@ -37,6 +37,7 @@ from gpuwatch.protocol import (
     ProtocolError,
     decode,
     encode,
+    fit_error,
 )
 
 #: Step batches waiting for the sender; at ~20 batches/s this is several seconds of backlog.
@@ -176,6 +177,8 @@ class Link:
     def _send_loop(self) -> None:
         while (item := self._out.get()) is not None:
             kind, fields = item
+            if kind == "error":  # a huge exception text must not cost its type and traceback
+                fields = fit_error(fields)
             try:
                 data = encode(kind, **fields)
             except ProtocolError as exc:  # a runner bug: say so on the link, keep going
