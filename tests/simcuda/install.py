@@ -6,8 +6,9 @@ time by gpuwatch and by torch's own Python code: optimizers ask
 (the DataLoader's ``pin_memory`` asks ``torch.accelerator.is_available()`` and its pin thread
 calls ``set_device_index``), ``Tensor.pin_memory``/``is_pinned``, ``torch.profiler.profile``
 (a CUDA-activity trace gets the simulated device's work: ``simcuda.profiler``), and the two
-placement modes on the installing thread. Left real on purpose: ``torch.cuda.nvtx`` (works without a driver),
-``torch.backends.cudnn``/``torch.backends.cuda`` flags (plain switches), ``torch.version.cuda``.
+placement modes on the installing thread. Left real on purpose: ``torch.cuda.nvtx`` (works
+without a driver), ``torch.backends.cudnn``/``torch.backends.cuda`` flags (plain switches),
+``torch.version.cuda``.
 """
 
 from __future__ import annotations
