@@ -14,19 +14,58 @@ Installed in the runner's main process only, before the script runs, and removed
 
 Only the main thread is observed. The hooks are class attributes and module globals of *this*
 process: spawned DataLoader workers import torch fresh and never see them, and in a forked
-worker ``os.register_at_fork`` switches them off. They add no device synchronization; the
-global forward hooks do cost every module call a little (torch's hook path instead of its
-fast path).
+worker ``os.register_at_fork`` (where the platform has it) switches them off. They add no device
+synchronization; the global forward hooks do cost every module call a little (torch's hook path
+instead of its fast path).
+
+**Compiled and exported code.** TorchDynamo traces the global hooks into every module it
+compiles. Each hook therefore first asks ``torch.compiler.is_compiling()`` (constant-folded to
+True while Dynamo traces, and True during ``torch.export``'s non-strict tracing too:
+https://docs.pytorch.org/docs/stable/generated/torch.compiler.is_compiling.html) and returns at
+once, calling nothing Dynamo cannot trace (``threading.get_ident`` breaks the graph), so a
+compiled model gets the graph it gets without gpuwatch and ``fullgraph=True`` or
+``torch.export.export(strict=True)`` still succeed. The forward is then marked where it runs
+eagerly: ``torch.compile(model)`` returns an ``OptimizedModule``, whose own (eager) call fires
+the hooks once; ``model.compile()`` leaves no eager module call, so ``Module.compile`` is wrapped
+to mark around the compiled call it installs. Torch warns at every ``OptimizedModule`` call that
+global hooks exist; ``OptimizedModule.__call__`` gets the same body without that warning once
+``torch.compile`` has imported Dynamo (``torch.compile`` is wrapped for that only). Strict
+``torch.export.export`` fails whenever any global forward hook exists, whatever it does, so it
+runs with ours taken out (exporting is no training step). A function compiled as a whole
+(``torch.compile(train_step)``, or a compiled ``optimizer.step()``) shows no boundary inside it.
+
+**Failures.** A hook catches every ``Exception`` of gpuwatch's (never the script's own: the
+call it wraps runs outside the ``try``) and switches step detection off with one notice
+(``instrument_switch``); a stop's ``KeyboardInterrupt`` passes through.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from gpuwatch.runner.step_recorder import StepRecorder
+
+#: Where each hook is, as its failure notice names it.
+LOADER_HOOK = "DataLoader hook"
+FORWARD_HOOK = "forward hook"
+BACKWARD_HOOK = "backward hook"
+OPTIMIZER_HOOK = "optimizer step hook"
+
+
+def compiling_predicate(torch: Any) -> Callable[[], bool]:
+    """``torch.compiler.is_compiling`` (a torch without it compiles nothing)."""
+    predicate = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return predicate if callable(predicate) else _never
+
+
+def _never() -> bool:
+    return False
 
 
 class AutoHooks:
@@ -37,68 +76,120 @@ class AutoHooks:
         self.recorder = recorder
         self.enabled = False
         self._main = threading.get_ident()
+        self._is_compiling = compiling_predicate(torch)
         self._next_depth = 0
         self._forward_depth = 0
         self._backward_depth = 0
         self._handles: list[Any] = []
-        self._iter_class: Any = None
-        self._original_next: Any = None
-        self._original_backward: Any = None
-        os.register_at_fork(after_in_child=self._forked)
+        self._module_handles: list[Any] = []
+        self._restore: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
+        self._quieted = False
+        if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+            os.register_at_fork(after_in_child=self._forked)
 
     def _forked(self) -> None:
         self.enabled = False
 
     def _watching(self) -> bool:
-        return self.enabled and threading.get_ident() == self._main
+        return (self.enabled and self.recorder.detecting
+                and threading.get_ident() == self._main)
 
     def install(self) -> None:
         torch = self.torch
-        from torch.nn.modules import module as modules
         from torch.optim.optimizer import register_optimizer_step_post_hook
         from torch.utils.data import dataloader
 
-        self._iter_class = dataloader._BaseDataLoaderIter
-        self._original_next = self._iter_class.__next__
-        self._iter_class.__next__ = self._wrap_next(self._original_next)
-        self._original_backward = torch.autograd.backward
-        torch.autograd.backward = self._wrap_backward(self._original_backward)
-        self._handles = [
-            modules.register_module_forward_pre_hook(self._forward_pre),
-            modules.register_module_forward_hook(self._forward_post, always_call=True),
-            register_optimizer_step_post_hook(self._optimizer_post),
-        ]
+        iterator_class = dataloader._BaseDataLoaderIter
+        self._patch(iterator_class, "__next__", self._wrap_next(iterator_class.__next__))
+        self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
+        self._patch(torch.nn.Module, "compile", self._wrap_module_compile(torch.nn.Module.compile))
+        if callable(getattr(torch, "compile", None)):
+            self._patch(torch, "compile", self._wrap_torch_compile(torch.compile))
+        export = getattr(torch, "export", None)
+        if callable(getattr(export, "export", None)):
+            self._patch(export, "export", self._wrap_export(export.export))
+        is_compiling = self._is_compiling
+
+        def optimizer_post(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if is_compiling():  # first: nothing below may be traced (module docstring)
+                return
+            if self._watching():
+                self._report(OPTIMIZER_HOOK, self.recorder.optimizer_stepped)
+
+        self._handles = [register_optimizer_step_post_hook(optimizer_post)]
+        self._register_module_hooks()
         self.enabled = True
 
+    def _register_module_hooks(self) -> None:
+        from torch.nn.modules import module as modules
+
+        is_compiling = self._is_compiling
+
+        def forward_pre(module: Any, args: Any) -> None:
+            if is_compiling():  # first: nothing below may be traced (module docstring)
+                return
+            self._forward_pre()
+
+        def forward_post(module: Any, args: Any, output: Any) -> None:
+            if is_compiling():
+                return
+            self._forward_post()
+
+        self._module_handles = [
+            modules.register_module_forward_pre_hook(forward_pre),
+            modules.register_module_forward_hook(forward_post, always_call=True),
+        ]
+
+    def _remove_module_hooks(self) -> None:
+        for handle in self._module_handles:
+            with contextlib.suppress(Exception):
+                handle.remove()
+        self._module_handles = []
+
     def remove(self) -> None:
+        """Undo ``install``; never raises (the script's outcome is reported after this)."""
         self.enabled = False
+        self._remove_module_hooks()
         for handle in self._handles:
-            handle.remove()
+            with contextlib.suppress(Exception):
+                handle.remove()
         self._handles = []
-        if self._iter_class is not None:
-            self._iter_class.__next__ = self._original_next
-            self._iter_class = None
-        if self._original_backward is not None:
-            self.torch.autograd.backward = self._original_backward
-            self._original_backward = None
+        for owner, name, original in reversed(self._restore):
+            with contextlib.suppress(Exception):
+                setattr(owner, name, original)
+        self._restore = []
+
+    def _patch(self, owner: Any, name: str, replacement: Any) -> None:
+        self._restore.append((owner, name, owner.__dict__.get(name, getattr(owner, name))))
+        setattr(owner, name, replacement)
+
+    def _report(self, where: str, call: Callable[..., None], *args: Any) -> None:
+        """Call the recorder; a failure of ours switches step detection off instead of
+        raising into the script (a stop's ``KeyboardInterrupt`` is not an ``Exception``)."""
+        try:
+            call(*args)
+        except Exception as exc:
+            self.recorder.switch_off_detection(where, exc)
+
+    # --- DataLoader, autograd -------------------------------------------------------------
 
     def _wrap_next(self, original: Any) -> Any:
         recorder = self.recorder
 
         @functools.wraps(original)
         def __next__(iterator: Any) -> Any:
-            if self._next_depth or not self._watching():
+            if self._next_depth or self._is_compiling() or not self._watching():
                 return original(iterator)
             self._next_depth += 1
             try:
                 key = id(iterator)
-                recorder.next_called(key)  # a stop raises KeyboardInterrupt here
+                self._report(LOADER_HOOK, recorder.next_called, key)  # a stop raises here
                 try:
                     batch = original(iterator)
                 except StopIteration:
-                    recorder.loader_exhausted(key)
+                    self._report(LOADER_HOOK, recorder.loader_exhausted, key)
                     raise
-                recorder.next_returned(key, batch)
+                self._report(LOADER_HOOK, recorder.next_returned, key, batch)
                 return batch
             finally:
                 self._next_depth -= 1
@@ -110,32 +201,107 @@ class AutoHooks:
 
         @functools.wraps(original)
         def backward(*args: Any, **kwargs: Any) -> Any:
-            if self._backward_depth or not self._watching():
+            if self._backward_depth or self._is_compiling() or not self._watching():
                 return original(*args, **kwargs)
             self._backward_depth += 1
-            recorder.backward_started()
+            self._report(BACKWARD_HOOK, recorder.backward_started)
             try:
                 return original(*args, **kwargs)
             finally:
                 self._backward_depth -= 1
-                recorder.backward_returned()
+                self._report(BACKWARD_HOOK, recorder.backward_returned)
 
         return backward
 
-    def _forward_pre(self, module: Any, args: Any) -> None:
+    # --- forward --------------------------------------------------------------------------
+
+    def _forward_pre(self) -> None:
         if self._backward_depth or not self._watching():
             return
         self._forward_depth += 1
         if self._forward_depth == 1:
-            self.recorder.forward_started()
+            self._report(FORWARD_HOOK, self.recorder.forward_started)
 
-    def _forward_post(self, module: Any, args: Any, output: Any) -> None:
+    def _forward_post(self) -> None:
         if self._backward_depth or not self._watching() or not self._forward_depth:
             return
         self._forward_depth -= 1
         if self._forward_depth == 0:
-            self.recorder.forward_returned()
+            self._report(FORWARD_HOOK, self.recorder.forward_returned)
 
-    def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self._watching():
-            self.recorder.optimizer_stepped()
+    # --- torch.compile --------------------------------------------------------------------
+
+    def _wrap_module_compile(self, original: Any) -> Any:
+        """``model.compile()``: mark the forward around the compiled call it installs."""
+
+        @functools.wraps(original)
+        def compile(module: Any, *args: Any, **kwargs: Any) -> None:
+            original(module, *args, **kwargs)
+            compiled = module.__dict__.get("_compiled_call_impl")
+            if compiled is not None:
+                module._compiled_call_impl = self._marked_call(compiled)
+
+        return compile
+
+    def _marked_call(self, compiled: Any) -> Any:
+        is_compiling = self._is_compiling
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if is_compiling():  # called from code Dynamo traces: leave it to the outer call
+                return compiled(*args, **kwargs)
+            self._forward_pre()
+            try:
+                return compiled(*args, **kwargs)
+            finally:
+                self._forward_post()
+
+        return call
+
+    def _wrap_torch_compile(self, original: Any) -> Any:
+        @functools.wraps(original)
+        def compile(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            if not self._quieted:
+                self._quiet_optimized_module()
+            return result
+
+        return compile
+
+    def _wrap_export(self, original: Any) -> Any:
+        """``torch.export.export`` without our global forward hooks: with any global hook
+        registered, its strict (Dynamo) capture traces the ``__call__`` of its own wrapper
+        module, whose ``forward`` Dynamo refuses to inline (``torch/_dynamo/convert_frame.py``
+        ``_get_frame``), so strict export would fail. Exporting is no training step."""
+
+        @functools.wraps(original)
+        def export(*args: Any, **kwargs: Any) -> Any:
+            if not self._module_handles or threading.get_ident() != self._main:
+                return original(*args, **kwargs)
+            self._remove_module_hooks()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if self.enabled or self._handles:
+                    self._register_module_hooks()
+
+        return export
+
+    def _quiet_optimized_module(self) -> None:
+        """``OptimizedModule.__call__`` without its warning about global hooks (ours), once
+        Dynamo is imported; left as it is when torch's internals are not as expected."""
+        eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+        if eval_frame is None:
+            return
+        self._quieted = True
+        optimized = getattr(eval_frame, "OptimizedModule", None)
+        in_optimized_module = getattr(eval_frame, "_set_in_optimized_module", None)
+        if optimized is None or in_optimized_module is None \
+                or "__call__" not in optimized.__dict__:
+            return
+        module_call = self.torch.nn.Module.__call__
+
+        def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+            with in_optimized_module():
+                return module_call(module, *args, **kwargs)
+
+        self._patch(optimized, "__call__", __call__)

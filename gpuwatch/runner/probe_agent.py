@@ -1,16 +1,23 @@
 """What ``gpuwatch.probe`` talks to while the runner watches a script (``probe.Agent``).
 
 Steps and phases go to the step recorder, from the main thread only (like the hooks: a step is
-the main thread's business); ``gw.knob()`` may be called from any thread.
+the main thread's business); ``gw.knob()`` may be called from any thread. A failure of the
+recorder is caught here, at the script's ``with gw.step():``/``gw.phase()``, and switches step
+detection off with one notice (``instrument_switch``); a stop's ``KeyboardInterrupt`` passes.
+A knob's own ``ValueError`` (declared twice with other settings) is the script's and is raised.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from gpuwatch.runner.probe_knobs import ProbeKnobs
 from gpuwatch.runner.step_recorder import StepRecorder
+
+PROBE_STEP = "gpuwatch.probe.step()"
+PROBE_PHASE = "gpuwatch.probe.phase()"
 
 
 class ProbeAgent:
@@ -20,20 +27,25 @@ class ProbeAgent:
         self._main = threading.get_ident()
 
     def step_enter(self, samples: int | None) -> None:
-        if threading.get_ident() == self._main:
-            self.recorder.step_enter(samples)
+        self._report(PROBE_STEP, self.recorder.step_enter, samples)
 
     def step_exit(self, ok: bool) -> None:
-        if threading.get_ident() == self._main:
-            self.recorder.step_exit(ok)
+        self._report(PROBE_STEP, self.recorder.step_exit, ok)
 
     def phase_enter(self, index: int) -> None:
-        if threading.get_ident() == self._main:
-            self.recorder.phase_enter(index)
+        self._report(PROBE_PHASE, self.recorder.phase_enter, index)
 
     def phase_exit(self, index: int) -> None:
-        if threading.get_ident() == self._main:
-            self.recorder.phase_exit(index)
+        self._report(PROBE_PHASE, self.recorder.phase_exit, index)
 
     def knob(self, entry: dict[str, Any]) -> Any:
         return self.knobs.declare(entry)
+
+    def _report(self, where: str, call: Callable[[Any], None], arg: Any) -> None:
+        recorder = self.recorder
+        if not recorder.detecting or threading.get_ident() != self._main:
+            return
+        try:
+            call(arg)
+        except Exception as exc:
+            recorder.switch_off_detection(where, exc)

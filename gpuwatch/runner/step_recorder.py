@@ -26,22 +26,35 @@ returned, an optimizer stepped, ``gw.step()`` entered, ...) into the 7 marks of
 ``boundary`` is called between two steps (the knob, pause and stop point); it may block (pause)
 or raise ``KeyboardInterrupt`` (stop). Steps go out in batches like the built-in loop's.
 Everything here runs on the script's main thread; the hooks filter other threads out.
+
+Nothing of ours may raise into the script (``instrument_switch``): the timing backend is called
+through ``GuardedBackend``, whose first failure switches device marks off while host marks go
+on; a failure of the recorder itself, caught by the hook that called it, ends step detection
+(``switch_off_detection``) and keeps the steps recorded until then.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from gpuwatch.protocol import N_MARKS
+from gpuwatch.runner.instrument_switch import (
+    DEVICE_MARKS,
+    STEP_DETECTION,
+    InstrumentSwitch,
+)
 from gpuwatch.runner.step_columns import FlushTimer, StepColumns
-from gpuwatch.runner.timing import TimingBackend
+from gpuwatch.runner.timing import DeviceMarks, TimingBackend
 
 DATA_END, H2D_END, FORWARD_END, BACKWARD_END, OPTIMIZER_END, END = range(1, N_MARKS)
 
 
 class RecorderLink(Protocol):
+    def send(self, kind: str, **fields: Any) -> None: ...
+
     def send_batch(self, kind: str, **fields: Any) -> None: ...
 
     def log(self, level: str, text: str) -> None: ...
@@ -70,6 +83,51 @@ def batch_samples(batch: Any, depth: int = 2) -> int | None:
     return None
 
 
+class GuardedBackend(TimingBackend):
+    """``inner`` as the recorder calls it from inside the script's own calls: its first failure
+    (e.g. ``Event.record`` after the script changed the current device) switches device marks
+    off with one notice, and from then on every call is a no-op; host marks are unaffected."""
+
+    def __init__(self, inner: TimingBackend, switch: InstrumentSwitch) -> None:
+        self.inner = inner
+        self.kind = inner.kind
+        self._switch = switch
+        self.on = True
+
+    def begin(self, step_id: int) -> None:
+        if self.on:
+            try:
+                self.inner.begin(step_id)
+            except Exception as exc:
+                self._failed("begin", exc)
+
+    def mark(self, index: int) -> None:
+        if self.on:
+            try:
+                self.inner.mark(index)
+            except Exception as exc:
+                self._failed("mark", exc)
+
+    def end(self) -> None:
+        if self.on:
+            try:
+                self.inner.end()
+            except Exception as exc:
+                self._failed("end", exc)
+
+    def poll(self, *, wait: bool = False) -> list[DeviceMarks]:
+        if self.on:
+            try:
+                return self.inner.poll(wait=wait)
+            except Exception as exc:
+                self._failed("poll", exc)
+        return []
+
+    def _failed(self, call: str, exc: Exception) -> None:
+        self.on = False
+        self._switch.switch_off(DEVICE_MARKS, f"timing backend ({self.kind}, {call})", exc)
+
+
 class StepRecorder:
     """See the module docstring. ``config_id`` gives the id the next step is trained under."""
 
@@ -77,7 +135,11 @@ class StepRecorder:
                  boundary: Callable[[int], None], config_id: Callable[[], int],
                  clock: Callable[[], int] = time.perf_counter_ns) -> None:
         self.link = link
-        self.backend = backend
+        #: Which instruments failed and are off (each said so once).
+        self.switch = InstrumentSwitch(link)
+        self.backend = GuardedBackend(backend, self.switch)
+        #: False once step detection failed and switched itself off.
+        self.detecting = True
         self.clock = clock
         self._boundary = boundary
         self._config_id = config_id
@@ -210,6 +272,20 @@ class StepRecorder:
 
     def phase_exit(self, index: int) -> None:
         self._mark(index + 1, self.clock())
+
+    # --- a failure of ours ------------------------------------------------------------------
+
+    def switch_off_detection(self, where: str, exc: Exception) -> None:
+        """A hook (``where``) caught a failure of step detection: forget the open step (its
+        marks cannot be trusted), keep and send the finished ones, say so once. Never raises."""
+        self.detecting = False
+        self._drop()
+        self._call = None
+        self._pending_data = None
+        self.switch.switch_off(STEP_DETECTION, where, exc)
+        # if this fails, the finished steps stay buffered for finish() and the flush timer
+        with contextlib.suppress(Exception):
+            self.flush()
 
     # --- the end --------------------------------------------------------------------------
 
