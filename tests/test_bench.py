@@ -356,16 +356,21 @@ def _gpuwatch(*args: str, timeout: float) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.timeout(600)
-def test_bench_vision_workers_beat_the_naive_loop_on_a_cpu() -> None:
-    done = _gpuwatch("bench", "--workload", "vision", "--device", "cpu", "--seconds", "4",
-                     "--format", "json", "--set", "num_workers=0", "--then", "num_workers=2",
-                     timeout=570)
+def test_bench_workers_beat_the_naive_loop_when_input_waits_for_storage() -> None:
+    """The bench measures a real speedup. The input is slow storage (a sleep per sample), which
+    two workers overlap whatever else the machine runs; CPU-bound decoding (the vision demo)
+    gains from workers only while a core is free, so it cannot prove the direction beside
+    another busy process."""
+    done = _gpuwatch("bench", "--workload", "mlp", "--device", "cpu", "--seconds", "4",
+                     "--format", "json", "--set", "num_workers=0", "storage_latency_ms=0.25",
+                     "--then", "num_workers=2", timeout=570)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     data = json.loads(done.stdout)
-    assert data["machine"]["device_kind"] == "cpu" and data["workload"] == "vision"
+    assert data["machine"]["device_kind"] == "cpu" and data["workload"] == "mlp"
     naive, workers = data["segments"]
-    assert naive["label"] == "num_workers=0" and workers["changed"] == {"num_workers": 2}
+    assert naive["label"] == "num_workers=0, storage_latency_ms=0.25"
+    assert workers["changed"] == {"num_workers": 2}
     assert workers["samples_per_s"] > naive["samples_per_s"]
     assert workers["input_wait_share"] < naive["input_wait_share"]
     assert workers["speedup"] > 1 and naive["speedup"] == pytest.approx(1.0)
