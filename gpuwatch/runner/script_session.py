@@ -161,7 +161,8 @@ def _watch(link: Link, torch: Any, device: Any, *, path: str, full_path: str,
     if outcome.reason != "link_closed":
         link.send("bye", reason=outcome.reason, code=outcome.code, steps=recorder.steps,
                   cuda_used=cuda_used, instrumentation=recorder.instrumentation,
-                  interrupted=control.interrupted, device_marks_skipped=skips.total)
+                  interrupted=control.interrupted,
+                  **({"device_marks_skipped": skips.total} if device.type == "cuda" else {}))
     link.finished()
     link.close()
     return outcome.exit_code
