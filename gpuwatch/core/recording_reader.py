@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import sqlite3
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,9 @@ from gpuwatch.protocol import N_MARKS
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _TABLES = frozenset({"meta", "events", "steps", "configs", "samples", "statuses"})
 _LEVELS = ("info", "warning", "error")
+#: Step rows read per ``fetchmany``: the rows go into preallocated arrays, so a recording of
+#: millions of steps never exists as millions of Python tuples at once.
+STEP_CHUNK = 65_536
 
 
 @dataclass
@@ -127,15 +132,26 @@ def open_recording(path: str | Path) -> Recording:
             raise RecordingError(f"{path} is not a gpuwatch recording (not an SQLite "
                                  f"file)") from None
         raise RecordingError(f"{path} is damaged ({exc})") from None
-    except (ValueError, TypeError, KeyError) as exc:  # JSON or a field of the wrong type
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:  # JSON, a field's type
         raise RecordingError(f"{path} is damaged (bad value: {exc})") from None
     finally:
         conn.close()
 
 
 def _check_file(path: Path) -> None:
-    if path.is_dir():
+    """Refuse what is not a regular file before opening it: opening a FIFO blocks until a
+    writer appears (forever), a device may never end."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise RecordingError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise RecordingError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(mode):
         raise RecordingError(f"{path} is a directory, not a gpuwatch recording")
+    if not stat.S_ISREG(mode):
+        raise RecordingError(f"{path} is {_file_kind(mode)}, not a gpuwatch recording (a "
+                             f"recording is a regular file)")
     try:
         with path.open("rb") as f:
             head = f.read(len(SQLITE_MAGIC))
@@ -147,6 +163,16 @@ def _check_file(path: Path) -> None:
         raise RecordingError(f"{path} is not a gpuwatch recording (an empty file)")
     if head != SQLITE_MAGIC:
         raise RecordingError(f"{path} is not a gpuwatch recording (not an SQLite file)")
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
 
 
 def _load(conn: sqlite3.Connection, path: Path) -> Recording:
@@ -215,10 +241,17 @@ def _load_steps(conn: sqlite3.Connection, *, on_cpu: bool
     """Steps in step order; on a CPU the host marks are the device marks (as in a Session)."""
     columns = ("step", "seq", "config", "samples", *MARK_COLUMNS, "device_seq",
                *DEVICE_COLUMNS)
-    rows = conn.execute(f"SELECT {', '.join(columns)} FROM steps ORDER BY step").fetchall()
-    n = len(rows)
-    data = np.array([[-1 if v is None else v for v in row] for row in rows],
-                    np.int64).reshape(n, len(columns))
+    n = conn.execute("SELECT COUNT(*) FROM steps").fetchone()[0]
+    data = np.empty((n, len(columns)), np.int64)
+    cursor = conn.execute(f"SELECT {', '.join(columns)} FROM steps ORDER BY step")
+    filled = 0
+    while rows := cursor.fetchmany(STEP_CHUNK):
+        if filled + len(rows) > n:
+            raise ValueError("the steps table changed while it was read")
+        data[filled:filled + len(rows)] = _int_rows(rows)
+        filled += len(rows)
+    data = data[:filled]
+    n = filled
     host = np.ascontiguousarray(data[:, 4:4 + N_MARKS])
     device_seq = data[:, 4 + N_MARKS]
     recorded = np.ascontiguousarray(data[:, 5 + N_MARKS:])
@@ -232,6 +265,14 @@ def _load_steps(conn: sqlite3.Connection, *, on_cpu: bool
     return view, data[:, 1].copy(), device_seq.copy(), recorded
 
 
+def _int_rows(rows: list[tuple[Any, ...]]) -> np.ndarray:
+    """Rows of integers, NULL (no device marks) as -1."""
+    try:
+        return np.array(rows, np.int64)
+    except TypeError:  # a NULL among them
+        return np.array([[-1 if v is None else v for v in row] for row in rows], np.int64)
+
+
 def _load_configs(conn: sqlite3.Connection) -> list[ConfigChange]:
     out = []
     for (cid, t_ns, label, values, changed, first_step, warmup, apply_s, rebuilt,
@@ -241,7 +282,8 @@ def _load_configs(conn: sqlite3.Connection) -> list[ConfigChange]:
         out.append(ConfigChange(
             id=int(cid), values=_object(json.loads(values)), changed=_object(json.loads(changed)),
             t_ns=int(t_ns), first_step=int(first_step), warmup_steps=int(warmup),
-            apply_s=float(apply_s), rebuilt=tuple(str(r) for r in _list(json.loads(rebuilt))),
+            apply_s=float(apply_s) if apply_s is not None else 0.0,
+            rebuilt=tuple(str(r) for r in _list(json.loads(rebuilt))),
             request=int(request) if request is not None else None, label=str(label)))
     return out
 

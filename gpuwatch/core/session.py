@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import enum
 import logging
+import math
 import os
 import re
 import threading
@@ -306,9 +307,7 @@ class Session:
     def scoreboard(self) -> list[SegmentStats]:
         """One row per configuration (docs/knobs.md §3), speedups against ``baseline_id``."""
         changes = self.config_changes()
-        cores = 1
-        if self.hello is not None:
-            cores = int(self.hello["device"].get("cores") or os.cpu_count() or 1)
+        cores = device_cores(self.hello, os.cpu_count() or 1)
         return self._scoreboard.rows(
             self.steps, changes, self.coarse, device_kind=self.device_kind, cores=cores,
             baseline_id=self.baseline_id, running=self._state in ACTIVE_STATES)
@@ -782,6 +781,16 @@ def stop_grace_s(typical_step_s: float | None) -> float:
     if typical_step_s is None:
         return STOP_GRACE_MIN_S
     return min(STOP_GRACE_MAX_S, max(STOP_GRACE_MIN_S, STOP_GRACE_STEPS * typical_step_s))
+
+
+def device_cores(hello: dict[str, Any] | None, default: int = 1) -> int:
+    """The runner's core count from its hello; ``default`` when it sent none or nonsense
+    (a ``1e400`` parses as infinity, which no int holds)."""
+    cores = hello["device"].get("cores") if hello is not None else None
+    if isinstance(cores, int | float) and not isinstance(cores, bool) \
+            and math.isfinite(cores) and cores >= 1:
+        return int(cores)
+    return default
 
 
 def _initial_warmup(values: dict[str, Any]) -> int:

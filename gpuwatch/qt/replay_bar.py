@@ -8,6 +8,8 @@ stores from the start, which takes up to a second for an hour-long recording.
 
 from __future__ import annotations
 
+import math
+
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSlider, QStyle, QToolButton, QWidget
 
@@ -15,6 +17,14 @@ from gpuwatch.core.replay import SPEEDS, ReplaySession
 
 #: Timer period while playing: as smooth as the window's redraw.
 TICK_MS = 33
+#: The slider's largest value: QSlider holds a 32-bit int, which in milliseconds covers only
+#: 24.8 days; a longer recording gets several milliseconds per slider unit.
+SLIDER_MAX = 2**30
+
+
+def slider_unit_ms(duration_s: float) -> int:
+    """Milliseconds per slider unit: 1 (exact) unless the run is too long for a 32-bit slider."""
+    return max(1, math.ceil(duration_s * 1000 / SLIDER_MAX))
 
 
 def format_time(seconds: float) -> str:
@@ -50,7 +60,8 @@ class ReplayBar(QWidget):
         self.position_label = QLabel()
         layout.addWidget(self.position_label)
         self.slider = QSlider(Qt.Orientation.Horizontal)
-        self.slider.setRange(0, max(1, round(session.duration_s * 1000)))
+        self.unit_ms = slider_unit_ms(session.duration_s)
+        self.slider.setRange(0, max(1, self._to_slider(session.duration_s)))
         self.slider.setTracking(False)  # seek on release: a drag would rebuild on every pixel
         self.slider.setToolTip("Drag to any moment of the run; the views show it as it was then")
         self.slider.sliderMoved.connect(self._show_drag)
@@ -94,7 +105,7 @@ class ReplayBar(QWidget):
         self.play_button.setText("Pause" if playing else "Play")
         if not self.slider.isSliderDown():
             self.slider.blockSignals(True)
-            self.slider.setValue(round(session.position_s * 1000))
+            self.slider.setValue(self._to_slider(session.position_s))
             self.slider.blockSignals(False)
             self.position_label.setText(format_time(session.position_s))
         if playing and not self.timer.isActive():
@@ -107,11 +118,17 @@ class ReplayBar(QWidget):
             self.position_changed.emit()
         self.sync()
 
+    def _to_slider(self, seconds: float) -> int:
+        return min(SLIDER_MAX, round(seconds * 1000 / self.unit_ms))
+
+    def _from_slider(self, value: int) -> float:
+        return value * self.unit_ms / 1000
+
     def _show_drag(self, value: int) -> None:
-        self.position_label.setText(format_time(value / 1000))
+        self.position_label.setText(format_time(self._from_slider(value)))
 
     def _seek_to_slider(self, value: int) -> None:
-        self.seek(value / 1000)
+        self.seek(self._from_slider(value))
 
     def _on_speed(self, index: int) -> None:
         self.session.speed = float(self.speed_combo.itemData(index))
