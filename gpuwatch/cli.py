@@ -316,7 +316,7 @@ def _export(args: argparse.Namespace) -> int:
         args.export_parser.error("give --perfetto OUT.json and/or --csv OUT.csv")
     try:
         for line in export_recording(args.export_file, perfetto=args.perfetto,
-                                     csv=args.export_csv):
+                                     csv=args.export_csv, err=sys.stderr):
             print(f"gpuwatch: {line}", file=sys.stderr)
     except (ExportError, RecordingError) as exc:
         raise CliError(str(exc)) from None

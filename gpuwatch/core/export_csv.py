@@ -14,6 +14,7 @@ from typing import TextIO
 import numpy as np
 
 from gpuwatch.core.analysis import phase_durations
+from gpuwatch.core.atomic_file import atomic_output
 from gpuwatch.core.recording_reader import Recording
 from gpuwatch.protocol import ACTIVE_FIRST, ACTIVE_LAST, ALL_PHASES
 
@@ -25,7 +26,8 @@ COLUMNS: tuple[str, ...] = (
 
 
 def write_csv(recording: Recording, out: str | Path) -> None:
-    with Path(out).open("w", encoding="utf-8", newline="") as f:
+    """Write ``out`` whole or not at all (an existing file stays until the new one is done)."""
+    with atomic_output(out) as f:
         write_csv_to(recording, f)
 
 

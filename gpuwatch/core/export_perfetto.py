@@ -6,20 +6,30 @@ for the coarse samples; a global instant at every configuration change. Times ar
 microseconds from the run's t0. Events on one track never overlap (a viewer would nest or
 drop them): a span that starts before the previous one on its track ended is cut to start
 there, and dropped if nothing is left.
+
+The trace is streamed: each track yields its events in time order, chunk by chunk, as
+ready-encoded text, and a heap merge writes them sorted by time. Memory stays bounded by the
+loaded recording plus a chunk per track, whatever the number of steps (docs/performance.md,
+"Export"). A non-finite number (NaN or infinity in a recording) is written as null.
 """
 
 from __future__ import annotations
 
+import heapq
+import io
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
 from gpuwatch.core.analysis import active_spans, gaps
+from gpuwatch.core.atomic_file import atomic_output
 from gpuwatch.core.kernel_window import KernelWindow
+from gpuwatch.core.recording import finite
 from gpuwatch.core.recording_reader import Recording, kernel_windows
 from gpuwatch.protocol import ACTIVE_FIRST, ACTIVE_LAST, KERNEL_KINDS, PHASES
 
@@ -41,24 +51,70 @@ TRACKS: tuple[tuple[int, str], ...] = (
     (DEVICE_TID, "device stream (active)"),
     (GAPS_TID, "gaps"),
 )
+#: Spans cut and encoded per chunk of a track, and events written per ``write`` call.
+CHUNK = 4096
+
+#: ``progress(fraction)``: the share of the run's time written so far, 0 to 1.
+Progress = Callable[[float], None]
+#: A track's events: (ns since t0, the event as JSON text), in time order.
+Timed = Iterator[tuple[float, str]]
 
 
 def perfetto_trace(recording: Recording) -> dict[str, Any]:
-    """The trace as a JSON-ready dict: ``{"traceEvents": [...], "displayTimeUnit": "ms"}``."""
+    """The trace as a JSON-ready dict: ``{"traceEvents": [...], "displayTimeUnit": "ms"}``
+    (parsed back from the streamed text: one encoder for the file and for this)."""
+    buffer = io.StringIO()
+    write_perfetto_to(recording, buffer)
+    return json.loads(buffer.getvalue())
+
+
+def write_perfetto(recording: Recording, out: str | Path,
+                   progress: Progress | None = None) -> int:
+    """Write the trace to ``out`` whole or not at all (an existing file stays until the new
+    one is complete); returns the number of events written."""
+    with atomic_output(out) as stream:
+        return write_perfetto_to(recording, stream, progress)
+
+
+def write_perfetto_to(recording: Recording, stream: TextIO,
+                      progress: Progress | None = None) -> int:
+    """Stream the trace into ``stream``; returns the number of events written."""
     t0 = recording.t0_ns
     windows = kernel_windows(recording)
     streams = _kernel_streams(windows)
-    timed = [*_step_events(recording, t0), *_segment_events(recording, t0),
-             *_device_events(recording, t0), *_counter_events(recording, t0),
-             *_change_instants(recording, t0), *_kernel_events(windows, streams, t0)]
-    timed.sort(key=lambda e: e["ts"])  # stable: a track's events keep their order
-    return {"traceEvents": [*_metadata(recording), *_kernel_metadata(windows, streams),
-                            *timed], "displayTimeUnit": "ms"}
+    head = [_dump(e) for e in (*_metadata(recording), *_kernel_metadata(windows, streams))]
+    tracks: list[Timed] = [
+        *_step_events(recording, t0), _segment_events(recording, t0),
+        *_device_events(recording, t0), *_counter_events(recording, t0),
+        _change_instants(recording, t0), *_kernel_events(windows, streams, t0)]
+    stream.write('{"traceEvents":[')
+    stream.write(",".join(head))
+    written = len(head)
+    span_ns = max(1, recording.t1_ns - t0)
+    batch: list[str] = []
+    for ts, text in heapq.merge(*tracks, key=itemgetter(0)):  # stable: ties keep track order
+        batch.append(text)
+        if len(batch) >= CHUNK:
+            written = _write_batch(stream, batch, written)
+            if progress is not None:
+                progress(min(1.0, ts / span_ns))
+    written = _write_batch(stream, batch, written)
+    stream.write('],"displayTimeUnit":"ms"}')
+    if progress is not None:
+        progress(1.0)
+    return written
 
 
-def write_perfetto(recording: Recording, out: str | Path) -> None:
-    with Path(out).open("w", encoding="utf-8") as f:
-        json.dump(perfetto_trace(recording), f, separators=(",", ":"), allow_nan=False)
+def _write_batch(stream: TextIO, batch: list[str], written: int) -> int:
+    if batch:
+        stream.write(("," if written else "") + ",".join(batch))
+        written += len(batch)
+        batch.clear()
+    return written
+
+
+def _dump(event: dict[str, Any]) -> str:
+    return json.dumps(finite(event), separators=(",", ":"), allow_nan=False)
 
 
 def _us(ns: int) -> float:
@@ -82,10 +138,57 @@ def _metadata(recording: Recording) -> list[dict[str, Any]]:
     return events
 
 
-def _complete(tid: int, cat: str, name: str, spans: Iterator[tuple[int, int, dict[str, Any]]],
+def _cut(starts: np.ndarray, ends: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray,
+                                                              np.ndarray]]:
+    """Per chunk: (begins, ends, row indices) of the spans kept on one track, in order.
+
+    A span is cut to begin where the previous kept one ended and dropped if nothing is left.
+    Spans with ``end <= start`` are never kept, so among the rest a dropped span ends before
+    the running end: the running maximum of the ends is the previous kept span's end.
+    """
+    last_end = np.iinfo(np.int64).min
+    for lo in range(0, len(starts), CHUNK):
+        s = np.asarray(starts[lo:lo + CHUNK], np.int64)
+        e = np.asarray(ends[lo:lo + CHUNK], np.int64)
+        rows = np.flatnonzero(e > s)
+        s, e = s[rows], e[rows]
+        if not len(s):
+            continue
+        before = np.maximum.accumulate(np.concatenate(([last_end], e[:-1])))
+        last_end = max(last_end, int(e.max()))
+        begin = np.maximum(s, before)
+        keep = e > begin
+        yield begin[keep], e[keep], rows[keep] + lo
+
+
+def _us_texts(ns: np.ndarray) -> list[str]:
+    """Integer ns as exact decimal µs ("1234.567"): the number ``_us`` gives, without float
+    rounding in a loop of millions."""
+    if len(ns) and int(ns.min()) < 0:
+        return [repr(_us(int(v))) for v in ns.tolist()]
+    whole, frac = np.divmod(ns, 1000)
+    return [f"{w}.{f:03d}" for w, f in zip(whole.tolist(), frac.tolist(), strict=True)]
+
+
+def _step_spans(tid: int, cat: str, name: str | None, starts: np.ndarray, ends: np.ndarray,
+                *, step: np.ndarray, config: np.ndarray, t0: int) -> Timed:
+    """``X`` events with ``{"step", "config"}`` args, encoded directly (millions of them);
+    ``name`` None names each after its step."""
+    head = f'{{"ph":"X","pid":{PID},"tid":{tid},"cat":{json.dumps(cat)},"name":'
+    fixed = json.dumps(name) if name is not None else None
+    for begin, end, rows in _cut(starts, ends):
+        since = begin - t0
+        for key, ts, dur, st, c in zip(since.tolist(), _us_texts(since), _us_texts(end - begin),
+                                       step[rows].tolist(), config[rows].tolist(), strict=True):
+            label = fixed if fixed is not None else f'"step {st}"'
+            yield key, (f'{head}{label},"ts":{ts},"dur":{dur},'
+                        f'"args":{{"step":{st},"config":{c}}}}}')
+
+
+def _complete(tid: int, cat: str, name: str, spans: Iterable[tuple[int, int, dict[str, Any]]],
               t0: int) -> Iterator[dict[str, Any]]:
-    """``X`` events on one track from ``(start_ns, end_ns, args)`` in time order, never
-    overlapping: a span is cut to begin where the previous one ended."""
+    """``X`` events on one track from ``(start_ns, end_ns, args)`` in time order (few of
+    them: segments, kernel windows and kernels), cut as ``_cut`` does."""
     last_end: int | None = None
     for start, end, args in spans:
         begin = start if last_end is None else max(start, last_end)
@@ -96,36 +199,40 @@ def _complete(tid: int, cat: str, name: str, spans: Iterator[tuple[int, int, dic
                "ts": _us(begin - t0), "dur": _us(end - begin), "args": args}
 
 
-def _step_events(recording: Recording, t0: int) -> Iterator[dict[str, Any]]:
+def _encoded(events: Iterable[dict[str, Any]]) -> Timed:
+    for event in events:
+        yield round(event["ts"] * 1000), _dump(event)
+
+
+def _step_events(recording: Recording, t0: int) -> list[Timed]:
     view = recording.steps
-    args = [{"step": int(s), "config": int(c)} for s, c in
-            zip(view.step.tolist(), view.config.tolist(), strict=True)]
     host = view.host
-    for i, phase in enumerate(PHASES):
-        yield from _complete(PHASE_TIDS[phase], "host", phase,
-                             zip(host[:, i].tolist(), host[:, i + 1].tolist(), args,
-                                 strict=True), t0)
-    for event in _complete(STEPS_TID, "step", "step",
-                           zip(host[:, 0].tolist(), host[:, -1].tolist(), args, strict=True),
-                           t0):
-        event["name"] = f"step {event['args']['step']}"
-        yield event
+    tracks = [_step_spans(PHASE_TIDS[phase], "host", phase, host[:, i], host[:, i + 1],
+                          step=view.step, config=view.config, t0=t0)
+              for i, phase in enumerate(PHASES)]
+    tracks.append(_step_spans(STEPS_TID, "step", None, host[:, 0], host[:, -1],
+                              step=view.step, config=view.config, t0=t0))
+    return tracks
 
 
-def _device_events(recording: Recording, t0: int) -> Iterator[dict[str, Any]]:
+def _device_events(recording: Recording, t0: int) -> list[Timed]:
     view = recording.steps
-    has = view.has_device
-    dev = view.device[has]
-    args = [{"step": int(s), "config": int(c)} for s, c in
-            zip(view.step[has].tolist(), view.config[has].tolist(), strict=True)]
-    yield from _complete(DEVICE_TID, "device", "active",
-                         zip(dev[:, ACTIVE_FIRST].tolist(), dev[:, ACTIVE_LAST].tolist(), args,
-                             strict=True), t0)
-    s, e = active_spans(view)
+    rows = np.flatnonzero(view.has_device)
+    device = _step_spans(DEVICE_TID, "device", "active", view.device[rows, ACTIVE_FIRST],
+                         view.device[rows, ACTIVE_LAST], step=view.step[rows],
+                         config=view.config[rows], t0=t0)
+    return [device, _gap_events(recording, t0)]
+
+
+def _gap_events(recording: Recording, t0: int) -> Timed:
+    s, e = active_spans(recording.steps)
     g0, g1 = gaps(s, e)
-    yield from _complete(GAPS_TID, "device", "gap",
-                         ((a, b, {"ms": (b - a) / 1e6}) for a, b in
-                          zip(g0.tolist(), g1.tolist(), strict=True)), t0)
+    head = f'{{"ph":"X","pid":{PID},"tid":{GAPS_TID},"cat":"device","name":"gap",'
+    for begin, end, _ in _cut(g0, g1):
+        since, length = begin - t0, end - begin
+        for key, ts, dur, ns in zip(since.tolist(), _us_texts(since), _us_texts(length),
+                                    length.tolist(), strict=True):
+            yield key, f'{head}"ts":{ts},"dur":{dur},"args":{{"ms":{ns / 1e6!r}}}}}'
 
 
 def _kernel_streams(windows: list[KernelWindow]) -> dict[tuple[str, int], int]:
@@ -155,28 +262,38 @@ def _kernel_metadata(windows: list[KernelWindow], streams: dict[tuple[str, int],
 
 
 def _kernel_events(windows: list[KernelWindow], streams: dict[tuple[str, int], int],
-                   t0: int) -> Iterator[dict[str, Any]]:
+                   t0: int) -> list[Timed]:
     """Each window as a span, and its events on their stream's track (overlaps cut)."""
-    yield from _complete(CAPTURE_TID, "kernels", "profiled window",
-                         ((w.t0_ns, w.t1_ns, {"steps": list(w.steps),
-                                              "perturbed": list(w.perturbed)})
-                          for w in windows), t0)
-    for (device, stream), tid in streams.items():
-        rows = []
-        for w in windows:
-            if w.device != device:
-                continue
-            for i in np.flatnonzero(w.device_mask() & (w.stream == stream)).tolist():
-                rows.append((int(w.start[i]), int(w.end[i]), w.names[int(w.name[i])],
-                             KERNEL_KINDS[int(w.kind[i])]))
-        rows.sort()
-        for event in _complete(tid, "kernels", "event",
-                               ((s, e, {"name": n, "kind": k}) for s, e, n, k in rows), t0):
-            event["name"] = event["args"].pop("name")
-            yield event
+    tracks = [_encoded(_complete(
+        CAPTURE_TID, "kernels", "profiled window",
+        ((w.t0_ns, w.t1_ns, {"steps": list(w.steps), "perturbed": list(w.perturbed)})
+         for w in windows), t0))]
+    tracks += [_encoded(_stream_events(windows, device, stream, tid, t0))
+               for (device, stream), tid in streams.items()]
+    return tracks
 
 
-def _segment_events(recording: Recording, t0: int) -> Iterator[dict[str, Any]]:
+def _stream_events(windows: list[KernelWindow], device: str, stream: int, tid: int,
+                   t0: int) -> Iterator[dict[str, Any]]:
+    rows = []
+    for w in windows:
+        if w.device != device:
+            continue
+        for i in np.flatnonzero(w.device_mask() & (w.stream == stream)).tolist():
+            rows.append((int(w.start[i]), int(w.end[i]), w.names[int(w.name[i])],
+                         KERNEL_KINDS[int(w.kind[i])]))
+    rows.sort()
+    for event in _complete(tid, "kernels", "event",
+                           ((s, e, {"name": n, "kind": k}) for s, e, n, k in rows), t0):
+        event["name"] = event["args"].pop("name")
+        yield event
+
+
+def _segment_events(recording: Recording, t0: int) -> Timed:
+    return _encoded(_segments(recording, t0))
+
+
+def _segments(recording: Recording, t0: int) -> Iterator[dict[str, Any]]:
     configs = recording.configs
     ends = [c.t_ns for c in configs[1:]] + [recording.t1_ns]
     for event in _complete(SEGMENTS_TID, "config", "segment",
@@ -191,7 +308,11 @@ def _config_args(change: Any) -> dict[str, Any]:
             "first_step": change.first_step, "warmup_steps": change.warmup_steps}
 
 
-def _change_instants(recording: Recording, t0: int) -> Iterator[dict[str, Any]]:
+def _change_instants(recording: Recording, t0: int) -> Timed:
+    return _encoded(_instants(recording, t0))
+
+
+def _instants(recording: Recording, t0: int) -> Iterator[dict[str, Any]]:
     for change in recording.configs:
         if change.id == 0:
             continue
@@ -200,18 +321,25 @@ def _change_instants(recording: Recording, t0: int) -> Iterator[dict[str, Any]]:
                "args": _config_args(change)}
 
 
-def _counter_events(recording: Recording, t0: int) -> Iterator[dict[str, Any]]:
+def _counter_events(recording: Recording, t0: int) -> list[Timed]:
     """Each sample's value from the start of its period (a counter holds until the next)."""
     statuses = recording.coarse.statuses()
+    tracks = []
     for metric in sorted(recording.coarse.names()):
         status = statuses.get(metric)
         label = status.label if status is not None and status.label else metric
         unit = f" ({status.unit})" if status is not None and status.unit else ""
-        series = recording.coarse.snapshot(metric)
-        order = np.argsort(series.t0, kind="stable")
-        for start, value in zip(series.t0[order].tolist(), series.value[order].tolist(),
-                                strict=True):
-            if not math.isfinite(value):
-                continue
-            yield {"ph": "C", "pid": PID, "tid": 0, "cat": "coarse", "name": f"{label}{unit}",
-                   "ts": _us(max(0, start - t0)), "args": {"value": value}}
+        tracks.append(_counter(recording, metric, f"{label}{unit}", t0))
+    return tracks
+
+
+def _counter(recording: Recording, metric: str, name: str, t0: int) -> Timed:
+    head = f'{{"ph":"C","pid":{PID},"tid":0,"cat":"coarse","name":{json.dumps(name)},'
+    series = recording.coarse.snapshot(metric)
+    order = np.argsort(series.t0, kind="stable")
+    for start, value in zip(series.t0[order].tolist(), series.value[order].tolist(),
+                            strict=True):
+        if not math.isfinite(value):
+            continue
+        since = max(0, start - t0)
+        yield since, f'{head}"ts":{_us(since)!r},"args":{{"value":{float(value)!r}}}}}'

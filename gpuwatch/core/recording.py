@@ -13,6 +13,7 @@ import contextlib
 import datetime
 import json
 import logging
+import math
 import os
 import platform
 import queue
@@ -68,7 +69,24 @@ class RecordingError(Exception):
 
 
 def to_json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), allow_nan=False, default=str)
+    """Strict JSON; a non-finite number (a runner's ``1e400`` parses as infinity) becomes
+    null, as the protocol writes a figure it does not have, so one value cannot stop a
+    recording."""
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False, default=str)
+    except ValueError:
+        return json.dumps(finite(value), separators=(",", ":"), allow_nan=False, default=str)
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float (at any depth) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
 
 
 def machine_info() -> dict[str, Any]:
@@ -347,7 +365,8 @@ class Recorder:
         conn.executemany(
             "INSERT OR REPLACE INTO configs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(c.id, c.t_ns, c.label, to_json(c.values), to_json(c.changed), c.first_step,
-              c.warmup_steps, c.apply_s, to_json(list(c.rebuilt)), c.request)
+              c.warmup_steps, c.apply_s if math.isfinite(c.apply_s) else 0.0,
+              to_json(list(c.rebuilt)), c.request)
              for c in self.session.config_changes()])
 
     def _write_coarse(self, conn: sqlite3.Connection) -> None:

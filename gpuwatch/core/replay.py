@@ -26,7 +26,14 @@ import numpy as np
 
 from gpuwatch import protocol
 from gpuwatch.core.segments import SegmentStats
-from gpuwatch.core.session import LaunchSpec, LogLine, Session, SessionError, SessionState
+from gpuwatch.core.session import (
+    LaunchSpec,
+    LogLine,
+    Session,
+    SessionError,
+    SessionState,
+    device_cores,
+)
 from gpuwatch.core.store import DEFAULT_SERIES_CAPACITY, DEFAULT_STEP_CAPACITY, SeriesStore
 
 if TYPE_CHECKING:
@@ -126,9 +133,7 @@ class ReplaySession(Session):
         2 Hz refresh, maybe before the coarse sample overlapping the segment's end arrived; a
         replay freezes it with every sample that arrived by the play position.
         """
-        cores = 1
-        if self.hello is not None:
-            cores = int(self.hello["device"].get("cores") or 1)
+        cores = device_cores(self.hello)
         return self._scoreboard.rows(
             self.steps, self.config_changes(), self.coarse, device_kind=self.device_kind,
             cores=cores, baseline_id=self.baseline_id,

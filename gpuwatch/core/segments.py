@@ -13,6 +13,7 @@ never changes them.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,7 +61,8 @@ class ConfigChange:
             id=message["id"], values=dict(message["values"]), changed=changed,
             t_ns=message["t_ns"], first_step=message["first_step"],
             warmup_steps=max(0, message["warmup_steps"]),
-            apply_s=float(apply_s) if isinstance(apply_s, int | float) else 0.0,
+            apply_s=float(apply_s) if isinstance(apply_s, int | float)
+            and math.isfinite(apply_s) else 0.0,
             rebuilt=tuple(str(r) for r in rebuilt) if isinstance(rebuilt, list) else (),
             request=request if isinstance(request, int) else None,
             label=label or describe_change(changed))
