@@ -86,6 +86,8 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "refused": {"values": dict, "message": str},
     # The full knob schema again, when it grows mid-run (a script's gpuwatch.probe.knob()).
     "knobs": {"knobs": list, "values": dict},
+    # ``off`` (optional, str): an instrument of a watched script failed and switched itself off
+    # (runner/instrument_switch.py); ``text`` says what is no longer measured and why, once.
     "log": {"level": str, "text": str},
     "error": {"type": str, "message": str},
     "bye": {"reason": str},

@@ -130,8 +130,9 @@ def _echo(lines: list[LogLine], progress: ProgressLine) -> None:
 
 
 def summary_lines(session: Session, sentence: str, recording: str | None = None) -> list[str]:
-    """The end-of-run summary: what happened, the run's figures, the scoreboard if knobs
-    changed, and where the recording is."""
+    """The end-of-run summary: what happened, the run's figures, what gpuwatch stopped
+    measuring (an instrument that failed), the scoreboard if knobs changed, and where the
+    recording is."""
     lines = [sentence]
     view = session.steps.snapshot()
     if len(view):
@@ -145,6 +146,7 @@ def summary_lines(session: Session, sentence: str, recording: str | None = None)
                                   if session.device_kind == "cuda" else
                                   "share of time in compute phases (host timing, CPU)")
                      + "; input wait = time in next(loader)")
+    lines += [f"gpuwatch: {text}" for text in session.instruments_off]
     rows = session.scoreboard()
     if len(rows) > 1:
         lines.append("")

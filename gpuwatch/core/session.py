@@ -169,6 +169,9 @@ class Session:
         self._capture_steps: int | None = None  # a capture asked for, not answered yet
         #: Why the last kernel capture did not give a window (refused or failed), if it did not.
         self.capture_error: str | None = None
+        #: Runner notices of instruments that failed and switched themselves off (a ``log``
+        #: with ``off``), in order: what is no longer measured, and why.
+        self.instruments_off: list[str] = []
         self._listeners: list[Listener] = []
         self._state = SessionState.IDLE
         self._lock = threading.Lock()
@@ -201,8 +204,9 @@ class Session:
 
     @property
     def notice(self) -> str | None:
-        """What the user should know while the run goes on (no step yet, stalled), or None."""
-        return self.liveness.notice
+        """What the user should know while the run goes on (no step yet, stalled; else what
+        is no longer measured), or None."""
+        return self.liveness.notice or "; ".join(self.instruments_off) or None
 
     @property
     def stop_requested(self) -> bool:
@@ -395,6 +399,7 @@ class Session:
         self._windows.clear()
         self._capture_steps = None
         self.capture_error = None
+        self.instruments_off = []
         self._link = None
         self._stop_requested.clear()
         self._ended.clear()
@@ -491,7 +496,10 @@ class Session:
         elif kind == "log":
             level = message["level"] if message["level"] in ("info", "warning", "error") \
                 else "info"
-            self._log_line(level, "runner", message["text"])
+            off = isinstance(message.get("off"), str)
+            if off:
+                self.instruments_off.append(message["text"])
+            self._log_line(level, "runner", message["text"], notice=off)
         elif kind == "error":
             self.error_type = message["type"]
             self.error = f"{message['type']}: {message['message']}"

@@ -12,11 +12,17 @@ watcher thread then interrupts the main thread itself a grace period after the s
 with the stop (about two of the script's typical steps, so a long step is not cut); the step
 that was interrupted is not counted. If even that does not end the script, the GUI terminates
 the process tree.
+
+``at_boundary`` runs inside the script's own calls (the step recorder calls it from a hook), so
+a failure of gpuwatch's there never reaches the script (``instrument_switch``): a failing kernel
+capture switches itself off (later capture requests are refused, saying why), a control message
+that cannot be applied is dropped; either says so once. A stop still raises.
 """
 
 from __future__ import annotations
 
 import _thread
+import contextlib
 import math
 import queue
 import signal
@@ -25,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuwatch.runner.controls import apply_control
+from gpuwatch.runner.instrument_switch import CONTROLS, KERNEL_CAPTURE, InstrumentSwitch
 from gpuwatch.runner.kernel_capture import KernelCapture
 from gpuwatch.runner.link import Link
 from gpuwatch.runner.probe_knobs import ProbeKnobs
@@ -42,6 +49,8 @@ class ScriptControl:
                  stop_grace_s: float = 2.0, device: str = "cpu") -> None:
         self.link = link
         self.knobs = knobs
+        #: Which of the controls' instruments failed and are off.
+        self.switch = InstrumentSwitch(link)
         #: Kernel capture windows over the script's steps (closed by ``script_done``).
         self.capture = KernelCapture(link, device=device)
         self.max_steps = max_steps
@@ -71,7 +80,10 @@ class ScriptControl:
         with self._lock:
             self._running = False
         self._closed.set()
-        self.capture.close()
+        try:
+            self.capture.close()
+        except Exception as exc:  # never let our teardown change the script's outcome
+            self.switch.switch_off(KERNEL_CAPTURE, "kernel capture (close)", exc)
 
     def at_boundary(self, next_step: int) -> None:
         """Between two steps: apply queued controls; may block (pause) or raise (stop)."""
@@ -89,9 +101,34 @@ class ScriptControl:
             except queue.Empty:
                 if self.paused:
                     continue
-                self.capture.at_boundary(next_step)
+                self._capture_at_boundary(next_step)
                 return
+            self._apply(message, next_step)
+
+    def _apply(self, message: dict[str, Any], next_step: int) -> None:
+        if message["kind"] == "capture" and self.switch.is_off(KERNEL_CAPTURE):
+            self._refuse_capture()
+            return
+        try:
             apply_control(self, message, next_step=next_step, flush=self.flush)
+        except Exception as exc:
+            self.switch.switch_off(CONTROLS, f"{message['kind']!r} control", exc)
+
+    def _capture_at_boundary(self, next_step: int) -> None:
+        if self.switch.is_off(KERNEL_CAPTURE):
+            return
+        try:
+            self.capture.at_boundary(next_step)
+        except Exception as exc:
+            self.switch.switch_off(KERNEL_CAPTURE, "kernel capture", exc)
+            with contextlib.suppress(Exception):  # already off and said so
+                self.capture.close()
+
+    def _refuse_capture(self) -> None:
+        error = self.switch.off[KERNEL_CAPTURE.name]
+        self.link.send("kernels", status="refused", error=error, device=self.capture.device,
+                       steps=[], perturbed=[], names=[], type=[], name=[], stream=[],
+                       start=[], end=[])
 
     def _watch(self) -> None:
         """Move controls to the inbox; a stop or a lost link arms the interrupt fallback."""

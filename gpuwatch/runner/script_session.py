@@ -39,6 +39,8 @@ EXIT_INTERRUPTED = 130
 INITIAL_WARMUP_STEPS = 3
 #: Frames of these files are left out of a script's traceback (they are not the user's).
 _GPUWATCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+#: How runpy's frames are named: frozen (Python >= 3.11) or its source file.
+_RUNPY_FILES = frozenset({"<frozen runpy>", getattr(runpy, "__file__", None) or ""})
 
 
 @dataclass
@@ -121,7 +123,8 @@ def _watch(link: Link, torch: Any, device: Any, *, path: str, full_path: str,
     control.flush = recorder.flush
     hooks = AutoHooks(torch, recorder)
     agent = ProbeAgent(recorder, knobs)
-    os.register_at_fork(after_in_child=lambda: probe.attach_runner(None))
+    if hasattr(os, "register_at_fork"):  # Windows has none (and no fork)
+        os.register_at_fork(after_in_child=lambda: probe.attach_runner(None))
     link.log("info", f"running {path} {' '.join(args)}".rstrip() + f" in {os.getcwd()}")
 
     sys.argv = [path, *args]
@@ -195,24 +198,32 @@ def exit_code(exc: SystemExit) -> int:
 
 
 def script_traceback(exc: BaseException) -> str:
-    """The traceback as ``python SCRIPT`` prints it, without gpuwatch's and runpy's frames."""
-    formatted = traceback.TracebackException.from_exception(exc)
-    seen: set[int] = set()
-    pending = [formatted]
-    while pending:
-        part = pending.pop()
-        if id(part) in seen:
-            continue
-        seen.add(id(part))
-        part.stack = traceback.StackSummary.from_list(
-            [frame for frame in part.stack if not _not_users(frame.filename)])
-        pending.extend(p for p in (part.__cause__, part.__context__) if p is not None)
-    return "".join(formatted.format())
+    """The traceback as ``python SCRIPT`` prints it, without gpuwatch's and runpy's frames:
+    every other frame (the script's, torch's, the standard library's) is kept, in chained
+    exceptions and exception groups too. Should trimming itself fail, the whole traceback is
+    given rather than none (the script's error must never turn into one of gpuwatch's)."""
+    try:
+        formatted = traceback.TracebackException.from_exception(exc)
+        seen: set[int] = set()
+        pending = [formatted]
+        while pending:
+            part = pending.pop()
+            if id(part) in seen:
+                continue
+            seen.add(id(part))
+            part.stack = traceback.StackSummary.from_list(
+                [frame for frame in part.stack if not _not_users(frame.filename)])
+            pending.extend(p for p in (part.__cause__, part.__context__) if p is not None)
+            pending.extend(getattr(part, "exceptions", None) or ())
+        return "".join(formatted.format())
+    except Exception:
+        return "".join(traceback.format_exception(exc))
 
 
 def _not_users(filename: str) -> bool:
-    return (filename.startswith(_GPUWATCH_DIR) or filename == "<frozen runpy>"
-            or os.path.basename(filename) == "runpy.py")
+    """A frame of gpuwatch's own package or of runpy (not a user's file that is merely called
+    ``runpy.py``)."""
+    return filename.startswith(_GPUWATCH_DIR) or filename in _RUNPY_FILES
 
 
 def _cuda_used(torch: Any) -> bool:
