@@ -39,8 +39,9 @@ def as_runner(argv: list[str]) -> int:
     from gpuwatch.protocol import N_MARKS, PROTOCOL_VERSION, encode
 
     rate = int(os.environ["GPUWATCH_SOAK_RATE"])
-    conn = Client(argv[argv.index("--connect") + 1],
-                  authkey=bytes.fromhex(os.environ["GPUWATCH_AUTHKEY"]))
+    key = (sys.stdin.readline() if "--authkey-stdin" in argv  # how gpuwatch passes it
+           else os.environ["GPUWATCH_AUTHKEY"])
+    conn = Client(argv[argv.index("--connect") + 1], authkey=bytes.fromhex(key.strip()))
     stop = threading.Event()
 
     def read() -> None:

@@ -21,13 +21,22 @@ from typing import Any
 
 PROTOCOL_VERSION = 1
 
-#: Environment variable that carries the hex authkey to the runner (never on argv).
+#: Runner option: read the hex authkey from the first line of stdin (how gpuwatch starts it:
+#: never on argv, where other users see it, nor in the environment, which stays readable in
+#: ``/proc/PID/environ`` for the process's lifetime).
+AUTHKEY_STDIN_FLAG = "--authkey-stdin"
+#: Environment variable that carries the hex authkey to a runner started by hand.
 AUTHKEY_ENV = "GPUWATCH_AUTHKEY"
 
 #: A message larger than this is dropped with a logged error (the link stays up).
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 #: Hard limit given to ``recv_bytes(maxlength=...)``: beyond it the link itself is broken.
 HARD_MESSAGE_BYTES = 64 * 1024 * 1024
+#: Integers a message may carry: signed 64-bit (what the step rings and SQLite store).
+INT_MIN = -(1 << 63)
+INT_MAX = (1 << 63) - 1
+#: An integer literal with at most this many characters always fits (checked without a bound).
+_SAFE_INT_DIGITS = 18
 #: The runner ships step batches at most this often.
 BATCH_INTERVAL_S = 0.05
 
@@ -122,7 +131,8 @@ def decode(data: bytes, *, allowed: frozenset[str] | None = None) -> dict[str, A
     if len(data) > MAX_MESSAGE_BYTES:
         raise ProtocolError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}")
     try:
-        message = json.loads(data, parse_constant=_reject_constant)
+        message = json.loads(data, parse_constant=_reject_constant, parse_int=_bounded_int,
+                             parse_float=_finite_float)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ProtocolError(f"not JSON: {exc}") from exc
     _check(message)
@@ -133,6 +143,63 @@ def decode(data: bytes, *, allowed: frozenset[str] | None = None) -> dict[str, A
 
 def _reject_constant(name: str) -> float:
     raise ProtocolError(f"non-finite number {name} in message")
+
+
+def _bounded_int(text: str) -> int:
+    """Every integer a message carries fits a signed 64-bit column (the step rings, SQLite):
+    a bigger one is refused here, with the message, instead of failing wherever it is stored.
+    """
+    if len(text) <= _SAFE_INT_DIGITS:
+        return int(text)
+    # No int() of a long literal: past 4,300 digits it raises ValueError, not ours.
+    value = int(text) if len(text) <= 20 else None
+    if value is None or not INT_MIN <= value <= INT_MAX:
+        raise ProtocolError(f"integer {_abbreviated(text)} is outside the signed 64-bit range")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    """``1e400`` parses as infinity without ever reaching ``parse_constant``: refuse it too."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ProtocolError(f"number {_abbreviated(text)} is out of range (not finite)")
+    return value
+
+
+def _abbreviated(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} digits)"
+
+
+#: Longest error texts an ``error`` message carries: a script's exception can hold megabytes
+#: (a whole tensor printed), and the message must still fit ``MAX_MESSAGE_BYTES``.
+MAX_ERROR_MESSAGE_CHARS = 16 * 1024
+MAX_TRACEBACK_CHARS = 64 * 1024
+MAX_TRACEBACK_LINE_CHARS = 2 * 1024
+
+
+def fit_error(fields: dict[str, Any]) -> dict[str, Any]:
+    """An ``error`` message's fields with an over-long ``message`` and ``traceback`` cut (and
+    saying so), keeping the type and every frame line of the traceback."""
+    out = dict(fields)
+    message = out.get("message")
+    if isinstance(message, str):
+        out["message"] = shorten(message, MAX_ERROR_MESSAGE_CHARS)
+    trace = out.get("traceback")
+    if isinstance(trace, str):
+        lines = [shorten(line, MAX_TRACEBACK_LINE_CHARS)
+                 for line in trace.splitlines(keepends=True)]
+        out["traceback"] = shorten("".join(lines), MAX_TRACEBACK_CHARS)
+    return out
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` if it has at most ``limit`` characters, else its head and tail around a note
+    saying how much was cut (the tail of a traceback names the exception)."""
+    if len(text) <= limit:
+        return text
+    keep = max(0, limit - 60) // 2
+    cut = len(text) - 2 * keep
+    return f"{text[:keep]} … [{cut:,} characters cut by gpuwatch] … {text[len(text) - keep:]}"
 
 
 def _check(message: Any) -> None:

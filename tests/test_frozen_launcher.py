@@ -87,7 +87,7 @@ def test_frozen_runner_env_is_the_users_and_boot_runs_the_shipped_source(frozen,
     monkeypatch.setenv("PYTHONPATH", "/opt/user-python")
     root = launcher.runner_pythonpath(sys.executable, tmp_path)
     assert root == str(frozen / launcher.FROZEN_RUNNER_SOURCE)
-    env = launcher.runner_env(b"k" * 32)
+    env = launcher.runner_env()
     assert env["LD_LIBRARY_PATH"] == "/opt/user-lib"
     assert env["PYTHONPATH"] == "/opt/user-python"
     cli = Path(root) / "gpuwatch" / "runner" / "cli.py"
@@ -95,7 +95,7 @@ def test_frozen_runner_env_is_the_users_and_boot_runs_the_shipped_source(frozen,
     command = launcher.script_command(sys.executable, str(tmp_path / "no-such.sock"),
                                       "train.py", [], device="cpu", root=root)
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True,
-                         cwd=tmp_path, timeout=60)
+                         cwd=tmp_path, timeout=60, stdin=subprocess.DEVNULL)
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["code"] == 3, out.stderr  # no GUI to connect to
     assert Path(seen["cli"]) == cli

@@ -184,19 +184,19 @@ def test_sys_path_zero_is_what_python_script_makes_it(tmp_path, variant: str) ->
         assert str(real) not in watched["path"] and str(tmp_path) not in watched["path"]
 
 
-def test_runner_env_adds_only_the_key(monkeypatch) -> None:
+def test_runner_env_adds_nothing(monkeypatch) -> None:
     monkeypatch.delattr(sys, "frozen", raising=False)
     for name in ONCE_ADDED:
         monkeypatch.delenv(name, raising=False)
-    env = launcher.runner_env(b"k" * 32)
-    assert _env_difference(dict(os.environ), env) == {AUTHKEY_ENV: (None, (b"k" * 32).hex())}
+    env = launcher.runner_env()  # the key goes to the runner's stdin
+    assert _env_difference(dict(os.environ), env) == {}
 
 
 def test_a_users_device_order_and_encoding_pass_through(monkeypatch) -> None:
     monkeypatch.delattr(sys, "frozen", raising=False)
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
     monkeypatch.setenv("PYTHONIOENCODING", "latin-1")
-    env = launcher.runner_env(b"k" * 32)
+    env = launcher.runner_env()
     assert env["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
     assert env["PYTHONIOENCODING"] == "latin-1"
 
@@ -277,7 +277,8 @@ def test_boot_code_runs_the_runner_from_its_root_without_pythonpath(tmp_path, mo
     else:
         command = launcher.runner_command(sys.executable, address, "mlp", "cpu", root=str(root))
     done = subprocess.run(
-        command, env=env, cwd=tmp_path, capture_output=True, text=True, check=True, timeout=60
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, check=True, timeout=60,
+        stdin=subprocess.DEVNULL,  # no key on stdin
     )
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["code"] == 3, done.stderr  # no GUI to connect to

@@ -114,16 +114,18 @@ def boot_code(root: str) -> str:
 
 def runner_command(python: str, address: str, workload: str, device: str,
                    extra: Sequence[str] = (), *, root: str) -> list[str]:
-    """The runner training a built-in workload; ``root`` from ``runner_pythonpath``."""
-    return [python, "-c", boot_code(root), "--connect", address,
+    """The runner training a built-in workload; ``root`` from ``runner_pythonpath``. It reads
+    the link's key from its stdin (``spawn`` writes it there)."""
+    return [python, "-c", boot_code(root), "--connect", address, protocol.AUTHKEY_STDIN_FLAG,
             "--workload", workload, "--device", device, *extra]
 
 
 def script_command(python: str, address: str, script: str, script_args: Sequence[str], *,
                    device: str, root: str, extra: Sequence[str] = ()) -> list[str]:
-    """The runner running a user's script as ``__main__``; its argv goes after ``--``."""
-    return [python, "-c", boot_code(root), "--connect", address, "--script", script,
-            "--device", device, *extra, "--", *script_args]
+    """The runner running a user's script as ``__main__``; its argv goes after ``--``. It
+    reads the link's key from its stdin (``spawn`` writes it there)."""
+    return [python, "-c", boot_code(root), "--connect", address, protocol.AUTHKEY_STDIN_FLAG,
+            "--script", script, "--device", device, *extra, "--", *script_args]
 
 
 def clean_env(environ: dict[str, str] | None = None,
@@ -181,26 +183,41 @@ def child_env(pythonpath: str) -> dict[str, str]:
     return env
 
 
-def runner_env(authkey: bytes) -> dict[str, str]:
-    """The user's environment (cleaned of a frozen app's paths) plus the link's key, which the
-    runner removes before a script's first line. Nothing else: no ``PYTHONPATH`` (the runner
-    is found by ``boot_code``), no ``PYTHONUNBUFFERED``/``PYTHONIOENCODING`` (the runner sets
-    up its streams in-process) and no ``CUDA_DEVICE_ORDER`` (it decides which GPU a script's
-    ``cuda:0`` is; the GUI matches the device to NVML by UUID or PCI bus id instead)."""
-    env = clean_env()
-    env[protocol.AUTHKEY_ENV] = authkey.hex()
-    return env
+def runner_env() -> dict[str, str]:
+    """The user's environment, cleaned of a frozen app's paths, and nothing else: not the
+    link's key (``spawn`` writes it to the runner's stdin: a process's initial environment
+    stays readable in its ``/proc/PID/environ`` however it edits ``os.environ``), no
+    ``PYTHONPATH`` (the runner is found by ``boot_code``), no ``PYTHONUNBUFFERED``/
+    ``PYTHONIOENCODING`` (the runner sets up its streams in-process) and no
+    ``CUDA_DEVICE_ORDER`` (it decides which GPU a script's ``cuda:0`` is; the GUI matches the
+    device to NVML by UUID or PCI bus id instead)."""
+    return clean_env()
 
 
-def spawn(cmd: list[str], env: dict[str, str], cwd: str | None = None) -> subprocess.Popen:
-    """Start ``cmd`` as the leader of a new process group, stdout+stderr merged to a pipe."""
+def spawn(cmd: list[str], env: dict[str, str], cwd: str | None = None, *,
+          authkey: bytes | None = None) -> subprocess.Popen:
+    """Start ``cmd`` as the leader of a new process group, stdout+stderr merged to a pipe.
+
+    With ``authkey`` its stdin is a pipe holding the key's hex and a newline, then closed (the
+    runner reads that line and puts ``os.devnull`` in its place, so a watched script's stdin
+    is the null device either way); without it, stdin is the null device.
+    """
     kwargs: dict = {}
     if sys.platform == "win32":
         kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP
     else:
         kwargs["start_new_session"] = True
-    return subprocess.Popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)
+    stdin = subprocess.DEVNULL if authkey is None else subprocess.PIPE
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdin=stdin, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, **kwargs)
+    if proc.stdin is not None:
+        # 65 bytes fit any pipe's buffer: this never waits for the child to read them. A
+        # child that is no runner (or is gone already) simply never reads them.
+        with contextlib.suppress(OSError):
+            proc.stdin.write(authkey.hex().encode() + b"\n")
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    return proc
 
 
 def tree(pid: int) -> list[psutil.Process]:

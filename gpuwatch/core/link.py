@@ -153,9 +153,9 @@ class LinkListener:
                 conn.close()
                 return
             self._closed = True
-        self._accepted.put(conn)
         self._wake_accept()
-        self._close_listener()
+        self._close_listener()  # before the runner is handed out: nobody else gets in after it
+        self._accepted.put(conn)
 
     def close(self) -> None:
         """Stop listening; wakes a thread blocked in ``accept()``."""

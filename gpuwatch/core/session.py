@@ -60,6 +60,9 @@ DROPS_LOGGED = 20
 #: A script that has not reached a training step this long after it started gets a notice;
 #: so does any run whose steps stopped arriving this long ago (a hang).
 NO_STEP_NOTICE_S = 30.0
+#: Largest integer a knob may have to be shown: the knob panel's editors are 32-bit Qt spin
+#: boxes (``gpuwatch.qt.knob_panel.INT_LIMIT``; core cannot import qt).
+KNOB_INT_LIMIT = 2**31 - 1
 #: Kernel capture windows kept per run (the oldest falls off).
 MAX_KERNEL_WINDOWS = 32
 #: How often the run clock (``--seconds``, the liveness notices) looks at the time.
@@ -154,6 +157,8 @@ class Session:
         self.stopped_after_s: float | None = None  # set when ``LaunchSpec.seconds`` ran out
         self.spec: LaunchSpec | None = None
         self.dropped_messages = 0
+        #: Valid messages that could not be used, per kind (also in ``dropped_messages``).
+        self.unusable_messages: dict[str, int] = {}
         self.baseline_id: int | None = None
         self.last_refusal: Refusal | None = None
         self._sample_coarse = sample_coarse
@@ -167,6 +172,7 @@ class Session:
         self._windows: collections.deque[KernelWindow] = collections.deque(
             maxlen=MAX_KERNEL_WINDOWS)
         self._capture_steps: int | None = None  # a capture asked for, not answered yet
+        self._hidden_knobs: set[Any] = set()  # knobs left out of the panel (logged once)
         #: Why the last kernel capture did not give a window (refused or failed), if it did not.
         self.capture_error: str | None = None
         #: Runner notices of instruments that failed and switched themselves off (a ``log``
@@ -390,6 +396,7 @@ class Session:
         self.stopped_after_s = None
         self._hello_at = None
         self.dropped_messages = 0
+        self.unusable_messages = {}
         self.baseline_id = None
         self.last_refusal = None
         self._changes.clear()  # the caller holds self._lock
@@ -400,6 +407,7 @@ class Session:
         self._capture_steps = None
         self.capture_error = None
         self.instruments_off = []
+        self._hidden_knobs = set()
         self._link = None
         self._stop_requested.clear()
         self._ended.clear()
@@ -419,8 +427,7 @@ class Session:
         else:
             cmd = launcher.runner_command(python, self._listener.address, spec.workload,
                                           spec.device, extra, root=root)
-        env = launcher.runner_env(authkey)
-        self._proc = launcher.spawn(cmd, env, cwd=spec.cwd)
+        self._proc = launcher.spawn(cmd, launcher.runner_env(), cwd=spec.cwd, authkey=authkey)
         if self._sample_coarse:
             self._add_sampler(ProcessTreeSampler(self.coarse, self._proc.pid))
         self._link_thread = self._spawn_thread("gpuwatch-link", self._read_link)
@@ -454,6 +461,10 @@ class Session:
         while True:
             try:
                 message = lnk.recv()
+            except link.OversizedMessage as exc:  # the run cannot go on without its link
+                self.stop()  # first: stop() leaves a FAILED run alone, and this one must end
+                self._fail(str(exc))
+                break
             except EOFError:
                 break
             except protocol.ProtocolError as exc:
@@ -467,8 +478,27 @@ class Session:
         lnk.close()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
-        self._dispatch_kind(message)
+        """Use one valid message. Whatever it holds, the link thread goes on: a message that
+        cannot be used is dropped, counted and, once per kind, logged with the reason."""
+        try:
+            self._dispatch_kind(message)
+        except Exception as exc:
+            self._unusable(message["kind"], exc)
+            return
         self._notify(message)
+
+    def _unusable(self, kind: str, exc: Exception) -> None:
+        self.dropped_messages += 1
+        seen = self.unusable_messages.get(kind, 0)
+        self.unusable_messages[kind] = seen + 1
+        if seen:
+            return
+        log.warning("could not use a %r message from the runner", kind, exc_info=exc)
+        self._log_line("warning", "gpuwatch",
+                       f"dropped a {kind!r} message from the runner that gpuwatch could not "
+                       f"use ({type(exc).__name__}: {protocol.shorten(str(exc), 300)}); "
+                       f"further {kind!r} messages that fail are counted, not logged")
+
 
     def _notify(self, message: dict[str, Any]) -> None:
         listeners = self._listeners
@@ -561,12 +591,31 @@ class Session:
         """The schema grew (a script declared a knob): show it, with its current value."""
         if self.hello is None:
             return
-        self.hello = {**self.hello, "knobs": list(message["knobs"])}
+        self.hello = {**self.hello, "knobs": self._panel_knobs(message["knobs"])}
         with self._lock:
             if self._changes:
                 last = self._changes[max(self._changes)]
                 values = {**last.values, **message["values"]}
                 self._changes[last.id] = dataclasses.replace(last, values=values)
+
+    def _panel_knobs(self, knobs: list[Any]) -> list[Any]:
+        """The schema without the integer knobs the knob panel cannot hold (its editors are
+        32-bit): each is logged once; the script keeps its value and the scoreboard shows it.
+        """
+        kept = []
+        for knob in knobs:
+            too_big = _beyond_panel(knob)
+            if too_big is None:
+                kept.append(knob)
+                continue
+            name = knob.get("name")
+            if name not in self._hidden_knobs:
+                self._hidden_knobs.add(name)
+                self._log_line("warning", "gpuwatch",
+                               f"knob {name!r} is not shown: its {too_big} is beyond what the "
+                               f"knob panel holds (integers up to ±{KNOB_INT_LIMIT:,}); the "
+                               f"script goes on with its value")
+        return kept
 
     def _on_refused(self, message: dict[str, Any]) -> None:
         request = message.get("request")
@@ -587,7 +636,7 @@ class Session:
                        f"speaks {protocol.PROTOCOL_VERSION}: install the same gpuwatch version "
                        f"in the training environment")
             return
-        self.hello = hello
+        self.hello = {**hello, "knobs": self._panel_knobs(hello["knobs"])}
         self._hello_at = time.monotonic()
         initial = hello["config"]
         values = initial.get("values")
@@ -799,6 +848,17 @@ def device_cores(hello: dict[str, Any] | None, default: int = 1) -> int:
             and math.isfinite(cores) and cores >= 1:
         return int(cores)
     return default
+
+
+def _beyond_panel(knob: Any) -> str | None:
+    """Which integer of an ``int`` knob's schema (default, min, max) the panel cannot hold."""
+    if not isinstance(knob, dict) or knob.get("type") != "int":
+        return None
+    for field in ("default", "min", "max"):
+        value = knob.get(field)
+        if isinstance(value, int) and not -KNOB_INT_LIMIT <= value <= KNOB_INT_LIMIT:
+            return f"{field} {value:,}"
+    return None
 
 
 def _initial_warmup(values: dict[str, Any]) -> int:

@@ -23,7 +23,8 @@ import os
 import re
 from collections.abc import Sequence
 
-from gpuwatch.runner.link import Link, LinkError, read_authkey
+from gpuwatch.protocol import AUTHKEY_ENV, AUTHKEY_STDIN_FLAG
+from gpuwatch.runner.link import Link, LinkError, read_authkey, read_authkey_stdin
 from gpuwatch.runner.script_environment import configure_stdio, settle_source_root
 from gpuwatch.runner.workloads import WORKLOAD_NAMES
 
@@ -51,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gpuwatch.runner",
         description="gpuwatch's training process: runs a workload and streams step timing to "
-                    "the gpuwatch window over an authenticated link (key in $GPUWATCH_AUTHKEY).")
+                    "the gpuwatch window over an authenticated link (key on stdin with "
+                    f"{AUTHKEY_STDIN_FLAG}, else in ${AUTHKEY_ENV}).")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--connect", metavar="ADDRESS",
                       help="link address: socket path, Windows pipe name, or HOST:PORT")
@@ -63,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--script", metavar="PATH",
                       help="run this Python script as __main__ instead of a workload; "
                            "its arguments follow a --")
+    parser.add_argument(AUTHKEY_STDIN_FLAG, action="store_true",
+                        help="read the link's hex key from the first line of stdin (how "
+                             f"gpuwatch starts the runner) instead of ${AUTHKEY_ENV}")
     parser.add_argument("--device", type=_device, default="auto",
                         help="auto, cpu, cuda or cuda:N (default: %(default)s)")
     parser.add_argument("--max-steps", type=_positive, default=None, metavar="N",
@@ -100,7 +105,8 @@ def main(argv: Sequence[str] | None = None, *, source_root: str | None = None) -
     from gpuwatch.runner.session import say
 
     try:
-        link = Link.connect(args.connect, read_authkey(os.environ))
+        key = read_authkey_stdin() if args.authkey_stdin else read_authkey(os.environ)
+        link = Link.connect(args.connect, key)
     except LinkError as exc:
         say(str(exc))
         return EXIT_LINK
@@ -108,10 +114,12 @@ def main(argv: Sequence[str] | None = None, *, source_root: str | None = None) -
 
     try:
         if args.script is not None:
-            from gpuwatch.protocol import AUTHKEY_ENV
             from gpuwatch.runner.script_session import run_script
 
-            os.environ.pop(AUTHKEY_ENV, None)  # the user's code never sees the key
+            # Started by hand with the key in the environment: the script's os.environ and
+            # its children lose it, but this process's /proc/self/environ keeps it (only the
+            # same user can read that). gpuwatch passes the key on stdin instead.
+            os.environ.pop(AUTHKEY_ENV, None)
             return run_script(link, path=args.script, args=script_args,
                               device_spec=args.device, max_steps=args.max_steps)
         return run(link, workload_name=args.workload or "vision", device_spec=args.device,

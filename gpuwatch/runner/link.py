@@ -52,16 +52,52 @@ class LinkError(Exception):
 
 
 def read_authkey(environ: Mapping[str, str]) -> bytes:
-    """The hex authkey from ``GPUWATCH_AUTHKEY``: never taken from argv (visible to others)."""
+    """The hex authkey from ``GPUWATCH_AUTHKEY`` (a runner started by hand): never taken from
+    argv (visible to others). gpuwatch itself passes it on stdin (``read_authkey_stdin``)."""
     value = environ.get(AUTHKEY_ENV)
     if not value:
         raise LinkError(f"{AUTHKEY_ENV} is not set: the runner must be started by gpuwatch")
+    return _parse_key(value, AUTHKEY_ENV)
+
+
+#: The key line is 64 hex digits; anything much longer is not a key.
+_KEY_LINE_MAX = 1024
+
+
+def read_authkey_stdin() -> bytes:
+    """The hex authkey from the first line of stdin, which then becomes the null device.
+
+    Read from the file descriptor (nothing is left in ``sys.stdin``'s buffer) before any of
+    the user's code runs: the key is never in this process's environment, which would stay
+    readable in ``/proc/self/environ`` whatever ``os.environ`` says, and a watched script's
+    stdin is the null device, as gpuwatch always gave it.
+    """
+    data = b""
+    try:
+        while b"\n" not in data and len(data) < _KEY_LINE_MAX:
+            chunk = os.read(0, _KEY_LINE_MAX - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except OSError as exc:
+        raise LinkError(f"cannot read the link's key from stdin: {exc}") from None
+    finally:
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+    line = data.split(b"\n", 1)[0].decode("ascii", "replace")
+    if not line.strip():
+        raise LinkError("no key on stdin: the runner must be started by gpuwatch")
+    return _parse_key(line, "the key on stdin")
+
+
+def _parse_key(value: str, where: str) -> bytes:
     try:
         key = bytes.fromhex(value.strip())
     except ValueError:
-        raise LinkError(f"{AUTHKEY_ENV} is not a hex string") from None
+        raise LinkError(f"{where} is not a hex string") from None
     if not key:
-        raise LinkError(f"{AUTHKEY_ENV} is empty")
+        raise LinkError(f"{where} is empty")
     return key
 
 

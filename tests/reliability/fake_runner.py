@@ -66,7 +66,9 @@ def main() -> int:
     args = sys.argv[1:]
     address = args[args.index("--connect") + 1]
     mode = os.environ.get("GPUWATCH_FAKE_MODE") or args[args.index("--workload") + 1]
-    conn = Client(address, authkey=bytes.fromhex(os.environ["GPUWATCH_AUTHKEY"]))
+    key = (sys.stdin.readline() if "--authkey-stdin" in args  # how gpuwatch passes it
+           else os.environ["GPUWATCH_AUTHKEY"])
+    conn = Client(address, authkey=bytes.fromhex(key.strip()))
     stop = threading.Event()
     lock = threading.Lock()
 
