@@ -118,6 +118,7 @@ class AutoHooks:
 
         self._handles = [register_optimizer_step_post_hook(optimizer_post)]
         self._register_module_hooks()
+        self._quiet_optimized_module()  # Dynamo may be imported already
         self.enabled = True
 
     def _register_module_hooks(self) -> None:
@@ -158,6 +159,7 @@ class AutoHooks:
             with contextlib.suppress(Exception):
                 setattr(owner, name, original)
         self._restore = []
+        self._quieted = False
 
     def _patch(self, owner: Any, name: str, replacement: Any) -> None:
         self._restore.append((owner, name, owner.__dict__.get(name, getattr(owner, name))))
