@@ -23,9 +23,9 @@ from typing import Any, TextIO
 from gpuwatch.core.analysis import headline
 from gpuwatch.core.bench_report import COLUMNS, MISSING
 from gpuwatch.core.outcome import describe, facts_from
-from gpuwatch.core.progress_line import ProgressLine, stop_run
+from gpuwatch.core.progress_line import STOP_TIMEOUT_S, ProgressLine, stop_run
 from gpuwatch.core.segments import SegmentStats, describe_change
-from gpuwatch.core.session import LaunchSpec, LogLine, Session
+from gpuwatch.core.session import ACTIVE_STATES, LaunchSpec, LogLine, Session
 
 EXIT_ERROR, EXIT_INTERRUPTED = 1, 130
 #: How long stopping may take (polite stop, terminate, kill: see Session).
@@ -56,6 +56,7 @@ def run_headless(options: HeadlessOptions, *, out: TextIO | None = None,
     err = err if err is not None else sys.stderr
     progress = ProgressLine(err)
     session = session or Session()
+    session.keep_all_output = True  # the script's output is the user's log: all of it
     spec = options.spec()
     recorder = None
     interrupted = False
@@ -71,6 +72,7 @@ def run_headless(options: HeadlessOptions, *, out: TextIO | None = None,
         progress.line("gpuwatch: interrupted: stopping the script")
     finally:
         progress.clear()
+        _echo_while_stopping(session, progress)
         stop_run(session, progress, "the script")
         _echo(session.drain_log(), progress)
         if recorder is not None:
@@ -114,6 +116,18 @@ def _follow(session: Session, progress: ProgressLine, err: TextIO) -> None:
             if h.samples_per_s is not None:
                 rate = f", {h.samples_per_s:,.1f} samples/s"
         progress.show("run", f"{name}: {elapsed:.0f} s, {session.steps.count:,} steps{rate}")
+
+
+def _echo_while_stopping(session: Session, progress: ProgressLine) -> None:
+    """Ask the run to stop and keep echoing its output until it ended: the script may be
+    blocked printing (its output waits for us), and must reach its step boundary."""
+    if session.state in ACTIVE_STATES:
+        progress.show("stop", "stopping the script…", tty_only=True)
+    session.stop()
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while not session.wait_ended(TICK_S) and time.monotonic() < deadline:
+        _echo(session.drain_log(), progress)
+    _echo(session.drain_log(), progress)
 
 
 def _echo(lines: list[LogLine], progress: ProgressLine) -> None:
@@ -173,8 +187,16 @@ def scoreboard_lines(rows: Sequence[SegmentStats]) -> list[str]:
 def _write_summary(out: TextIO, session: Session, sentence: str, recorder: Any) -> None:
     recording = None
     if recorder is not None:
-        recording = f"{recorder.path} ({recorder.steps_written:,} steps written)"
-    out.write("\n".join(summary_lines(session, sentence, recording)) + "\n")
+        recording = f"{recorder.path} ({recorder.steps_written:,} steps written"
+        if recorder.dropped:
+            recording += (f"; {recorder.dropped:,} messages dropped, {recorder.dropped_steps:,} "
+                          f"of them steps: they came faster than the disk took them")
+        recording += ")"
+    lines = summary_lines(session, sentence, recording)
+    if session.log_dropped:
+        lines.append(f"gpuwatch: {session.log_dropped:,} log line(s) were dropped (the "
+                     f"script printed faster than they could be shown)")
+    out.write("\n".join(lines) + "\n")
     out.flush()
 
 

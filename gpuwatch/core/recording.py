@@ -34,6 +34,15 @@ SCHEMA_VERSION = 1
 SUFFIX = ".gpuwatch"
 #: Messages queued for the writer; beyond this they are dropped (and counted), never blocked on.
 QUEUE_SIZE = 20_000
+#: The queue's memory bound, in the estimate of ``queued_size``: a flood of big messages (4 MiB
+#: logs, long step batches) reaches it long before ``QUEUE_SIZE`` messages.
+QUEUE_BYTES = 64 * 1024 * 1024
+#: Log lines (the kinds a script can flood with) may take this share of the queue's bound, so a
+#: log flood cannot crowd out the steps.
+LOG_SHARE = 0.25
+_LOG_KINDS = frozenset({"log", "error"})
+#: At most one log line about dropped messages this often (the first drop is logged at once).
+DROP_NOTE_EVERY_S = 5.0
 #: A batch is committed after this many messages even if ``flush_s`` has not passed.
 BATCH_ROWS = 2_000
 #: Steps per synthetic ``steps`` message when recording starts mid-run (the ring's contents).
@@ -89,6 +98,21 @@ def finite(value: Any) -> Any:
     return value
 
 
+def queued_size(message: dict[str, Any]) -> int:
+    """About the memory a queued message holds (Python objects, not its JSON): cheap enough
+    for the link thread, and never an underestimate by much for the kinds that can be big."""
+    kind = message["kind"]
+    if kind in ("steps", "device_marks"):
+        return 256 + 400 * len(message["step"])
+    if kind == "log":
+        return 256 + len(message["text"])
+    if kind == "kernels":
+        return 1024 + 200 * len(message["start"]) + sum(len(str(n)) for n in message["names"])
+    if kind == "error":
+        return 256 + len(message["message"]) + len(str(message.get("traceback") or ""))
+    return 1024 + len(str(message))
+
+
 def machine_info() -> dict[str, Any]:
     """Where the run was recorded (no host name: recordings get shared)."""
     return {"system": platform.system(), "release": platform.release(),
@@ -120,14 +144,23 @@ class Recorder:
 
     def __init__(self, path: str | Path, session: Session, *, spec: dict[str, Any] | None = None,
                  flush_s: float = 0.25, overwrite: bool = False,
-                 queue_size: int = QUEUE_SIZE) -> None:
+                 queue_size: int = QUEUE_SIZE, queue_bytes: int = QUEUE_BYTES) -> None:
         self.path = Path(path)
         self.session = session
         self.spec = dict(spec or {})
         self.flush_s = flush_s
         self.overwrite = overwrite
         self.steps_written = 0
+        #: Messages the writer could not keep up with (dropped, never waited on), and the
+        #: steps among them: in the file's meta, the session's log and the headless summary.
         self.dropped = 0
+        self.dropped_steps = 0
+        self.queue_bytes = queue_bytes
+        self._queued_bytes = 0
+        self._queued_log_bytes = 0
+        self._queued_lock = threading.Lock()
+        self._drops_noted = 0
+        self._drop_noted_at = -float("inf")
         self.error: str | None = None
         self._queue: queue.Queue[Any] = queue.Queue(queue_size)
         self._conn: sqlite3.Connection | None = None
@@ -183,13 +216,24 @@ class Recorder:
         """Called on the link thread: queue and return at once, whatever happens."""
         if self._closing:
             return
-        try:
-            self._queue.put_nowait((message, t_ns))
-        except queue.Full:
+        size = queued_size(message)
+        is_log = message["kind"] in _LOG_KINDS
+        with self._queued_lock:
+            room = self._queued_bytes + size <= self.queue_bytes or self._queued_bytes == 0
+            if is_log and self._queued_log_bytes and \
+                    self._queued_log_bytes + size > self.queue_bytes * LOG_SHARE:
+                room = False
+            if room:
+                try:
+                    self._queue.put_nowait((message, t_ns, size, is_log))
+                    self._queued_bytes += size
+                    self._queued_log_bytes += size if is_log else 0
+                    return
+                except queue.Full:
+                    pass
             self.dropped += 1
-            if self.dropped == 1:
-                log.warning("recording to %s cannot keep up: dropping messages (counted in "
-                            "the file's meta 'dropped_messages')", self.path)
+            if message["kind"] == "steps":
+                self.dropped_steps += len(message["step"])
 
     # ---- File ------------------------------------------------------------------------
 
@@ -256,6 +300,7 @@ class Recorder:
 
     def _run(self, prelude: list[tuple[dict[str, Any], int]]) -> None:
         batch = list(prelude)
+        taken = taken_log = 0  # queued bytes of the batch: still held until it is written
         stop = False
         while True:
             deadline = time.monotonic() + self.flush_s
@@ -270,13 +315,37 @@ class Recorder:
                 if item is _STOP:
                     stop = True
                     break
-                batch.append(item)
+                message, t_ns, size, is_log = item
+                taken += size
+                taken_log += size if is_log else 0
+                batch.append((message, t_ns))
+            self._note_drops(final=stop)
             if self.error is None:
                 self._write_guarded(batch, final=stop)
             batch = []
+            with self._queued_lock:
+                self._queued_bytes -= taken
+                self._queued_log_bytes -= taken_log
+            taken = taken_log = 0
             if stop:
                 break
         self._close_connection()
+
+    def _note_drops(self, *, final: bool) -> None:
+        """Say in the run's log (so in the window, headless and this recording) that messages
+        were dropped: at the first drop, then at most every ``DROP_NOTE_EVERY_S``."""
+        dropped = self.dropped
+        now = time.monotonic()
+        if dropped == self._drops_noted or (
+                self._drops_noted and not final and now - self._drop_noted_at < DROP_NOTE_EVERY_S):
+            return
+        self._drops_noted, self._drop_noted_at = dropped, now
+        text = (f"recording to {self.path} cannot keep up: {dropped:,} messages dropped so "
+                f"far ({self.dropped_steps:,} steps); the run goes on, and the file's meta "
+                f"counts them")
+        log.warning("%s", text)
+        if not final:
+            self.session._log_line("warning", "gpuwatch", text)
 
     def _write_guarded(self, batch: list[tuple[dict[str, Any], int]], *, final: bool) -> None:
         try:
@@ -393,7 +462,8 @@ class Recorder:
 
     def _write_meta(self, conn: sqlite3.Connection, *, final: bool) -> None:
         session = self.session
-        meta: dict[str, Any] = {"t1_ns": self._t1_ns, "dropped_messages": self.dropped}
+        meta: dict[str, Any] = {"t1_ns": self._t1_ns, "dropped_messages": self.dropped,
+                                "dropped_steps": self.dropped_steps}
         if self._hellos and session.t0_ns != self._t0_written:
             meta["t0_ns"] = self._t0_written = session.t0_ns
         if final:

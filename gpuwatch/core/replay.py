@@ -263,7 +263,8 @@ class ReplaySession(Session):
                 if refusal.request is not None:
                     self._answers[refusal.request] = self.last_refusal
 
-    def _log_line(self, level: str, source: str, text: str) -> None:
+    def _log_line(self, level: str, source: str, text: str, *, notice: bool = False,
+                  wait: bool = False) -> None:
         # The GUI's own lines were recorded as messages; the dispatch's copies would repeat them.
         if source != "gpuwatch":
-            self._log.append(LogLine(self._now, level, source, text))
+            self._log.append(LogLine(self._now, level, source, text, notice))

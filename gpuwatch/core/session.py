@@ -29,6 +29,7 @@ from gpuwatch import protocol
 from gpuwatch.core import launcher, link
 from gpuwatch.core.kernel_window import KernelWindow, KernelWindowError, describe
 from gpuwatch.core.liveness import Liveness, Transition
+from gpuwatch.core.log_buffer import LogBuffer, LogLine
 from gpuwatch.core.samplers import (
     NvmlSampler,
     ProcessTreeSampler,
@@ -55,6 +56,9 @@ TERMINATE_S = 3.0
 #: After the runner exits, how long to wait for its last buffered messages.
 LINK_DRAIN_S = 5.0
 LOG_LINES_KEPT = 5000
+#: The script's output is read in pieces of at most this many bytes: a line without a newline
+#: (a progress bar, a binary dump) is shown in pieces instead of growing without bound.
+OUTPUT_PIECE_BYTES = 64 * 1024
 #: Dropped runner messages each logged with their reason; after that, one line per 1000.
 DROPS_LOGGED = 20
 #: A script that has not reached a training step this long after it started gets a notice;
@@ -98,17 +102,6 @@ ACTIVE_STATES = frozenset({SessionState.STARTING, SessionState.RUNNING, SessionS
 
 
 @dataclass(frozen=True)
-class LogLine:
-    t_ns: int
-    level: str  # "info" | "warning" | "error"
-    source: str  # "runner" | "gpuwatch"
-    text: str
-    #: A change of the run's liveness (no step yet, first step, stalled, steps again): shown
-    #: wherever the run's state is shown, whatever its level.
-    notice: bool = False
-
-
-@dataclass(frozen=True)
 class LaunchSpec:
     """What to run: a built-in workload or the user's script, on a device, with which Python.
 
@@ -137,7 +130,8 @@ class Session:
     """Launches and watches one runner at a time; restartable after it ends."""
 
     def __init__(self, *, step_capacity: int = DEFAULT_STEP_CAPACITY,
-                 sample_coarse: bool = True, no_step_notice_s: float = NO_STEP_NOTICE_S) -> None:
+                 sample_coarse: bool = True, no_step_notice_s: float = NO_STEP_NOTICE_S,
+                 keep_all_output: bool = False) -> None:
         self.steps = StepStore(step_capacity)
         self.coarse = SeriesStore()
         self.t0_ns = time.perf_counter_ns()
@@ -181,7 +175,10 @@ class Session:
         self._listeners: list[Listener] = []
         self._state = SessionState.IDLE
         self._lock = threading.Lock()
-        self._log: collections.deque[LogLine] = collections.deque(maxlen=LOG_LINES_KEPT)
+        #: The script's output must reach the consumer whole (headless): when the log is full,
+        #: reading it waits for a drain (the script's print blocks) instead of dropping lines.
+        self.keep_all_output = keep_all_output
+        self._log = LogBuffer(LOG_LINES_KEPT)
         self._proc = None
         self._listener: link.LinkListener | None = None
         self._link: link.Link | None = None
@@ -370,12 +367,15 @@ class Session:
                 t.join(max(0.0, deadline - time.monotonic()))
 
     def drain_log(self) -> list[LogLine]:
-        lines = []
-        while True:
-            try:
-                lines.append(self._log.popleft())
-            except IndexError:
-                return lines
+        """The log lines since the last call; if some had to be dropped (nobody read them in
+        time), the first line says how many."""
+        return self._log.drain()
+
+    @property
+    def log_dropped(self) -> int:
+        """Log lines dropped since the session was made (none while ``keep_all_output`` and
+        the consumer drains)."""
+        return self._log.dropped
 
     # ---- Launch and threads ----------------------------------------------------------
 
@@ -498,7 +498,6 @@ class Session:
                        f"dropped a {kind!r} message from the runner that gpuwatch could not "
                        f"use ({type(exc).__name__}: {protocol.shorten(str(exc), 300)}); "
                        f"further {kind!r} messages that fail are counted, not logged")
-
 
     def _notify(self, message: dict[str, Any]) -> None:
         listeners = self._listeners
@@ -684,10 +683,11 @@ class Session:
         proc = self._proc
         if proc is None or proc.stdout is None:
             return
-        for raw in proc.stdout:
+        stdout = proc.stdout
+        for raw in iter(lambda: stdout.readline(OUTPUT_PIECE_BYTES), b""):
             text = raw.decode("utf-8", "replace").rstrip()
             if text and not is_profiler_noise(text):
-                self._log_line("info", "runner", text)
+                self._log_line("info", "runner", text, wait=self.keep_all_output)
 
     def _watch_process(self) -> None:
         proc = self._proc
@@ -813,8 +813,10 @@ class Session:
     def _info(self, text: str) -> None:
         self._log_line("info", "gpuwatch", text)
 
-    def _log_line(self, level: str, source: str, text: str, *, notice: bool = False) -> None:
-        self._log.append(LogLine(time.perf_counter_ns(), level, source, text, notice))
+    def _log_line(self, level: str, source: str, text: str, *, notice: bool = False,
+                  wait: bool = False) -> None:
+        self._log.append(LogLine(time.perf_counter_ns(), level, source, text, notice),
+                         wait=wait)
         if source == "gpuwatch":
             self._notify({"kind": "log", "level": level, "text": text, "source": source})
             log.log(logging.ERROR if level == "error" else logging.INFO, "%s", text)
