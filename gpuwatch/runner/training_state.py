@@ -12,9 +12,16 @@ with fp16, the GradScaler's own inf check (inherent to loss scaling, as in every
   Compiled modules are kept per mode: switching back to a mode reuses its compiled code.
 * ``channels_last``: the base module's parameters change layout in place, so the optimizer
   and every compiled wrapper keep seeing the same parameters (compiled code re-specializes
-  lazily on the new strides).
+  lazily on the new strides). The optimizer's state (momentum, Adam moments) is given the
+  parameters' new layout too: a fused optimizer walks each parameter and its state tensors as
+  flat memory, so a moment left in the old layout would be paired with the wrong elements.
 * ``optimizer_impl``: a new optimizer of the same class loads the old one's ``state_dict``
   (momentum/Adam moments survive) with the new ``foreach``/``fused`` flags.
+
+The knobs that only change *how* a step computes (docs/knobs.md §1: layout, optimizer
+implementation, loader, copies, logging, zero_grad) leave the weights what a run that never
+changed them computes, up to float rounding; ``amp``, ``tf32``, ``compile`` and ``batch_size``
+change the numbers themselves.
 """
 
 from __future__ import annotations
@@ -73,6 +80,7 @@ class TrainingState:
         if "channels_last" in changed and self.workload.channels_last_applies:
             layout = torch.channels_last if values["channels_last"] else torch.contiguous_format
             self.base_model.to(memory_format=layout)
+            state_follows_parameters(self.optimizer)
         if "compile" in changed:
             self._select_compiled(values["compile"])
         if "amp" in changed:
@@ -138,9 +146,32 @@ class TrainingState:
             group.update(flags)
         optimizer = self.workload.build_optimizer(self.base_model, **flags)
         optimizer.load_state_dict(state)
+        state_follows_parameters(optimizer)
         if not flags["fused"]:
             _steps_to_host(optimizer)
         return optimizer
+
+
+def state_follows_parameters(optimizer: torch.optim.Optimizer) -> None:
+    """Give every per-element state tensor (momentum buffer, ``exp_avg``, ``exp_avg_sq``...)
+    its parameter's strides, values unchanged.
+
+    ``Module.to(memory_format=...)`` restrides the parameters (and their gradients) but not the
+    optimizer's state. Element-wise kernels that follow strides (for-loop, foreach) still pair
+    the right elements; a fused AdamW does not (tests/test_knobs_neutral.py: 5e-2 off after a
+    few steps without this).
+    """
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            state = optimizer.state.get(param)
+            if not state:
+                continue
+            for key, value in state.items():
+                if (isinstance(value, torch.Tensor) and value.shape == param.shape
+                        and value.stride() != param.stride()):
+                    # empty_like keeps the strides of a dense parameter (preserve_format)
+                    state[key] = torch.empty_like(param, dtype=value.dtype,
+                                                  device=value.device).copy_(value)
 
 
 def _steps_to_host(optimizer: torch.optim.Optimizer) -> None:
