@@ -453,13 +453,13 @@ def test_demo_dials_wrap_the_dataset_picklably(prepared: Callable[[str], Dataset
     work = prepared("mlp")
     loader = work.build_loader(dict(work.knob_values(), augment_cost=2,
                                     storage_latency_ms=0.5))
-    dials = loader.dataset
+    dials = loader.dataset.dataset  # inside the sample stream's positions
     assert isinstance(dials, DemoDials) and dials.augment_cost == 2
     copy = pickle.loads(pickle.dumps(dials))  # what a spawned worker receives
     assert all(torch.equal(a, b) for a, b in zip(copy[3], work.dataset(work.config)[3],
                                                  strict=True))
     assert burn_cpu(1) == burn_cpu(1)  # fixed work: the same result every time
-    assert not isinstance(work.build_loader(work.knob_values()).dataset, DemoDials)
+    assert not isinstance(work.build_loader(work.knob_values()).dataset.dataset, DemoDials)
 
 
 def test_worker_only_loader_options_are_left_out_without_workers(

@@ -61,7 +61,10 @@ class Workload(ABC):
 
     @abstractmethod
     def build_loader(self, knobs: dict[str, Any]) -> Iterable[Any]:
-        """A fresh loader for the loader knobs in ``knobs``; iterating it once is one epoch."""
+        """A fresh loader for the loader knobs in ``knobs``; iterating it once is one epoch.
+
+        A loader whose ``batch_sampler`` is a ``sample_stream.StreamBatchSampler`` lets a
+        rebuilt loader continue the run's sample sequence where the old one stopped."""
 
     @abstractmethod
     def build_model(self, device: torch.device) -> torch.nn.Module:

@@ -9,6 +9,10 @@ one pass: the datasets are kept small so they build in a second, but a real epoc
 With one pass per epoch, non-persistent workers would be restarted every second or so (under
 ``spawn``, Windows: a fresh interpreter importing torch, seconds each), and ``num_workers`` alone
 would look harmful. Workers start with ``worker_start.start_method()``.
+
+The samples come as one numbered stream (``sample_stream``): which item and which augmentation a
+position gets depends only on the seed and the position, so a loader rebuilt by a knob change
+continues the run's sample sequence exactly, with or without workers.
 """
 
 from __future__ import annotations
@@ -18,12 +22,17 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader, Dataset
 
 from gpuwatch.runner.knobs import NAIVE_DEFAULTS, SPECS
 from gpuwatch.runner.worker_start import start_method
 from gpuwatch.runner.workloads import Workload
 from gpuwatch.runner.workloads.demo_dials import DemoDials
+from gpuwatch.runner.workloads.sample_stream import (
+    SampleStream,
+    StreamBatchSampler,
+    StreamDataset,
+)
 
 
 class DatasetWorkload(Workload):
@@ -64,13 +73,12 @@ class DatasetWorkload(Workload):
             worker_options = {"prefetch_factor": knobs["prefetch_factor"],
                               "persistent_workers": knobs["persistent_workers"],
                               "multiprocessing_context": start_method()}
-        sampler = RandomSampler(dataset, num_samples=self.config["epoch_samples"],
-                                generator=torch.Generator().manual_seed(self.seed))
+        stream = SampleStream(self.seed, len(dataset),  # type: ignore[arg-type]
+                              self.config["epoch_samples"])
         return DataLoader(
-            dataset,
-            batch_size=knobs["batch_size"],
-            sampler=sampler,
-            drop_last=True,  # constant batch shapes; BatchNorm cannot train on a batch of 1
+            StreamDataset(dataset, stream),
+            # whole batches only: constant shapes; BatchNorm cannot train on a batch of 1
+            batch_sampler=StreamBatchSampler(stream, knobs["batch_size"]),
             num_workers=workers,
             collate_fn=type(self).collate_fn,
             pin_memory=knobs["pin_memory"],
