@@ -25,11 +25,19 @@ from gpuwatch.core.bench_report import COLUMNS, MISSING
 from gpuwatch.core.outcome import describe, facts_from
 from gpuwatch.core.progress_line import STOP_TIMEOUT_S, ProgressLine, stop_run
 from gpuwatch.core.segments import SegmentStats, describe_change
-from gpuwatch.core.session import ACTIVE_STATES, LaunchSpec, LogLine, Session
+from gpuwatch.core.session import (
+    ACTIVE_STATES,
+    LOG_LINES_KEPT,
+    LaunchSpec,
+    LogLine,
+    Session,
+)
 
 EXIT_ERROR, EXIT_INTERRUPTED = 1, 130
 #: How long stopping may take (polite stop, terminate, kill: see Session).
 TICK_S = 0.25
+#: A drain this long means the script's output is waiting for us: drain again without a pause.
+BUSY_LINES = LOG_LINES_KEPT // 2
 
 
 @dataclass(frozen=True)
@@ -102,8 +110,12 @@ def _follow(session: Session, progress: ProgressLine, err: TextIO) -> None:
     """Echo the run's lines and a progress line until the runner and its tree are gone."""
     name = session.spec.name if session.spec else "the script"
     started = time.monotonic()
-    while not session.wait_ended(TICK_S):
-        _echo(session.drain_log(), progress)
+    wait = TICK_S
+    while not session.wait_ended(wait):
+        lines = session.drain_log()
+        _echo(lines, progress)
+        # A script printing fast fills the log within a tick and then waits for us: read on.
+        wait = 0.0 if len(lines) >= BUSY_LINES else TICK_S
         elapsed = time.monotonic() - started
         if session.hello is None:
             progress.show("start", f"{name}: starting (the runner imports torch first)… "

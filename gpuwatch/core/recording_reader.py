@@ -238,31 +238,41 @@ def _load(conn: sqlite3.Connection, path: Path) -> Recording:
 
 def _load_steps(conn: sqlite3.Connection, *, on_cpu: bool
                 ) -> tuple[StepsView, np.ndarray, np.ndarray, np.ndarray]:
-    """Steps in step order; on a CPU the host marks are the device marks (as in a Session)."""
+    """Steps in step order; on a CPU the host marks are the device marks (as in a Session).
+
+    Each chunk of rows goes straight into the final arrays, so reading a million steps holds
+    no intermediate table beside them.
+    """
     columns = ("step", "seq", "config", "samples", *MARK_COLUMNS, "device_seq",
                *DEVICE_COLUMNS)
     n = conn.execute("SELECT COUNT(*) FROM steps").fetchone()[0]
-    data = np.empty((n, len(columns)), np.int64)
+    ids, seq, device_seq = (np.empty(n, np.int64) for _ in range(3))
+    config, samples = np.empty(n, np.int32), np.empty(n, np.int32)
+    host, recorded = np.empty((n, N_MARKS), np.int64), np.empty((n, N_MARKS), np.int64)
     cursor = conn.execute(f"SELECT {', '.join(columns)} FROM steps ORDER BY step")
     filled = 0
     while rows := cursor.fetchmany(STEP_CHUNK):
-        if filled + len(rows) > n:
+        end = filled + len(rows)
+        if end > n:
             raise ValueError("the steps table changed while it was read")
-        data[filled:filled + len(rows)] = _int_rows(rows)
-        filled += len(rows)
-    data = data[:filled]
-    n = filled
-    host = np.ascontiguousarray(data[:, 4:4 + N_MARKS])
-    device_seq = data[:, 4 + N_MARKS]
-    recorded = np.ascontiguousarray(data[:, 5 + N_MARKS:])
+        data = _int_rows(rows)
+        ids[filled:end], seq[filled:end] = data[:, 0], data[:, 1]
+        config[filled:end], samples[filled:end] = data[:, 2], data[:, 3]
+        host[filled:end] = data[:, 4:4 + N_MARKS]
+        device_seq[filled:end] = data[:, 4 + N_MARKS]
+        recorded[filled:end] = data[:, 5 + N_MARKS:]
+        filled = end
+    if filled < n:
+        ids, seq, device_seq, config, samples, host, recorded = (
+            a[:filled].copy() for a in (ids, seq, device_seq, config, samples, host, recorded))
+        n = filled
     has = device_seq >= 0
     if on_cpu:
         device, has_device = host.copy(), np.ones(n, bool)
     else:
         device, has_device = np.where(has[:, None], recorded, 0), has
-    view = StepsView(data[:, 0].copy(), data[:, 2].astype(np.int32),
-                     data[:, 3].astype(np.int32), host, device, has_device)
-    return view, data[:, 1].copy(), device_seq.copy(), recorded
+    view = StepsView(ids, config, samples, host, device, has_device)
+    return view, seq, device_seq, recorded
 
 
 def _int_rows(rows: list[tuple[Any, ...]]) -> np.ndarray:
