@@ -36,45 +36,62 @@ class KnobSpec:
 #: Every knob, in display order.
 KNOBS: tuple[KnobSpec, ...] = (
     KnobSpec("num_workers", "DataLoader workers", "loader", "int", "loader",
-             "decode and augment in worker processes, in parallel with training", 0, 16),
+             "decode and augment in worker processes, in parallel with training "
+             "(same samples, same weights)", 0, 16),
     KnobSpec("pin_memory", "Pinned memory", "loader", "bool", "loader",
-             "collate batches into page-locked memory so host-to-device copies are faster"),
+             "collate batches into page-locked memory so host-to-device copies are faster "
+             "(same weights)"),
     KnobSpec("persistent_workers", "Persistent workers", "loader", "bool", "loader",
              "keep the workers alive between epochs instead of restarting them "
-             "(only matters with workers)"),
+             "(only matters with workers; same weights)"),
     KnobSpec("prefetch_factor", "Prefetch per worker", "loader", "int", "loader",
-             "batches each worker prepares ahead (only matters with workers)", 1, 16),
+             "batches each worker prepares ahead (only matters with workers; same weights)", 1, 16),
     KnobSpec("batch_size", "Batch size", "loader", "int", "loader",
-             "samples per step: larger batches amortize per-step overhead", 1, 4096),
+             "samples per step: larger batches amortize per-step overhead; changes the weights "
+             "(each step averages over other samples)", 1, 4096),
     KnobSpec("non_blocking", "Non-blocking copies", "copies", "bool", "loop",
-             "let host-to-device copies of pinned batches overlap with compute"),
+             "let host-to-device copies of pinned batches overlap with compute (same weights)"),
     KnobSpec("amp", "Mixed precision", "precision", "choice", "loop",
-             "run the forward pass in 16-bit floats (fp16 adds a GradScaler)",
+             "run the forward pass in 16-bit floats (fp16 adds a GradScaler); changes the "
+             "weights: 16-bit results round far more coarsely than float32",
              choices=("off", "fp16", "bf16")),
     KnobSpec("tf32", "TF32 matmuls", "precision", "bool", "global",
-             "let float32 matmuls and convolutions use TF32 tensor cores"),
+             "let float32 matmuls and convolutions use TF32 tensor cores; changes the weights: "
+             "TF32 multiplies with a 10-bit mantissa"),
     KnobSpec("channels_last", "channels_last", "layout", "bool", "model",
-             "store images and conv weights as NHWC, the layout fast conv kernels want"),
+             "store images and conv weights as NHWC, the layout fast conv kernels want "
+             "(same weights up to float rounding)"),
     KnobSpec("cudnn_benchmark", "cuDNN benchmark", "kernels", "bool", "global",
-             "time the cuDNN convolution algorithms once per shape and keep the fastest"),
+             "time the cuDNN convolution algorithms once per shape and keep the fastest "
+             "(same weights up to float rounding)"),
     KnobSpec("compile", "torch.compile", "kernels", "choice", "model",
-             "compile the model into fused kernels (the first steps pay the compilation)",
+             "compile the model into fused kernels (the first steps pay the compilation); "
+             "changes the weights slightly: fused kernels round differently",
              choices=("off", "default", "reduce-overhead", "max-autotune")),
     KnobSpec("log_every", "Read the loss every", "loop", "int", "loop",
-             "steps between .item() calls: each one waits for the device to finish", 1, 1000,
+             "steps between .item() calls: each one waits for the device to finish "
+             "(same weights)", 1, 1000,
              unit="steps"),
     KnobSpec("zero_grad_set_to_none", "zero_grad(set_to_none)", "loop", "bool", "loop",
-             "drop the gradients instead of writing zeros into them"),
+             "drop the gradients instead of writing zeros into them (same weights: every "
+             "parameter of these models gets a gradient each step)"),
     KnobSpec("optimizer_impl", "Optimizer implementation", "loop", "choice", "optimizer",
-             "one kernel per parameter, one per group of tensors, or a single fused kernel",
+             "one kernel per parameter, one per group of tensors, or a single fused kernel "
+             "(same weights up to float rounding)",
              choices=("for-loop", "foreach", "fused")),
     KnobSpec("storage_latency_ms", "Storage latency", "demo", "float", "loader",
-             "sleep per sample in the Dataset, like reading from a slow disk", 0, 200,
+             "sleep per sample in the Dataset, like reading from a slow disk (same samples, "
+             "same weights)", 0, 200,
              unit="ms"),
     KnobSpec("augment_cost", "Augmentation cost", "demo", "int", "loader",
-             "extra CPU work per sample (~0.5 ms each), like a heavy augmentation", 0, 20),
+             "extra CPU work per sample (~0.5 ms each), like a heavy augmentation "
+             "(same samples, same weights)", 0, 20),
 )
 KNOB_NAMES: tuple[str, ...] = tuple(spec.name for spec in KNOBS)
+#: Knobs that change what a step computes, not only how: their help says so. Every other knob
+#: leaves the weights those of a run that never changed it, up to float rounding
+#: (docs/knobs.md §1, tests/test_knobs_neutral.py).
+CHANGES_THE_WEIGHTS: frozenset[str] = frozenset({"batch_size", "amp", "tf32", "compile"})
 SPECS: dict[str, KnobSpec] = {spec.name: spec for spec in KNOBS}
 
 #: The naive baseline every workload starts from; a workload overrides ``batch_size``.
