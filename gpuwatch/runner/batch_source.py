@@ -11,7 +11,7 @@ Two ways to change the loader:
 * ``prepare`` then ``switch``: the new loader's workers are started and its first batch is
   fetched on a helper thread *while training goes on with the current loader*; ``switch`` (at
   a later step boundary, once ``prepared_ready``) retires the old workers and makes the new
-  loader current, its first batch already there. Spawned workers take seconds to start (a
+  loader current, its workers already running. Spawned workers take seconds to start (a
   fresh interpreter importing torch and the dataset's modules): this keeps the loop from
   standing still meanwhile.
 
