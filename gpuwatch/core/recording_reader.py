@@ -247,7 +247,7 @@ def _load_steps(conn: sqlite3.Connection, *, on_cpu: bool
                *DEVICE_COLUMNS)
     n = conn.execute("SELECT COUNT(*) FROM steps").fetchone()[0]
     ids, seq, device_seq = (np.empty(n, np.int64) for _ in range(3))
-    config, samples = np.empty(n, np.int32), np.empty(n, np.int32)
+    config, samples = np.empty(n, np.int64), np.empty(n, np.int64)  # as the live store
     host, recorded = np.empty((n, N_MARKS), np.int64), np.empty((n, N_MARKS), np.int64)
     cursor = conn.execute(f"SELECT {', '.join(columns)} FROM steps ORDER BY step")
     filled = 0

@@ -22,13 +22,19 @@ STEPS_PER_MESSAGE = 512
 
 
 def write_recording(
-    path: Path, steps: int, *, span_ns: int | None = None, changed: str = '{"amp": true}'
+    path: Path,
+    steps: int,
+    *,
+    span_ns: int | None = None,
+    changed: str = '{"amp": true}',
+    samples: int = 32,
 ) -> Path:
     """A closed recording of ``steps`` CPU steps in two configurations.
 
     ``span_ns`` stretches the run (its last message comes that long after t0) for recordings
     longer than their steps; ``changed`` is config 1's ``changed`` JSON as stored (a test can
-    put ``NaN`` there, as a hand-edited or foreign file might hold).
+    put ``NaN`` there, as a hand-edited or foreign file might hold); ``samples`` is every step's
+    sample count.
     """
     conn = sqlite3.connect(path, isolation_level=None)
     conn.executescript(f"BEGIN; {SCHEMA}")
@@ -89,7 +95,7 @@ def write_recording(
                     i,
                     seq,
                     int(i >= change_at),
-                    32,
+                    samples,
                     *(T0_NS + i * STEP_NS + STEP_NS + j * MARK_NS for j in range(7)),
                 )
                 for i in ids

@@ -230,3 +230,15 @@ def test_export_progress_goes_to_stderr(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "gpuwatch: writing" in done.stderr and "%" in done.stderr
     assert "wrote Perfetto trace of 20000 steps" in done.stderr
+
+
+def test_a_recording_of_steps_beyond_32_bit_sample_counts_reads_back_exact(
+    tmp_path: Path,
+) -> None:
+    """The live store keeps 64-bit sample counts (a script counting tokens passes 2**31); the
+    reader held them in 32 bits, so a replay wrapped them negative."""
+    many = 2**31 + 7
+    recording = open_recording(write_recording(tmp_path / "tokens.gpuwatch", 10, samples=many))
+    assert recording.steps.samples.tolist() == [many] * 10
+    replayed = [m for _, m in recording.messages() if m["kind"] == "steps"]
+    assert replayed and all(n == many for m in replayed for n in m["samples"])
