@@ -19,7 +19,6 @@ from gpuwatch.protocol import PROTOCOL_VERSION
 from gpuwatch.runner.availability import knob_schema
 from gpuwatch.runner.follow_device import FollowDevice
 from gpuwatch.runner.link import Link
-from gpuwatch.runner.loop import TrainingLoop
 from gpuwatch.runner.nvtx_ranges import NvtxPhases
 from gpuwatch.runner.probe import cuda_device
 from gpuwatch.runner.timing import CudaEventBackend, HostBackend, TimingBackend
@@ -194,6 +193,7 @@ def _train(link: Link, torch: Any, workload_cls: Any, device: Any, *, max_steps:
     """Model, optimizer and knob checks first (a second or two, mostly the first optimizer
     importing ``torch._dynamo``), so ``hello``, the first message, carries the checked schema;
     then the dataset (seconds), announced by its own log line."""
+    from gpuwatch.runner.loop import TrainingLoop  # imports torch (its batch sampler)
     from gpuwatch.runner.training_state import TrainingState  # imports torch
 
     threads = configure_threads(torch, device)
