@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import re
+import signal
 import threading
 import time
 import traceback
@@ -339,6 +340,24 @@ class Session:
                 self._listener.close()
             self._cleanup_files()
             self._ended.set()
+        except BaseException:  # Ctrl-C part-way through the launch
+            self._abandon_launch()
+            raise
+
+    def _abandon_launch(self) -> None:
+        """End what an interrupted launch started. Once the watch thread runs, it owns the end
+        (the caller's stop goes the usual way); before that nobody would reap the runner or
+        set the run ended, and a stop would wait for an end that never comes."""
+        if any(t.name == "gpuwatch-watch" for t in self._threads):
+            return
+        self._stop_requested.set()
+        proc = self._proc
+        if proc is not None:
+            launcher.end_tree(proc, terminate_after=0.0, kill_after=TERMINATE_S)
+        if self._listener is not None:
+            self._listener.close()
+        self._finish(proc.returncode if proc is not None and proc.returncode is not None
+                     else -signal.SIGINT)
 
     def stop(self) -> None:
         """Ask the run to end (non-blocking): polite, then terminate, then kill the tree."""
