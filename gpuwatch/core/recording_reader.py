@@ -205,6 +205,7 @@ def _load(conn: sqlite3.Connection, path: Path) -> Recording:
               conn.execute("SELECT seq, t_ns, kind, body FROM events ORDER BY seq")]
     hello = next(({**body, "kind": kind} for _, _, kind, body in events if kind == "hello"),
                  None)
+    hello = _with_named_device(hello, events)
     on_cpu = hello is None or _object(hello.get("device", {})).get("kind") != "cuda"
     steps, step_seq, device_seq, device_marks = _load_steps(conn, on_cpu=on_cpu)
     configs = _load_configs(conn)
@@ -234,6 +235,17 @@ def _load(conn: sqlite3.Connection, path: Path) -> Recording:
         exit_code=exit_code if _is_int(exit_code) else None, t0_ns=t0_ns,
         t1_ns=max([t0_ns, *ends]), _events=events, _step_seq=step_seq,
         _device_seq=device_seq, _device_marks=device_marks)
+
+
+def _with_named_device(hello: dict[str, Any] | None,
+                       events: list[tuple[int, int, str, dict[str, Any]]]
+                       ) -> dict[str, Any] | None:
+    """A watched script's hello names its CUDA device only once the script has used it (a
+    later ``device`` message): the recording's hello takes that name, as the live one did."""
+    if hello is None or not _object(hello.get("device", {})).get("pending"):
+        return hello
+    named = next((body.get("device") for _, _, kind, body in events if kind == "device"), None)
+    return {**hello, "device": named} if isinstance(named, dict) else hello
 
 
 def _load_steps(conn: sqlite3.Connection, *, on_cpu: bool

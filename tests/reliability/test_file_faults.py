@@ -242,3 +242,23 @@ def test_a_recording_of_steps_beyond_32_bit_sample_counts_reads_back_exact(
     assert recording.steps.samples.tolist() == [many] * 10
     replayed = [m for _, m in recording.messages() if m["kind"] == "steps"]
     assert replayed and all(n == many for m in replayed for n in m["samples"])
+
+
+def test_a_recorded_script_run_names_the_device_its_device_message_named(
+    tmp_path: Path,
+) -> None:
+    """A watched script's hello says ``pending`` until the script used CUDA; the recording's
+    hello must take the device the later ``device`` message named (the live session does)."""
+    import sqlite3
+
+    path = write_recording(tmp_path / "script.gpuwatch", 10)
+    conn = sqlite3.connect(path, isolation_level=None)
+    (body,) = conn.execute("SELECT body FROM events WHERE kind = 'hello'").fetchone()
+    hello = json.loads(body)
+    hello["device"] = {"kind": "cuda", "pending": True, "name": "CUDA (pending)"}
+    conn.execute("UPDATE events SET body = ? WHERE kind = 'hello'", (json.dumps(hello),))
+    named = {"kind": "cuda", "index": 0, "name": "NVIDIA A100", "uuid": "GPU-1"}
+    conn.execute("INSERT INTO events VALUES (1000000, 1, 'device', ?)",
+                 (json.dumps({"device": named}),))
+    conn.close()
+    assert open_recording(path).hello["device"] == named
