@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import machine
@@ -41,20 +40,6 @@ class DiscardLink:
     def log(self, level: str, text: str) -> None:
         if level == "warning":
             self.warnings.append(text)
-
-
-@dataclass(frozen=True)
-class Spread:
-    median_us: float
-    iqr_us: float
-
-    @classmethod
-    def of(cls, ns: list[int]) -> Spread:
-        q1, q2, q3 = statistics.quantiles(ns, n=4)
-        return cls(q2 / 1e3, (q3 - q1) / 1e3)
-
-    def __str__(self) -> str:
-        return f"median {self.median_us:8.1f} us, IQR {self.iqr_us:7.1f} us"
 
 
 class Trainer:
@@ -133,8 +118,8 @@ def main() -> None:
         f"{args.steps} steps each side, {args.window}-step windows "
         f"({link.windows.count('ok')}/{len(link.windows)} ok)"
     )
-    print(f"  before: {Spread.of(before)}")
-    print(f"  after:  {Spread.of(after)}")
+    print(f"  before: {machine.step_spread(before)}")
+    print(f"  after:  {machine.step_spread(after)}")
     print(
         f"  after/before per round (median of each side): {machine.spread(ratios, '{:.3f}')}"
         " (goal: 1.00 within noise)"

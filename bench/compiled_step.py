@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import machine
@@ -45,20 +44,6 @@ class DiscardLink:
 
     def log(self, level: str, text: str) -> None:
         self.messages += 1
-
-
-@dataclass(frozen=True)
-class Spread:
-    median_us: float
-    iqr_us: float
-
-    @classmethod
-    def of(cls, ns: list[int]) -> Spread:
-        q1, q2, q3 = statistics.quantiles(ns, n=4)
-        return cls(q2 / 1e3, (q3 - q1) / 1e3)
-
-    def __str__(self) -> str:
-        return f"median {self.median_us:8.1f} us, IQR {self.iqr_us:7.1f} us"
 
 
 class Trainer:
@@ -147,8 +132,8 @@ def main() -> None:
         f"DataLoader): {args.rounds} interleaved rounds of {args.steps} steps each side; "
         f"first compile {compile_s:.1f} s"
     )
-    print(f"  unwatched: {Spread.of(alone)}")
-    print(f"  watched:   {Spread.of(watched)}")
+    print(f"  unwatched: {machine.step_spread(alone)}")
+    print(f"  watched:   {machine.step_spread(watched)}")
     print(
         f"  watched/unwatched per round (median of each side): "
         f"{machine.spread(ratios, '{:.3f}')} (goal: <= 1.05)"

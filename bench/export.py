@@ -6,7 +6,7 @@ two configurations, the tables a real run writes) of ``--steps`` steps, then run
 process's peak resident memory from ``getrusage``. The recording's own load is in every
 figure: the export reads the whole recording first.
 
-    .venv/bin/python bench/export.py                  # 1.7 M steps (the size issue 18 saw)
+    .venv/bin/python bench/export.py                  # 1.7 M steps
     .venv/bin/python bench/export.py --steps 200000   # quicker
 """
 

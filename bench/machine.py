@@ -71,6 +71,12 @@ def spread(values: Sequence[float], fmt: str = "{:.2f}") -> str:
             f"[{fmt.format(lo)}..{fmt.format(hi)}] (n={len(values)})")
 
 
+def step_spread(ns: Sequence[int]) -> str:
+    """Median and interquartile range of step times given in ns, printed in µs."""
+    q1, q2, q3 = statistics.quantiles(ns, n=4)
+    return f"median {q2 / 1e3:8.1f} us, IQR {(q3 - q1) / 1e3:7.1f} us"
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (nearest rank) of ``values``; NaN when empty."""
     if not values:

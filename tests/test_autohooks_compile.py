@@ -1,4 +1,4 @@
-"""gpuwatch's hooks leave ``torch.compile`` and ``torch.export`` as they find them (issue 26 §1).
+"""gpuwatch's hooks leave ``torch.compile`` and ``torch.export`` as they find them.
 
 In-process, on the CPU: the same small training loop runs with and without ``AutoHooks``
 installed, and Dynamo's own counters (``torch._dynamo.utils.counters``, reset between runs)

@@ -1,4 +1,4 @@
-"""gpuwatch's failures never raise into a watched script (issue 26 §3).
+"""gpuwatch's failures never raise into a watched script (docs/design.md, "Watched = unwatched").
 
 A real script runs under a real runner subprocess (CPU). The script itself injects the fault:
 through ``gpuwatch.probe``'s agent it reaches the runner's step recorder, its timing backend

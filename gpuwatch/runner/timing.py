@@ -134,7 +134,7 @@ class CudaEventBackend(TimingBackend):
     """CUDA events at every mark, from a fixed pool, converted to ``perf_counter_ns``.
 
     Conversion: ``host_ns(ev) = anchor_host_ns + 1e6 * anchor.elapsed_time(ev)``. The anchor
-    comes from a calibration (measurement.md §1.4): record an event on an idle stream, spin on
+    comes from a calibration: record an event on an idle stream, spin on
     ``query()``, take the host time; best of ``tries``, keeping the narrowest bracket (its width,
     ``bracket_ns``, is the ± uncertainty; ``anchor_host_ns`` is the bracket's start).
 
