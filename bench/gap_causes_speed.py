@@ -28,8 +28,9 @@ def steps(n: int, cuda: bool) -> StepsView:
     if cuda:  # SIMULATED: the stream trails the host by up to 2 ms, marks stay in order
         lag = rng.integers(0, 2_000_000, (n, 1))
         device = np.maximum.accumulate((host + lag).reshape(-1)).reshape(n, 7)
-    return StepsView(np.arange(n), np.zeros(n, np.int32), np.ones(n, np.int32), host, device,
-                     np.ones(n, bool))
+    return StepsView(
+        np.arange(n), np.zeros(n, np.int32), np.ones(n, np.int32), host, device, np.ones(n, bool)
+    )
 
 
 def best_ms(body, runs: int = 5) -> float:

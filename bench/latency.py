@@ -66,12 +66,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     machine.isolate_user_dirs()
     app = create_app()
-    print(machine.header("gpuwatch step-to-screen latency (bench/latency.py)",
-                         [f"real runner ({args.workload}, CPU, naive knobs) + real window "
-                          f"offscreen; {args.seconds:g} s measured after the first steps"]))
+    print(
+        machine.header(
+            "gpuwatch step-to-screen latency (bench/latency.py)",
+            [
+                f"real runner ({args.workload}, CPU, naive knobs) + real window "
+                f"offscreen; {args.seconds:g} s measured after the first steps"
+            ],
+        )
+    )
     session = Session()
-    window = MainWindow(session, SimpleNamespace(workload=args.workload, device="cpu",
-                                                 python=None))
+    window = MainWindow(session, SimpleNamespace(workload=args.workload, device="cpu", python=None))
     window.resize(1600, 900)
     window.show()
     probe = DrawLatency(window)
@@ -94,12 +99,16 @@ def main(argv: list[str] | None = None) -> int:
     window.close()
     app.processEvents()
     lat = np.concatenate(probe.latencies_ms) if probe.latencies_ms else np.empty(0)
-    print(f"runner's first 20 steps in after {runner_up_s:.1f} s; {steps} steps in total; "
-          f"{len(lat)} steps measured over {len(probe.frames_ms)} frames")
+    print(
+        f"runner's first 20 steps in after {runner_up_s:.1f} s; {steps} steps in total; "
+        f"{len(lat)} steps measured over {len(probe.frames_ms)} frames"
+    )
     if len(lat):
         p50, p95 = np.percentile(lat, [50, 95])
-        print(f"step end -> drawn   p50 {p50:.1f} ms, p95 {p95:.1f} ms, max {lat.max():.1f} ms"
-              f"   (budget p95 <= 150 ms: {'met' if p95 <= 150 else 'MISSED'})")
+        print(
+            f"step end -> drawn   p50 {p50:.1f} ms, p95 {p95:.1f} ms, max {lat.max():.1f} ms"
+            f"   (budget p95 <= 150 ms: {'met' if p95 <= 150 else 'MISSED'})"
+        )
         f50, f95 = np.percentile(probe.frames_ms, [50, 95])
         print(f"frames meanwhile    p50 {f50:.1f} ms, p95 {f95:.1f} ms")
     print(f"# load average at the end: {machine.load_average()}")

@@ -48,13 +48,15 @@ def isolate_user_dirs() -> None:
 def header(title: str, extra: Sequence[str] = ()) -> str:
     """Title, UTC time, machine, Python (and torch if it is already imported), load."""
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"# {title}",
-             f"# {now} | {cpu_model()} | {os.cpu_count()} logical CPUs | "
-             f"{platform.system()} {platform.release()}",
-             f"# Python {platform.python_version()}"
-             + (f", torch {sys.modules['torch'].__version__}" if "torch" in sys.modules else "")
-             + f" | load average {load_average()} | NO GPU figures: CPU only",
-             *(f"# {line}" for line in extra)]
+    lines = [
+        f"# {title}",
+        f"# {now} | {cpu_model()} | {os.cpu_count()} logical CPUs | "
+        f"{platform.system()} {platform.release()}",
+        f"# Python {platform.python_version()}"
+        + (f", torch {sys.modules['torch'].__version__}" if "torch" in sys.modules else "")
+        + f" | load average {load_average()} | NO GPU figures: CPU only",
+        *(f"# {line}" for line in extra),
+    ]
     return "\n".join(lines)
 
 
@@ -67,8 +69,10 @@ def spread(values: Sequence[float], fmt: str = "{:.2f}") -> str:
     if len(values) >= 4:
         q1, _, q3 = statistics.quantiles(values, n=4)
         iqr = f" IQR {fmt.format(q1)}..{fmt.format(q3)}"
-    return (f"{fmt.format(statistics.median(values))}{iqr} "
-            f"[{fmt.format(lo)}..{fmt.format(hi)}] (n={len(values)})")
+    return (
+        f"{fmt.format(statistics.median(values))}{iqr} "
+        f"[{fmt.format(lo)}..{fmt.format(hi)}] (n={len(values)})"
+    )
 
 
 def step_spread(ns: Sequence[int]) -> str:

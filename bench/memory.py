@@ -40,23 +40,37 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hours", type=float, default=1.0, help="simulated hours")
     parser.add_argument("--rate", type=float, default=1000.0, help="simulated steps/s")
-    parser.add_argument("--redraw-every", type=int, default=100,
-                        help="window redraw every this many 50 ms batches")
+    parser.add_argument(
+        "--redraw-every", type=int, default=100, help="window redraw every this many 50 ms batches"
+    )
     args = parser.parse_args(argv)
     machine.isolate_user_dirs()
     app = create_app()
     batch = max(1, round(args.rate * 0.05))
     batches = int(args.hours * 3600 / 0.05)
-    print(machine.header("gpuwatch GUI memory over a simulated run (bench/memory.py)",
-                         [f"SIMULATED {args.rate:g} steps/s for {args.hours:g} h = "
-                          f"{batch * batches:,} steps in {batches:,} batches; window redraw "
-                          f"every {args.redraw_every} batches"]))
+    print(
+        machine.header(
+            "gpuwatch GUI memory over a simulated run (bench/memory.py)",
+            [
+                f"SIMULATED {args.rate:g} steps/s for {args.hours:g} h = "
+                f"{batch * batches:,} steps in {batches:,} batches; window redraw "
+                f"every {args.redraw_every} batches"
+            ],
+        )
+    )
     session = Session(sample_coarse=False)
-    session.hello = {"device": {"kind": "cuda", "name": "SIMULATED GPU"},
-                     "workload": "synthetic", "knobs": [], "config": {"values": {}}}
+    session.hello = {
+        "device": {"kind": "cuda", "name": "SIMULATED GPU"},
+        "workload": "synthetic",
+        "knobs": [],
+        "config": {"values": {}},
+    }
     session.steps.set_device_is_host(False)
-    session.coarse.set_status(MetricStatus(NVML_GPU_UTIL, "NVML GPU utilization", "%", True,
-                                           period_s=1 / 6, source="simulated"))
+    session.coarse.set_status(
+        MetricStatus(
+            NVML_GPU_UTIL, "NVML GPU utilization", "%", True, period_s=1 / 6, source="simulated"
+        )
+    )
     window = MainWindow(session, SimpleNamespace(workload="vision", device="cpu", python=None))
     window.timer.stop()  # redraws are driven below, at simulated-time intervals
     window.resize(1600, 900)
@@ -80,18 +94,27 @@ def main(argv: list[str] | None = None) -> int:
         marks, t_ns = synthetic_marks(t_ns, batch, step_ns, rng)
         ids = list(range(next_id, next_id + batch))
         next_id += batch
-        session._dispatch({"kind": "steps", "step": ids, "config": [0] * batch,
-                           "samples": [32] * batch, "host": marks.tolist()})
+        session._dispatch(
+            {
+                "kind": "steps",
+                "step": ids,
+                "config": [0] * batch,
+                "samples": [32] * batch,
+                "host": marks.tolist(),
+            }
+        )
         if pending is not None:
-            session._dispatch({"kind": "device_marks", "step": pending[0],
-                               "device": pending[1]})
+            session._dispatch({"kind": "device_marks", "step": pending[0], "device": pending[1]})
         pending = (ids, (marks + DEVICE_LAG_NS).tolist())
         if next_sample + NVML_PERIOD_NS <= t_ns:
             k = (t_ns - next_sample) // NVML_PERIOD_NS
             t0 = next_sample + NVML_PERIOD_NS * np.arange(k, dtype=np.int64)
-            session.coarse.append_many(NVML_GPU_UTIL, t0.tolist(),
-                                       (t0 + NVML_PERIOD_NS).tolist(),
-                                       rng.uniform(40, 90, k).tolist())
+            session.coarse.append_many(
+                NVML_GPU_UTIL,
+                t0.tolist(),
+                (t0 + NVML_PERIOD_NS).tolist(),
+                rng.uniform(40, 90, k).tolist(),
+            )
             next_sample += int(k) * NVML_PERIOD_NS
         if b % args.redraw_every == 0:
             window._tick()
@@ -100,15 +123,19 @@ def main(argv: list[str] | None = None) -> int:
             rss_minute = proc.memory_info().rss
         if b % report_every == 0 or b == batches:
             rss = proc.memory_info().rss
-            print(f"{b * 0.05:>9.0f}s {next_id:>10,} {rss / MB:8.1f} {(rss - rss0) / MB:+9.1f} "
-                  f"{time.perf_counter() - started:7.1f}")
+            print(
+                f"{b * 0.05:>9.0f}s {next_id:>10,} {rss / MB:8.1f} {(rss - rss0) / MB:+9.1f} "
+                f"{time.perf_counter() - started:7.1f}"
+            )
             sys.stdout.flush()
     gc.collect()
     rss1 = proc.memory_info().rss
     window.close()
-    print(f"\nRSS growth over the run: {(rss1 - rss0) / MB:+.1f} MB from before the first step, "
-          f"{(rss1 - (rss_minute or rss0)) / MB:+.1f} MB after the first simulated minute "
-          f"(budget <= 100 MB: {'met' if rss1 - rss0 <= 100 * MB else 'MISSED'})")
+    print(
+        f"\nRSS growth over the run: {(rss1 - rss0) / MB:+.1f} MB from before the first step, "
+        f"{(rss1 - (rss_minute or rss0)) / MB:+.1f} MB after the first simulated minute "
+        f"(budget <= 100 MB: {'met' if rss1 - rss0 <= 100 * MB else 'MISSED'})"
+    )
     print(f"# load average at the end: {machine.load_average()}")
     return 0
 

@@ -75,8 +75,9 @@ class Sink:
         address = str(Path(self._dir.name) / "sink")
         key = os.urandom(32)
         env = {**os.environ, AUTHKEY_ENV: key.hex()}
-        self.proc = subprocess.Popen([sys.executable, "-c", SINK_CODE, address], env=env,
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SINK_CODE, address], env=env, stdout=subprocess.PIPE, text=True
+        )
         assert self.proc.stdout is not None
         if self.proc.stdout.readline().strip() != "ready":
             raise RuntimeError("the sink process did not start")
@@ -99,8 +100,13 @@ def prepared(name: str, batch_size: int | None) -> tuple[Workload, TrainingState
         workload.config["batch_size"] = batch_size
     workload.prepare(lambda _text: None)
     model = workload.build_model(CPU)
-    state = TrainingState(workload, model=model, optimizer=workload.build_optimizer(model),
-                          device=CPU, values=workload.knob_values())
+    state = TrainingState(
+        workload,
+        model=model,
+        optimizer=workload.build_optimizer(model),
+        device=CPU,
+        values=workload.knob_values(),
+    )
     return workload, state, knob_schema(torch, workload, CPU)
 
 
@@ -136,8 +142,7 @@ def measure(name: str, *, batch_size: int | None, block_s: float, reps: int) -> 
     """Alternating on/off/profiler blocks of the same workload; rates in steps/s per block."""
     workload, state, schema = prepared(name, batch_size)
     sink = Sink()
-    loop = TrainingLoop(workload, state=state, schema=schema, backend=HostBackend(),
-                        link=sink.link)
+    loop = TrainingLoop(workload, state=state, schema=schema, backend=HostBackend(), link=sink.link)
     batches = loop.batches  # the same loader for every variant
 
     def on(n: int) -> None:
@@ -164,11 +169,17 @@ def measure(name: str, *, batch_size: int | None, block_s: float, reps: int) -> 
     }
     order = ["on", "off", "profiler"]
     for rep in range(reps):
-        for variant in order[rep % 3:] + order[:rep % 3]:
+        for variant in order[rep % 3 :] + order[: rep % 3]:
             rates[variant].append(n / variants[variant]())
     received = sink.close()
-    return {"name": name, "batch_size": state.values["batch_size"], "steps_per_block": n,
-            "rates": rates, "sent_bytes": received, "steps_on": loop.steps_done}
+    return {
+        "name": name,
+        "batch_size": state.values["batch_size"],
+        "steps_per_block": n,
+        "rates": rates,
+        "sent_bytes": received,
+        "steps_on": loop.steps_done,
+    }
 
 
 class _NullWorkload:
@@ -208,8 +219,9 @@ class _NullState:
         return None
 
 
-def instrumentation_ns(schema: Any, values: dict[str, Any], *, reps: int,
-                       n: int = 20_000) -> tuple[list[float], list[float]]:
+def instrumentation_ns(
+    schema: Any, values: dict[str, Any], *, reps: int, n: int = 20_000
+) -> tuple[list[float], list[float]]:
     """ns per step of the real loop around a no-op step, and of a bare no-op step loop.
 
     The loop sends its batches over a real link to a sink process, so encoding and sending on
@@ -217,8 +229,13 @@ def instrumentation_ns(schema: Any, values: dict[str, Any], *, reps: int,
     """
     null_state = _NullState(values)
     sink = Sink()
-    loop = TrainingLoop(_NullWorkload(), state=null_state, schema=schema,  # type: ignore[arg-type]
-                        backend=HostBackend(), link=sink.link)
+    loop = TrainingLoop(
+        _NullWorkload(),
+        state=null_state,
+        schema=schema,  # type: ignore[arg-type]
+        backend=HostBackend(),
+        link=sink.link,
+    )
     batches = loop.batches
 
     def on() -> None:
@@ -298,8 +315,9 @@ def count_syncs(steps: int = 200) -> tuple[SyncCounter, SyncCounter]:
     workload, state, schema = prepared("mlp", 8)
     state.values["log_every"] = 1000
     sink = Sink()
-    loop = TrainingLoop(workload, state=state, schema=schema, backend=HostBackend(),
-                        link=sink.link, max_steps=steps)
+    loop = TrainingLoop(
+        workload, state=state, schema=schema, backend=HostBackend(), link=sink.link, max_steps=steps
+    )
     with SyncCounter() as on:
         loop.run()
     sink.close()
@@ -311,15 +329,25 @@ def count_syncs(steps: int = 200) -> tuple[SyncCounter, SyncCounter]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=31, help="repetitions of each block")
-    parser.add_argument("--block-s", type=float, default=0.3,
-                        help="seconds per block: short blocks, many of them, so the load of "
-                             "other processes changes little within one on/off pair")
+    parser.add_argument(
+        "--block-s",
+        type=float,
+        default=0.3,
+        help="seconds per block: short blocks, many of them, so the load of "
+        "other processes changes little within one on/off pair",
+    )
     parser.add_argument("--workloads", default="mlp,vision")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    print(machine.header("gpuwatch instrumentation overhead (bench/overhead.py)",
-                         [f"{args.reps} repetitions of alternating ~{args.block_s:g} s blocks; "
-                          "1 intra-op thread; CPU device (HostBackend)"]))
+    print(
+        machine.header(
+            "gpuwatch instrumentation overhead (bench/overhead.py)",
+            [
+                f"{args.reps} repetitions of alternating ~{args.block_s:g} s blocks; "
+                "1 intra-op thread; CPU device (HostBackend)"
+            ],
+        )
+    )
     budgets = {"mlp": 2.0, "vision": 0.5}
     step_ms: dict[str, float] = {}
     for name in args.workloads.split(","):
@@ -327,16 +355,19 @@ def main(argv: list[str] | None = None) -> int:
         result = measure(name, batch_size=batch, block_s=args.block_s, reps=args.reps)
         rates = result["rates"]
         slow = [100 * (1 - on / off) for on, off in zip(rates["on"], rates["off"], strict=True)]
-        prof = [100 * (1 - p / off)
-                for p, off in zip(rates["profiler"], rates["off"], strict=True)]
+        prof = [100 * (1 - p / off) for p, off in zip(rates["profiler"], rates["off"], strict=True)]
         step_ms[name] = 1e3 / machine.percentile(rates["off"], 50)
-        print(f"\n## {name} (batch_size {result['batch_size']}, {result['steps_per_block']} "
-              f"steps per block, {result['sent_bytes']:,} bytes over the link)")
+        print(
+            f"\n## {name} (batch_size {result['batch_size']}, {result['steps_per_block']} "
+            f"steps per block, {result['sent_bytes']:,} bytes over the link)"
+        )
         print(f"steps/s off          {machine.spread(rates['off'], '{:.1f}')}")
         print(f"steps/s on           {machine.spread(rates['on'], '{:.1f}')}")
         print(f"steps/s profiler     {machine.spread(rates['profiler'], '{:.1f}')}")
-        print(f"slowdown on vs off   {machine.spread(slow)} %   "
-              f"(budget <= {budgets.get(name, 2.0):g} %)")
+        print(
+            f"slowdown on vs off   {machine.spread(slow)} %   "
+            f"(budget <= {budgets.get(name, 2.0):g} %)"
+        )
         print(f"slowdown profiler    {machine.spread(prof)} %   (reference)")
 
     _, state, schema = prepared("mlp", 1)
@@ -359,9 +390,11 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\n## probe API without a GUI (bench/probe_noop.py)")
     floor = probe_noop.per_call(probe_noop.loop)
-    for label, body in (("with gw.step()", probe_noop.step),
-                        ("with gw.phase('forward')", probe_noop.phase),
-                        ("gw.knob(choices=...)", probe_noop.knob)):
+    for label, body in (
+        ("with gw.step()", probe_noop.step),
+        ("with gw.phase('forward')", probe_noop.phase),
+        ("gw.knob(choices=...)", probe_noop.knob),
+    ):
         print(f"{label:28s} {probe_noop.per_call(body) - floor:7.0f} ns/call")
     print(f"\n# load average at the end: {machine.load_average()}")
     return 0

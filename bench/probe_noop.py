@@ -53,6 +53,10 @@ def loop(n: int) -> None:
 if __name__ == "__main__":
     assert not gw.active()
     floor = per_call(loop)
-    for name, body in (("empty with nullcontext", empty_with), ("with gw.step()", step),
-                       ("with gw.phase('forward')", phase), ("gw.knob(choices=...)", knob)):
+    for name, body in (
+        ("empty with nullcontext", empty_with),
+        ("with gw.step()", step),
+        ("with gw.phase('forward')", phase),
+        ("gw.knob(choices=...)", knob),
+    ):
         print(f"{name:28s} {per_call(body) - floor:7.0f} ns/call")

@@ -50,8 +50,9 @@ PHASE_SHARES = np.array([0.30, 0.05, 0.20, 0.30, 0.10, 0.04, 0.01])
 DEVICE_LAG_NS = 200_000
 
 
-def synthetic_marks(start_ns: int, n: int, step_ns: float, rng: np.random.Generator
-                    ) -> tuple[np.ndarray, int]:
+def synthetic_marks(
+    start_ns: int, n: int, step_ns: float, rng: np.random.Generator
+) -> tuple[np.ndarray, int]:
     """Host marks ``(n, N_MARKS)`` of ``n`` steps from ``start_ns`` (±30 % jitter per phase),
     and where the next step starts."""
     phases = step_ns * PHASE_SHARES[None, :] * rng.uniform(0.7, 1.3, (n, len(PHASE_SHARES)))
@@ -85,8 +86,9 @@ class SyntheticRunner:
             marks, next_ns = synthetic_marks(next_ns, n, step_ns, rng)
             ids = list(range(next_step, next_step + n))
             next_step += n
-            conn.send_bytes(encode("steps", step=ids, config=[0] * n, samples=[32] * n,
-                                   host=marks.tolist()))
+            conn.send_bytes(
+                encode("steps", step=ids, config=[0] * n, samples=[32] * n, host=marks.tolist())
+            )
             if pending is not None:
                 conn.send_bytes(encode("device_marks", step=pending[0], device=pending[1]))
             pending = (ids, (marks + DEVICE_LAG_NS).tolist())
@@ -104,8 +106,9 @@ class SyntheticRun:
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe(duplex=False)
         self._stop = ctx.Event()
-        self._proc = ctx.Process(target=SyntheticRunner(rate, start_ns),
-                                 args=(child, self._stop), daemon=True)
+        self._proc = ctx.Process(
+            target=SyntheticRunner(rate, start_ns), args=(child, self._stop), daemon=True
+        )
         self._threads: list[threading.Thread] = []
         self._done = threading.Event()
         self._next_sample_ns = start_ns
@@ -115,13 +118,21 @@ class SyntheticRun:
     def announce(self) -> None:
         """The hello's effect: a CUDA device with NVML readable at 1/6 s periods."""
         session = self.session
-        session.hello = {"device": {"kind": "cuda", "name": "SIMULATED GPU"},
-                         "workload": "synthetic", "knobs": [], "config": {"values": {}}}
+        session.hello = {
+            "device": {"kind": "cuda", "name": "SIMULATED GPU"},
+            "workload": "synthetic",
+            "knobs": [],
+            "config": {"values": {}},
+        }
         session.steps.set_device_is_host(False)
-        session.coarse.set_status(MetricStatus(NVML_GPU_UTIL, "NVML GPU utilization", "%",
-                                               True, period_s=1 / 6, source="simulated"))
-        session.coarse.set_status(MetricStatus(PROC_CPU, "runner CPU", "%", True,
-                                               period_s=1.0, source="simulated"))
+        session.coarse.set_status(
+            MetricStatus(
+                NVML_GPU_UTIL, "NVML GPU utilization", "%", True, period_s=1 / 6, source="simulated"
+            )
+        )
+        session.coarse.set_status(
+            MetricStatus(PROC_CPU, "runner CPU", "%", True, period_s=1.0, source="simulated")
+        )
 
     def start(self) -> None:
         self._proc.start()
@@ -133,8 +144,9 @@ class SyntheticRun:
     def caught_up(self) -> bool:
         """The history is in: the last stored step ended less than a batch ago."""
         last = self.session.steps.snapshot(last=1)
-        return bool(len(last)) and (time.perf_counter_ns() - int(last.host[-1, -1])
-                                    < 2 * BATCH_S * S)
+        return bool(len(last)) and (
+            time.perf_counter_ns() - int(last.host[-1, -1]) < 2 * BATCH_S * S
+        )
 
     def _read(self) -> None:
         while True:
@@ -239,13 +251,19 @@ def run_rate(app: Any, rate: float, seconds: float, size: tuple[int, int]) -> di
     cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
     frames = clock.frames_ms
     result = {
-        "rate": rate, "seconds": wall, "frames": len(frames),
-        "p50": machine.percentile(frames, 50), "p95": machine.percentile(frames, 95),
-        "max": max(frames) if frames else float("nan"), "dropped": clock.dropped(wall),
+        "rate": rate,
+        "seconds": wall,
+        "frames": len(frames),
+        "p50": machine.percentile(frames, 50),
+        "p95": machine.percentile(frames, 95),
+        "max": max(frames) if frames else float("nan"),
+        "dropped": clock.dropped(wall),
         "cpu50": machine.percentile(clock.cpu_ms, 50),
         "cpu95": machine.percentile(clock.cpu_ms, 95),
-        "cpu_pct": 100 * cpu_s / wall, "dense": window.timeline.dense,
-        "stored": len(session.steps.snapshot()), "interval_ms": window.timer.interval(),
+        "cpu_pct": 100 * cpu_s / wall,
+        "dense": window.timeline.dense,
+        "stored": len(session.steps.snapshot()),
+        "interval_ms": window.timer.interval(),
         "filled": filled_share(window),
     }
     window.session.close = lambda *a, **k: None  # type: ignore[method-assign]  # never started
@@ -264,28 +282,45 @@ def main(argv: list[str] | None = None) -> int:
     width, height = (int(v) for v in args.size.split("x"))
     machine.isolate_user_dirs()
     app = create_app()
-    print(machine.header("gpuwatch drawing cost (bench/render.py)",
-                         [f"SIMULATED telemetry into the real Session + MainWindow, offscreen, "
-                          f"{width}x{height}, 30 s visible, {args.seconds:g} s per rate"]))
+    print(
+        machine.header(
+            "gpuwatch drawing cost (bench/render.py)",
+            [
+                f"SIMULATED telemetry into the real Session + MainWindow, offscreen, "
+                f"{width}x{height}, 30 s visible, {args.seconds:g} s per rate"
+            ],
+        )
+    )
     budgets = {1000.0: 33.0, 10000.0: 50.0}
-    print(f"{'steps/s':>8} {'frames':>6} {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7} "
-          f"{'dropped':>7} {'GUI CPU %':>9} {'timer ms':>8} {'stored':>7} {'filled':>6} "
-          f"{'cpu p50':>7} {'cpu p95':>7}  budget p95")
+    print(
+        f"{'steps/s':>8} {'frames':>6} {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7} "
+        f"{'dropped':>7} {'GUI CPU %':>9} {'timer ms':>8} {'stored':>7} {'filled':>6} "
+        f"{'cpu p50':>7} {'cpu p95':>7}  budget p95"
+    )
     for rate in (float(r) for r in args.rates.split(",")):
         r = run_rate(app, rate, args.seconds, (width, height))
         budget = budgets.get(rate)
-        verdict = "" if budget is None else (
-            f"<= {budget:g} ms: {'met' if r['p95'] <= budget else 'MISSED'}")
-        print(f"{rate:8.0f} {r['frames']:6d} {r['p50']:7.1f} {r['p95']:7.1f} {r['max']:7.1f} "
-              f"{r['dropped']:7d} {r['cpu_pct']:9.1f} {r['interval_ms']:8d} {r['stored']:7d} "
-              f"{r['filled']:6.0%} {r['cpu50']:7.1f} {r['cpu95']:7.1f}  {verdict}")
+        verdict = (
+            ""
+            if budget is None
+            else (f"<= {budget:g} ms: {'met' if r['p95'] <= budget else 'MISSED'}")
+        )
+        print(
+            f"{rate:8.0f} {r['frames']:6d} {r['p50']:7.1f} {r['p95']:7.1f} {r['max']:7.1f} "
+            f"{r['dropped']:7d} {r['cpu_pct']:9.1f} {r['interval_ms']:8d} {r['stored']:7d} "
+            f"{r['filled']:6.0%} {r['cpu50']:7.1f} {r['cpu95']:7.1f}  {verdict}"
+        )
         sys.stdout.flush()
-    print("# frame times are wall clock (tick + paint); cpu p50/p95: the GUI thread's CPU time "
-          "per frame (without waiting for a CPU); stored: steps in the ring; filled: share of "
-          "the 30 s view that shows steps")
-    print(f"# GUI CPU %: this process (window, link reading + decoding, NVML-like samples); "
-          f"the simulated runner is another process.\n# load average at the end: "
-          f"{machine.load_average()}")
+    print(
+        "# frame times are wall clock (tick + paint); cpu p50/p95: the GUI thread's CPU time "
+        "per frame (without waiting for a CPU); stored: steps in the ring; filled: share of "
+        "the 30 s view that shows steps"
+    )
+    print(
+        f"# GUI CPU %: this process (window, link reading + decoding, NVML-like samples); "
+        f"the simulated runner is another process.\n# load average at the end: "
+        f"{machine.load_average()}"
+    )
     return 0
 
 

@@ -29,7 +29,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine  # bench/ sibling, importable after the path entry above
 
-MiB = 2 ** 20
+MiB = 2**20
 
 
 def as_runner(argv: list[str]) -> int:
@@ -39,8 +39,11 @@ def as_runner(argv: list[str]) -> int:
     from gpuwatch.protocol import N_MARKS, PROTOCOL_VERSION, encode
 
     rate = int(os.environ["GPUWATCH_SOAK_RATE"])
-    key = (sys.stdin.readline() if "--authkey-stdin" in argv  # how gpuwatch passes it
-           else os.environ["GPUWATCH_AUTHKEY"])
+    key = (
+        sys.stdin.readline()
+        if "--authkey-stdin" in argv  # how gpuwatch passes it
+        else os.environ["GPUWATCH_AUTHKEY"]
+    )
     conn = Client(argv[argv.index("--connect") + 1], authkey=bytes.fromhex(key.strip()))
     stop = threading.Event()
 
@@ -53,17 +56,35 @@ def as_runner(argv: list[str]) -> int:
         stop.set()
 
     threading.Thread(target=read, daemon=True).start()
-    conn.send_bytes(encode("hello", protocol=PROTOCOL_VERSION, pid=os.getpid(),
-                           workload="synthetic", device={"kind": "cpu", "name": "synthetic"},
-                           versions={}, knobs=[], config={"id": 0, "values": {}}))
+    conn.send_bytes(
+        encode(
+            "hello",
+            protocol=PROTOCOL_VERSION,
+            pid=os.getpid(),
+            workload="synthetic",
+            device={"kind": "cpu", "name": "synthetic"},
+            versions={},
+            knobs=[],
+            config={"id": 0, "values": {}},
+        )
+    )
     per_batch, step = max(1, rate // 20), 0
     while not stop.wait(0.05):
         now, step_ns = time.perf_counter_ns(), 50_000_000 // per_batch
-        host = [[now - (per_batch - i) * step_ns + j * (step_ns // N_MARKS)
-                 for j in range(N_MARKS)] for i in range(per_batch)]
+        host = [
+            [now - (per_batch - i) * step_ns + j * (step_ns // N_MARKS) for j in range(N_MARKS)]
+            for i in range(per_batch)
+        ]
         try:
-            conn.send_bytes(encode("steps", step=list(range(step, step + per_batch)),
-                                   config=[0] * per_batch, samples=[1] * per_batch, host=host))
+            conn.send_bytes(
+                encode(
+                    "steps",
+                    step=list(range(step, step + per_batch)),
+                    config=[0] * per_batch,
+                    samples=[1] * per_batch,
+                    host=host,
+                )
+            )
         except OSError:
             break
         step += per_batch
@@ -78,8 +99,10 @@ def wrapper_python(folder: Path, rate: int) -> str:
     if sys.platform == "win32":
         raise SystemExit("soak: --synthetic needs a POSIX shell (use the live mlp runner)")
     wrapper = folder / "python"
-    wrapper.write_text(f'#!/bin/sh\nGPUWATCH_SOAK_RATE={rate} exec "{sys.executable}" '
-                       f'"{Path(__file__).resolve()}" --as-runner "$@"\n')
+    wrapper.write_text(
+        f'#!/bin/sh\nGPUWATCH_SOAK_RATE={rate} exec "{sys.executable}" '
+        f'"{Path(__file__).resolve()}" --as-runner "$@"\n'
+    )
     wrapper.chmod(0o755)
     return str(wrapper)
 
@@ -126,18 +149,25 @@ class Soak:
             self.gui.append((t, gui or 0.0))
             if runner is not None:
                 self.runner.append((t, runner))
-        print(f"{t:8.0f} {count:12,d} {rate:10,.0f} {(gui or 0) / MiB:10.1f} "
-              f"{(runner or 0) / MiB:11.1f}", flush=True)
+        print(
+            f"{t:8.0f} {count:12,d} {rate:10,.0f} {(gui or 0) / MiB:10.1f} "
+            f"{(runner or 0) / MiB:11.1f}",
+            flush=True,
+        )
         return t < self.seconds and self.session.state.value in ("starting", "running")
 
     def report(self) -> None:
         for name, points in (("GUI", self.gui), ("runner", self.runner)):
             if points:
-                print(f"# {name} RSS: {points[0][1] / MiB:.1f} -> {points[-1][1] / MiB:.1f} MiB "
-                      f"after warm-up; slope {slope_mib_per_h(points):+.2f} MiB/h "
-                      f"({len(points)} samples)")
-        print(f"# state at the end: {self.session.state.value}"
-              + (f" ({self.session.error})" if self.session.error else ""))
+                print(
+                    f"# {name} RSS: {points[0][1] / MiB:.1f} -> {points[-1][1] / MiB:.1f} MiB "
+                    f"after warm-up; slope {slope_mib_per_h(points):+.2f} MiB/h "
+                    f"({len(points)} samples)"
+                )
+        print(
+            f"# state at the end: {self.session.state.value}"
+            + (f" ({self.session.error})" if self.session.error else "")
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,15 +177,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=60.0, help="how long (default 60)")
     parser.add_argument("--every", type=float, default=30.0, help="seconds between samples")
-    parser.add_argument("--warmup", type=float, default=None,
-                        help="seconds left out of the slope (default: 20%% of the run)")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=None,
+        help="seconds left out of the slope (default: 20%% of the run)",
+    )
     parser.add_argument("--workload", default="mlp", help="live runner workload (default mlp)")
-    parser.add_argument("--set", nargs="*", default=["batch_size=1"], metavar="K=V",
-                        help="knob values for the live runner (default: batch_size=1)")
-    parser.add_argument("--synthetic", type=int, metavar="RATE",
-                        help="a torch-free runner sending RATE steps/s instead")
-    parser.add_argument("--capacity", type=int, default=None,
-                        help="step ring size (default: the Session's)")
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        default=["batch_size=1"],
+        metavar="K=V",
+        help="knob values for the live runner (default: batch_size=1)",
+    )
+    parser.add_argument(
+        "--synthetic",
+        type=int,
+        metavar="RATE",
+        help="a torch-free runner sending RATE steps/s instead",
+    )
+    parser.add_argument(
+        "--capacity", type=int, default=None, help="step ring size (default: the Session's)"
+    )
     parser.add_argument("--window", action="store_true", help="also draw the window offscreen")
     args = parser.parse_args(argv)
 
@@ -167,15 +211,22 @@ def main(argv: list[str] | None = None) -> int:
     capacity = args.capacity or DEFAULT_STEP_CAPACITY
     tmp = Path(tempfile.mkdtemp(prefix="gpuwatch-soak-"))
     if args.synthetic:
-        spec = LaunchSpec(workload="synthetic", device="cpu",
-                          python=wrapper_python(tmp, args.synthetic))
+        spec = LaunchSpec(
+            workload="synthetic", device="cpu", python=wrapper_python(tmp, args.synthetic)
+        )
         what = f"synthetic runner at {args.synthetic:,} steps/s"
     else:
         spec = LaunchSpec(workload=args.workload, device="cpu")
         what = f"live {args.workload} runner on the CPU, {' '.join(args.set) or 'defaults'}"
-    print(machine.header("gpuwatch soak: RSS of the GUI process and the runner over time", [
-        f"{what}; window: {'offscreen' if args.window else 'no'}; {args.minutes:g} min; "
-        f"step ring {capacity:,}"]))
+    print(
+        machine.header(
+            "gpuwatch soak: RSS of the GUI process and the runner over time",
+            [
+                f"{what}; window: {'offscreen' if args.window else 'no'}; {args.minutes:g} min; "
+                f"step ring {capacity:,}"
+            ],
+        )
+    )
     session = Session(step_capacity=capacity)
     session.start(spec)
     deadline = time.monotonic() + 300
@@ -195,8 +246,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"soak: {exc}", file=sys.stderr)
             session.close()
             return 2
-    soak = Soak(session, seconds, args.every,
-                args.warmup if args.warmup is not None else 0.2 * seconds)
+    soak = Soak(
+        session, seconds, args.every, args.warmup if args.warmup is not None else 0.2 * seconds
+    )
     print(f"# {'seconds':>6} {'steps':>12} {'steps/s':>10} {'GUI MiB':>10} {'runner MiB':>11}")
     try:
         if args.window:

@@ -89,16 +89,25 @@ def window_marks(runs: int) -> list[dict[str, float]]:
     results = []
     for _ in range(runs):
         with tempfile.TemporaryDirectory(prefix="gpuwatch-startup-") as home:
-            env = {**os.environ, "QT_QPA_PLATFORM": "offscreen",
-                   "GPUWATCH_SETTINGS_DIR": str(Path(home) / "settings"),
-                   "GPUWATCH_LOG_DIR": str(Path(home) / "logs")}
+            env = {
+                **os.environ,
+                "QT_QPA_PLATFORM": "offscreen",
+                "GPUWATCH_SETTINGS_DIR": str(Path(home) / "settings"),
+                "GPUWATCH_LOG_DIR": str(Path(home) / "logs"),
+            }
             env["GPUWATCH_BENCH_LAUNCHED"] = repr(time.time())
-            done = subprocess.run([sys.executable, "-c", WINDOW_PROBE], env=env,
-                                  capture_output=True, text=True, timeout=180, check=False)
+            done = subprocess.run(
+                [sys.executable, "-c", WINDOW_PROBE],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=180,
+                check=False,
+            )
         line = next((ln for ln in done.stdout.splitlines() if ln.startswith("MARKS ")), None)
         if line is None:
             raise RuntimeError(f"the window probe failed:\n{done.stderr[-2000:]}")
-        results.append(json.loads(line[len("MARKS "):]))
+        results.append(json.loads(line[len("MARKS ") :]))
     return results
 
 
@@ -137,20 +146,30 @@ def knob_changes(workload: str, changes: int, steady_s: float) -> list[dict[str,
                 assert end_ns is not None
                 if target != 2:
                     continue
-                wait(lambda n=new_id, t=t_set: int((session.steps.snapshot(since_ns=t).config
-                                           == n).sum()) >= 5, 120, "five steps under it")
+                wait(
+                    lambda n=new_id, t=t_set: (
+                        int((session.steps.snapshot(since_ns=t).config == n).sum()) >= 5
+                    ),
+                    120,
+                    "five steps under it",
+                )
                 before = session.steps.snapshot(since_ns=t_set - int(steady_s * 1e9))
                 view = session.steps.snapshot(since_ns=t_set)
                 step_s = (view.host[:, -1] - view.host[:, 0]) / 1e9
                 new_rows = (view.config == new_id).nonzero()[0]
                 around = step_s[: new_rows[4] + 1]  # from the set to 5 steps into the change
                 old = before.host[before.host[:, -1] < t_set]
-                out.append({"first_step_s": (end_ns - t_set) / 1e9,
-                            "apply_s": change.apply_s,
-                            "set_to_apply_s": (change.t_ns - t_set) / 1e9,
-                            "longest_step_s": float(around.max()),
-                            "steady_step_s": float(np.median((old[:, -1] - old[:, 0]) / 1e9))
-                            if len(old) else float("nan")})
+                out.append(
+                    {
+                        "first_step_s": (end_ns - t_set) / 1e9,
+                        "apply_s": change.apply_s,
+                        "set_to_apply_s": (change.t_ns - t_set) / 1e9,
+                        "longest_step_s": float(around.max()),
+                        "steady_step_s": float(np.median((old[:, -1] - old[:, 0]) / 1e9))
+                        if len(old)
+                        else float("nan"),
+                    }
+                )
     finally:
         session.stop()
         session.wait_ended(60)
@@ -171,23 +190,34 @@ def main(argv: list[str] | None = None) -> int:
 
     floor = wall_of([sys.executable, "-c", "pass"], args.runs)
     version = wall_of([*gpuwatch_command(), "--version"], args.runs)
-    print(f"\npython -c pass            best {min(floor):.3f} s, median "
-          f"{statistics.median(floor):.3f} s")
-    print(f"gpuwatch --version        best {min(version):.3f} s, median "
-          f"{statistics.median(version):.3f} s   (budget <= 0.5 s)")
+    print(
+        f"\npython -c pass            best {min(floor):.3f} s, median "
+        f"{statistics.median(floor):.3f} s"
+    )
+    print(
+        f"gpuwatch --version        best {min(version):.3f} s, median "
+        f"{statistics.median(version):.3f} s   (budget <= 0.5 s)"
+    )
     sys.stdout.flush()
 
     marks = window_marks(args.window_runs)
-    print(f"\nwindow (gpuwatch --workload mlp --device cpu, {args.window_runs} runs; seconds "
-          "since the process was launched)")
-    for key, label in (("interpreter", "interpreter up (before our imports)"),
-                       ("qt_imported", "Qt, pyqtgraph and the window imported"),
-                       ("shown", "window shown"), ("first_frame", "first redraw"),
-                       ("hello", "runner hello (torch imported there)")):
+    print(
+        f"\nwindow (gpuwatch --workload mlp --device cpu, {args.window_runs} runs; seconds "
+        "since the process was launched)"
+    )
+    for key, label in (
+        ("interpreter", "interpreter up (before our imports)"),
+        ("qt_imported", "Qt, pyqtgraph and the window imported"),
+        ("shown", "window shown"),
+        ("first_frame", "first redraw"),
+        ("hello", "runner hello (torch imported there)"),
+    ):
         print(f"  {label:38s} {machine.spread([m[key] for m in marks], '{:.2f}')}")
-    print(f"  window shown <= 2 s before the runner is up: "
-          f"{'met' if max(m['shown'] for m in marks) <= 2.0 else 'MISSED'}; runner up "
-          f"{machine.spread([m['hello'] - m['shown'] for m in marks], '{:.2f}')} s after it")
+    print(
+        f"  window shown <= 2 s before the runner is up: "
+        f"{'met' if max(m['shown'] for m in marks) <= 2.0 else 'MISSED'}; runner up "
+        f"{machine.spread([m['hello'] - m['shown'] for m in marks], '{:.2f}')} s after it"
+    )
     torch_seen = any(m.get("torch_in_gui") or m.get("torch_at_exit") for m in marks)
     print(f"  torch imported in the GUI process: {'YES (a bug)' if torch_seen else 'never'}")
     sys.stdout.flush()
@@ -197,19 +227,28 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     torch_floor = wall_of([sys.executable, "-c", "import torch"], 3)
     changes = knob_changes(args.workload, args.changes, steady_s=2.0)
-    print(f"\nknob change num_workers 0→2 on {args.workload} (CPU), {len(changes)} changes on "
-          "one run")
+    print(
+        f"\nknob change num_workers 0→2 on {args.workload} (CPU), {len(changes)} changes on one run"
+    )
     first = [c["first_step_s"] for c in changes]
     print(f"  set -> first step under it ends   {machine.spread(first)} s   (budget <= 3 s)")
-    print(f"  floor: python -c 'import torch'   {machine.spread(torch_floor)} s   (3 fresh "
-          "interpreters, just before the changes)")
-    print(f"  runner's apply_s                  "
-          f"{machine.spread([c['apply_s'] for c in changes], '{:.3f}')} s")
-    print(f"  set -> runner applies (t_ns)      "
-          f"{machine.spread([c['set_to_apply_s'] for c in changes], '{:.3f}')} s")
-    print(f"  longest step, set .. 5th new step "
-          f"{machine.spread([c['longest_step_s'] for c in changes], '{:.3f}')} s   (steady step "
-          f"before: {machine.spread([c['steady_step_s'] for c in changes], '{:.3f}')} s)")
+    print(
+        f"  floor: python -c 'import torch'   {machine.spread(torch_floor)} s   (3 fresh "
+        "interpreters, just before the changes)"
+    )
+    print(
+        f"  runner's apply_s                  "
+        f"{machine.spread([c['apply_s'] for c in changes], '{:.3f}')} s"
+    )
+    print(
+        f"  set -> runner applies (t_ns)      "
+        f"{machine.spread([c['set_to_apply_s'] for c in changes], '{:.3f}')} s"
+    )
+    print(
+        f"  longest step, set .. 5th new step "
+        f"{machine.spread([c['longest_step_s'] for c in changes], '{:.3f}')} s   (steady step "
+        f"before: {machine.spread([c['steady_step_s'] for c in changes], '{:.3f}')} s)"
+    )
     print(f"\n# load average at the end: {machine.load_average()}")
     return 0
 

@@ -29,7 +29,7 @@ class NoisyDigits(Dataset):
         generator = torch.Generator().manual_seed(index)
         label = index % 10
         image = torch.rand(1, 28, 28, generator=generator)
-        image[:, :, label * 2:label * 2 + 3] += 1.0
+        image[:, :, label * 2 : label * 2 + 3] += 1.0
         deadline = time.perf_counter() + 0.001  # stand-in for decoding and augmenting
         while time.perf_counter() < deadline:
             pass
@@ -42,11 +42,17 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 256), nn.ReLU(),
-                          nn.Linear(256, 10)).to(device)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 256), nn.ReLU(), nn.Linear(256, 10)).to(
+        device
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    loader = DataLoader(NoisyDigits(), batch_size=args.batch_size, shuffle=True,
-                        num_workers=2, persistent_workers=True)
+    loader = DataLoader(
+        NoisyDigits(),
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=2,
+        persistent_workers=True,
+    )
     for epoch in range(args.epochs):
         total = 0.0
         for images, labels in loader:

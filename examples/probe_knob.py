@@ -33,8 +33,13 @@ class SlowSamples(Dataset):
 
 
 def make_loader(workers: int) -> DataLoader:
-    return DataLoader(SlowSamples(), batch_size=32, shuffle=True, num_workers=workers,
-                      persistent_workers=workers > 0)
+    return DataLoader(
+        SlowSamples(),
+        batch_size=32,
+        shuffle=True,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+    )
 
 
 def main() -> None:
@@ -46,8 +51,12 @@ def main() -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     done = 0
     while done < args.steps:
-        workers = gw.knob("num_workers", default=0, choices=[0, 1, 2, 4],
-                          help="DataLoader worker processes preparing batches")
+        workers = gw.knob(
+            "num_workers",
+            default=0,
+            choices=[0, 1, 2, 4],
+            help="DataLoader worker processes preparing batches",
+        )
         print(f"training with num_workers={workers}")
         for x, y in make_loader(workers):
             with gw.step():
@@ -61,8 +70,10 @@ def main() -> None:
                     optimizer.step()
                     optimizer.zero_grad()
             done += 1
-            if done >= args.steps or gw.knob("num_workers", default=0,
-                                             choices=[0, 1, 2, 4]) != workers:
+            if (
+                done >= args.steps
+                or gw.knob("num_workers", default=0, choices=[0, 1, 2, 4]) != workers
+            ):
                 break  # rebuild the loader with the new worker count
     print(f"{done} steps, last loss {loss.item():.4f}")
 

@@ -30,50 +30,96 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpuwatch",
         description="Watch why a PyTorch training loop is slow while it runs. Without a "
-                    "command, opens the window and starts the built-in demo workload.")
+        "command, opens the window and starts the built-in demo workload.",
+    )
     parser.add_argument("--version", action="version", version=f"gpuwatch {__version__}")
-    parser.add_argument("--workload", choices=WORKLOADS, default=None,
-                        help="built-in workload to run (default: the last one chosen in the "
-                             "window, else vision)")
-    parser.add_argument("--device", default=None, type=_device,
-                        help="auto (best available), cpu, cuda or cuda:N (default: the last one "
-                             "chosen in the window, else auto)")
-    parser.add_argument("--python", metavar="PATH", type=_python_path,
-                        help="Python interpreter with torch that runs the training "
-                             "(default: the one running gpuwatch)")
-    parser.add_argument("--no-start", dest="autostart", action="store_false",
-                        help="open the window without starting the workload")
-    parser.add_argument("--tour", action="store_true",
-                        help="start the tour (baseline, workers, ..., compile) as soon as the "
-                             "run is up; the scoreboard shows what each stage bought")
-    parser.add_argument("--demo-seconds", type=_positive_seconds, metavar="N",
-                        help="run for N seconds, then (with --screenshot) save a PNG of the "
-                             "window and exit; works with QT_QPA_PLATFORM=offscreen")
-    parser.add_argument("--screenshot", type=Path, metavar="PNG",
-                        help="where --demo-seconds saves the window picture")
-    parser.add_argument("--self-test", action="store_true",
-                        help="check this installation end to end without a display: build "
-                             "the window offscreen, train the mlp on the CPU in the training "
-                             "Python (--python, else the chosen one) until steps arrive; "
-                             "exit 0/1 with one line and a JSON result file")
-    parser.add_argument("--result", type=Path, metavar="FILE",
-                        help="where --self-test writes its JSON result (default: "
-                             "self-test.json beside the app log)")
+    parser.add_argument(
+        "--workload",
+        choices=WORKLOADS,
+        default=None,
+        help="built-in workload to run (default: the last one chosen in the window, else vision)",
+    )
+    parser.add_argument(
+        "--device",
+        default=None,
+        type=_device,
+        help="auto (best available), cpu, cuda or cuda:N (default: the last one "
+        "chosen in the window, else auto)",
+    )
+    parser.add_argument(
+        "--python",
+        metavar="PATH",
+        type=_python_path,
+        help="Python interpreter with torch that runs the training "
+        "(default: the one running gpuwatch)",
+    )
+    parser.add_argument(
+        "--no-start",
+        dest="autostart",
+        action="store_false",
+        help="open the window without starting the workload",
+    )
+    parser.add_argument(
+        "--tour",
+        action="store_true",
+        help="start the tour (baseline, workers, ..., compile) as soon as the "
+        "run is up; the scoreboard shows what each stage bought",
+    )
+    parser.add_argument(
+        "--demo-seconds",
+        type=_positive_seconds,
+        metavar="N",
+        help="run for N seconds, then (with --screenshot) save a PNG of the "
+        "window and exit; works with QT_QPA_PLATFORM=offscreen",
+    )
+    parser.add_argument(
+        "--screenshot",
+        type=Path,
+        metavar="PNG",
+        help="where --demo-seconds saves the window picture",
+    )
+    parser.add_argument(
+        "--self-test",
+        action="store_true",
+        help="check this installation end to end without a display: build "
+        "the window offscreen, train the mlp on the CPU in the training "
+        "Python (--python, else the chosen one) until steps arrive; "
+        "exit 0/1 with one line and a JSON result file",
+    )
+    parser.add_argument(
+        "--result",
+        type=Path,
+        metavar="FILE",
+        help="where --self-test writes its JSON result (default: "
+        "self-test.json beside the app log)",
+    )
     _add_look_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    doctor = sub.add_parser("doctor", help="report what this machine offers: torch, CUDA, "
-                                           "NVML, display, Python")
-    doctor.add_argument("--python", dest="doctor_python", metavar="PATH", type=_python_path,
-                        help="training interpreter to check (default: this one)")
+    doctor = sub.add_parser(
+        "doctor", help="report what this machine offers: torch, CUDA, NVML, display, Python"
+    )
+    doctor.add_argument(
+        "--python",
+        dest="doctor_python",
+        metavar="PATH",
+        type=_python_path,
+        help="training interpreter to check (default: this one)",
+    )
     doctor.set_defaults(doctor_parser=doctor)
-    doctor.add_argument("--gpu", action="store_true",
-                        help="check that gpuwatch measures this GPU right (about 30 s): "
-                             "sleep kernels of known length through the real runner, busy "
-                             "share against the truth, zero synchronizations, NVML, kernel "
-                             "capture; without an NVIDIA GPU it says so and exits 0")
-    doctor.add_argument("--report", type=Path, metavar="FILE",
-                        help="where --gpu writes its JSON report (default: gpu-check.json "
-                             "beside the app log)")
+    doctor.add_argument(
+        "--gpu",
+        action="store_true",
+        help="check that gpuwatch measures this GPU right (about 30 s): "
+        "sleep kernels of known length through the real runner, busy "
+        "share against the truth, zero synchronizations, NVML, kernel "
+        "capture; without an NVIDIA GPU it says so and exits 0",
+    )
+    doctor.add_argument(
+        "--report",
+        type=Path,
+        metavar="FILE",
+        help="where --gpu writes its JSON report (default: gpu-check.json beside the app log)",
+    )
     _add_bench_parser(sub)
     _add_export_parser(sub)
     _add_run_parser(sub)
@@ -84,104 +130,203 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_look_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     """``--presentation``, ``--theme`` and ``--window-size``: how a window looks (also in its
     screenshots)."""
-    parser.add_argument("--presentation", dest=f"{prefix}presentation", action="store_true",
-                        help="open in presentation mode (full screen, large fonts, high "
-                             "contrast; with --screenshot: a 1280×720 picture of it)")
-    parser.add_argument("--theme", dest=f"{prefix}theme", choices=THEMES, metavar="THEME",
-                        help="light, dark or system (default: the theme chosen in View → "
-                             "Theme, else the system's)")
-    parser.add_argument("--window-size", dest=f"{prefix}window_size", type=_window_size,
-                        metavar="WxH", help="open the window at this size, e.g. 1280x720 or "
-                                            "3840x2160 (with --presentation: presented in a "
-                                            "window of that size instead of full screen)")
+    parser.add_argument(
+        "--presentation",
+        dest=f"{prefix}presentation",
+        action="store_true",
+        help="open in presentation mode (full screen, large fonts, high "
+        "contrast; with --screenshot: a 1280×720 picture of it)",
+    )
+    parser.add_argument(
+        "--theme",
+        dest=f"{prefix}theme",
+        choices=THEMES,
+        metavar="THEME",
+        help="light, dark or system (default: the theme chosen in View → Theme, else the system's)",
+    )
+    parser.add_argument(
+        "--window-size",
+        dest=f"{prefix}window_size",
+        type=_window_size,
+        metavar="WxH",
+        help="open the window at this size, e.g. 1280x720 or "
+        "3840x2160 (with --presentation: presented in a "
+        "window of that size instead of full screen)",
+    )
 
 
 def _add_demo_options(parser: argparse.ArgumentParser, prefix: str) -> None:
     """``--demo-seconds`` and ``--screenshot`` for a subcommand that opens a window."""
-    parser.add_argument("--demo-seconds", dest=f"{prefix}demo_seconds", type=_positive_seconds,
-                        metavar="N", help="close the window after N seconds (with "
-                                          "--screenshot: save a PNG of it first)")
-    parser.add_argument("--screenshot", dest=f"{prefix}screenshot", type=Path, metavar="PNG",
-                        help="where --demo-seconds saves the window picture")
+    parser.add_argument(
+        "--demo-seconds",
+        dest=f"{prefix}demo_seconds",
+        type=_positive_seconds,
+        metavar="N",
+        help="close the window after N seconds (with --screenshot: save a PNG of it first)",
+    )
+    parser.add_argument(
+        "--screenshot",
+        dest=f"{prefix}screenshot",
+        type=Path,
+        metavar="PNG",
+        help="where --demo-seconds saves the window picture",
+    )
 
 
 def _add_replay_parser(sub: argparse._SubParsersAction) -> None:
     replay = sub.add_parser(
-        "replay", help="show a recorded run (.gpuwatch) in the window: no torch, no GPU needed",
+        "replay",
+        help="show a recorded run (.gpuwatch) in the window: no torch, no GPU needed",
         description="Open a recording in the window, shown to its end, with play/pause, a "
-                    "position slider and a speed factor. --compare shows a second recording "
-                    "beside it (scoreboards and step-time breakdowns).")
+        "position slider and a speed factor. --compare shows a second recording "
+        "beside it (scoreboards and step-time breakdowns).",
+    )
     replay.add_argument("file", type=Path, metavar="FILE", help="the recording to show")
-    replay.add_argument("--compare", type=Path, metavar="FILE2",
-                        help="a second recording to compare with FILE")
+    replay.add_argument(
+        "--compare", type=Path, metavar="FILE2", help="a second recording to compare with FILE"
+    )
     _add_demo_options(replay, "replay_")
     _add_look_options(replay, "replay_")
 
 
 def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser(
-        "run", help="watch your own training script (no code change needed)",
+        "run",
+        help="watch your own training script (no code change needed)",
         description="Run SCRIPT as `python SCRIPT ARGS` would (as __main__, with its argv, "
-                    "from this directory) and watch its training steps: in the window, or "
-                    "with --headless print a summary at the end. Everything after SCRIPT "
-                    "(or after --) is the script's own arguments.")
-    run.add_argument("--python", dest="run_python", metavar="PATH", type=_python_path,
-                     help="Python interpreter with torch that runs the script "
-                          "(default: the one running gpuwatch)")
-    run.add_argument("--device", dest="run_device", type=_device, metavar="DEVICE",
-                     help="auto (default: CUDA if torch sees a GPU), cpu (hides CUDA from the "
-                          "script), cuda or cuda:N (the script's default CUDA device)")
-    run.add_argument("--seconds", dest="run_seconds", type=_positive_seconds, metavar="N",
-                     help="stop the script cleanly N seconds after it started (a clean end: "
-                          "exit code 0); what was measured stays shown / recorded")
-    run.add_argument("--headless", action="store_true",
-                     help="no window: progress and the script's output on stderr, a summary "
-                          "on stdout; exit code = the script's")
-    run.add_argument("--record", type=Path, metavar="FILE",
-                     help="record the run to FILE (.gpuwatch), from the start")
+        "from this directory) and watch its training steps: in the window, or "
+        "with --headless print a summary at the end. Everything after SCRIPT "
+        "(or after --) is the script's own arguments.",
+    )
+    run.add_argument(
+        "--python",
+        dest="run_python",
+        metavar="PATH",
+        type=_python_path,
+        help="Python interpreter with torch that runs the script "
+        "(default: the one running gpuwatch)",
+    )
+    run.add_argument(
+        "--device",
+        dest="run_device",
+        type=_device,
+        metavar="DEVICE",
+        help="auto (default: CUDA if torch sees a GPU), cpu (hides CUDA from the "
+        "script), cuda or cuda:N (the script's default CUDA device)",
+    )
+    run.add_argument(
+        "--seconds",
+        dest="run_seconds",
+        type=_positive_seconds,
+        metavar="N",
+        help="stop the script cleanly N seconds after it started (a clean end: "
+        "exit code 0); what was measured stays shown / recorded",
+    )
+    run.add_argument(
+        "--headless",
+        action="store_true",
+        help="no window: progress and the script's output on stderr, a summary "
+        "on stdout; exit code = the script's",
+    )
+    run.add_argument(
+        "--record",
+        type=Path,
+        metavar="FILE",
+        help="record the run to FILE (.gpuwatch), from the start",
+    )
     _add_demo_options(run, "run_")
     _add_look_options(run, "run_")
     run.add_argument("script", metavar="SCRIPT", help="the training script to run")
-    run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
-                     help="the script's arguments")
+    run.add_argument(
+        "script_args", nargs=argparse.REMAINDER, metavar="ARGS", help="the script's arguments"
+    )
     run.set_defaults(run_parser=run)
 
 
 def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser(
-        "bench", help="run a workload through knob settings without a window and print the "
-                      "scoreboard",
+        "bench",
+        help="run a workload through knob settings without a window and print the scoreboard",
         description="Run a built-in workload headless through knob stages (the tour, or "
-                    "--set ... --then ...) and print one row per stage: samples/s, step "
-                    "time, busy and input-wait shares, speedup. Progress goes to stderr, the "
-                    "table to stdout.")
-    bench.add_argument("--workload", dest="bench_workload", choices=WORKLOADS,
-                       help="built-in workload (default: vision)")
-    bench.add_argument("--device", dest="bench_device", type=_device, metavar="DEVICE",
-                       help="auto, cpu, cuda or cuda:N (default: auto)")
-    bench.add_argument("--python", dest="bench_python", metavar="PATH", type=_python_path,
-                       help="Python interpreter with torch that runs the training")
-    bench.add_argument("--seconds", type=_positive_seconds, default=20.0, metavar="S",
-                       help="steady seconds measured per stage (default: 20; a stage whose "
-                            "rate keeps moving runs up to 3x this)")
-    bench.add_argument("--format", choices=REPORT_FORMATS, default="md",
-                       help="md (default), csv or json (docs/knobs.md §5)")
-    bench.add_argument("--output", type=Path, metavar="FILE",
-                       help="write the report to FILE instead of stdout")
-    bench.add_argument("--record", dest="bench_record", type=Path, metavar="FILE",
-                       help="also record the whole run to FILE (.gpuwatch; must not exist)")
-    bench.add_argument("--capture", type=_capture_steps, metavar="N",
-                       help="add a kernel window of N steps (torch.profiler) to each stage "
-                            "once it is steady; its steps are left out of the figures")
+        "--set ... --then ...) and print one row per stage: samples/s, step "
+        "time, busy and input-wait shares, speedup. Progress goes to stderr, the "
+        "table to stdout.",
+    )
+    bench.add_argument(
+        "--workload",
+        dest="bench_workload",
+        choices=WORKLOADS,
+        help="built-in workload (default: vision)",
+    )
+    bench.add_argument(
+        "--device",
+        dest="bench_device",
+        type=_device,
+        metavar="DEVICE",
+        help="auto, cpu, cuda or cuda:N (default: auto)",
+    )
+    bench.add_argument(
+        "--python",
+        dest="bench_python",
+        metavar="PATH",
+        type=_python_path,
+        help="Python interpreter with torch that runs the training",
+    )
+    bench.add_argument(
+        "--seconds",
+        type=_positive_seconds,
+        default=20.0,
+        metavar="S",
+        help="steady seconds measured per stage (default: 20; a stage whose "
+        "rate keeps moving runs up to 3x this)",
+    )
+    bench.add_argument(
+        "--format",
+        choices=REPORT_FORMATS,
+        default="md",
+        help="md (default), csv or json (docs/knobs.md §5)",
+    )
+    bench.add_argument(
+        "--output", type=Path, metavar="FILE", help="write the report to FILE instead of stdout"
+    )
+    bench.add_argument(
+        "--record",
+        dest="bench_record",
+        type=Path,
+        metavar="FILE",
+        help="also record the whole run to FILE (.gpuwatch; must not exist)",
+    )
+    bench.add_argument(
+        "--capture",
+        type=_capture_steps,
+        metavar="N",
+        help="add a kernel window of N steps (torch.profiler) to each stage "
+        "once it is steady; its steps are left out of the figures",
+    )
     stages = bench.add_mutually_exclusive_group()
-    stages.add_argument("--tour", action="store_true",
-                        help="the built-in tour: baseline, workers, pinned memory, batched "
-                             "logging, AMP, channels_last, compile (what works here)")
-    stages.add_argument("--set", dest="set_values", nargs="+", action="extend",
-                        type=_assignment, metavar="K=V",
-                        help="knob values of the first stage, over the workload's defaults")
-    bench.add_argument("--then", nargs="+", action="append", type=_assignment, metavar="K=V",
-                       help="one more stage adding these values (repeatable)")
+    stages.add_argument(
+        "--tour",
+        action="store_true",
+        help="the built-in tour: baseline, workers, pinned memory, batched "
+        "logging, AMP, channels_last, compile (what works here)",
+    )
+    stages.add_argument(
+        "--set",
+        dest="set_values",
+        nargs="+",
+        action="extend",
+        type=_assignment,
+        metavar="K=V",
+        help="knob values of the first stage, over the workload's defaults",
+    )
+    bench.add_argument(
+        "--then",
+        nargs="+",
+        action="append",
+        type=_assignment,
+        metavar="K=V",
+        help="one more stage adding these values (repeatable)",
+    )
     bench.set_defaults(bench_parser=bench)
 
 
@@ -197,8 +342,7 @@ def _assignment(text: str) -> str:
 
 def _device(text: str) -> str:
     value = text.strip().lower()
-    if value in ("auto", "cpu", "cuda") or (
-            value.startswith("cuda:") and value[5:].isdigit()):
+    if value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit()):
         return value
     raise argparse.ArgumentTypeError(f"{text!r} is not a device: use auto, cpu, cuda or cuda:N")
 
@@ -209,8 +353,9 @@ def _capture_steps(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of steps") from None
     if not 1 <= value <= MAX_CAPTURE_STEPS:
-        raise argparse.ArgumentTypeError(f"a kernel window covers 1 to {MAX_CAPTURE_STEPS} "
-                                         f"steps, not {value}")
+        raise argparse.ArgumentTypeError(
+            f"a kernel window covers 1 to {MAX_CAPTURE_STEPS} steps, not {value}"
+        )
     return value
 
 
@@ -290,21 +435,27 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if os.environ.get("GPUWATCH_DEBUG"):
             raise
-        print(f"gpuwatch: internal error: {type(exc).__name__}: {exc} "
-              f"(set GPUWATCH_DEBUG=1 for details)", file=sys.stderr)
+        print(
+            f"gpuwatch: internal error: {type(exc).__name__}: {exc} "
+            f"(set GPUWATCH_DEBUG=1 for details)",
+            file=sys.stderr,
+        )
         return 1
 
 
 def _add_export_parser(sub: argparse._SubParsersAction) -> None:
     export = sub.add_parser(
-        "export", help="write a recording as a Perfetto trace (JSON) and/or CSV",
+        "export",
+        help="write a recording as a Perfetto trace (JSON) and/or CSV",
         description="Export a recording (.gpuwatch): --perfetto writes Chrome trace-event "
-                    "JSON for ui.perfetto.dev or chrome://tracing, --csv one row per step "
-                    "(columns in docs/recording-format.md). Both may be given.")
+        "JSON for ui.perfetto.dev or chrome://tracing, --csv one row per step "
+        "(columns in docs/recording-format.md). Both may be given.",
+    )
     export.add_argument("export_file", type=Path, metavar="FILE", help="the recording")
     export.add_argument("--perfetto", type=Path, metavar="OUT.json", help="trace JSON to write")
-    export.add_argument("--csv", dest="export_csv", type=Path, metavar="OUT.csv",
-                        help="per-step CSV to write")
+    export.add_argument(
+        "--csv", dest="export_csv", type=Path, metavar="OUT.csv", help="per-step CSV to write"
+    )
     export.set_defaults(export_parser=export)
 
 
@@ -315,8 +466,9 @@ def _export(args: argparse.Namespace) -> int:
     if args.perfetto is None and args.export_csv is None:
         args.export_parser.error("give --perfetto OUT.json and/or --csv OUT.csv")
     try:
-        for line in export_recording(args.export_file, perfetto=args.perfetto,
-                                     csv=args.export_csv, err=sys.stderr):
+        for line in export_recording(
+            args.export_file, perfetto=args.perfetto, csv=args.export_csv, err=sys.stderr
+        ):
             print(f"gpuwatch: {line}", file=sys.stderr)
     except (ExportError, RecordingError) as exc:
         raise CliError(str(exc)) from None
@@ -329,18 +481,25 @@ def _bench(args: argparse.Namespace) -> int:
     from gpuwatch.core.bench import BenchOptions, run_bench
     from gpuwatch.core.bench_report import render
 
-    groups = [args.set_values or [], *(args.then or [])] if args.set_values or args.then \
-        else []
-    options = BenchOptions(workload=args.bench_workload or args.workload or "vision",
-                           device=args.bench_device or args.device or "auto",
-                           python=args.bench_python or args.python,
-                           seconds=args.seconds, tour=args.tour, groups=groups,
-                           record=args.bench_record, capture=args.capture)
+    groups = [args.set_values or [], *(args.then or [])] if args.set_values or args.then else []
+    options = BenchOptions(
+        workload=args.bench_workload or args.workload or "vision",
+        device=args.bench_device or args.device or "auto",
+        python=args.bench_python or args.python,
+        seconds=args.seconds,
+        tour=args.tour,
+        groups=groups,
+        record=args.bench_record,
+        capture=args.capture,
+    )
     outcome = run_bench(options)
     report = outcome.report
     # A usage error prints one line; a failed or interrupted run still shows what it measured.
-    if report is not None and outcome.exit_code != BENCH_USAGE and (
-            report.segments or outcome.exit_code == 0):
+    if (
+        report is not None
+        and outcome.exit_code != BENCH_USAGE
+        and (report.segments or outcome.exit_code == 0)
+    ):
         text = render(report, args.format)
         if args.output is not None:
             try:
@@ -388,15 +547,33 @@ def _run(args: argparse.Namespace) -> int:
     if args.headless:
         from gpuwatch.core.headless import HeadlessOptions, run_headless
 
-        return run_headless(HeadlessOptions(
-            script=script, script_args=tuple(args.script_args), device=device, python=python,
-            seconds=args.run_seconds, record=str(args.record) if args.record else None))
+        return run_headless(
+            HeadlessOptions(
+                script=script,
+                script_args=tuple(args.script_args),
+                device=device,
+                python=python,
+                seconds=args.run_seconds,
+                record=str(args.record) if args.record else None,
+            )
+        )
     window = argparse.Namespace(
-        workload=args.workload, device=device, python=python, autostart=True, tour=False,
-        demo_seconds=args.run_demo_seconds, screenshot=args.run_screenshot, script=script,
-        script_args=tuple(args.script_args), cwd=os.getcwd(), seconds=args.run_seconds,
-        record=args.record, presentation=args.run_presentation or args.presentation,
-        theme=args.run_theme or args.theme, window_size=args.run_window_size or args.window_size)
+        workload=args.workload,
+        device=device,
+        python=python,
+        autostart=True,
+        tour=False,
+        demo_seconds=args.run_demo_seconds,
+        screenshot=args.run_screenshot,
+        script=script,
+        script_args=tuple(args.script_args),
+        cwd=os.getcwd(),
+        seconds=args.run_seconds,
+        record=args.record,
+        presentation=args.run_presentation or args.presentation,
+        theme=args.run_theme or args.theme,
+        window_size=args.run_window_size or args.window_size,
+    )
     return _open_window(window)
 
 
@@ -408,20 +585,28 @@ def _replay(args: argparse.Namespace) -> int:
     demo_seconds = args.replay_demo_seconds or args.demo_seconds
     screenshot = args.replay_screenshot or args.screenshot
     if screenshot is not None and demo_seconds is None:
-        print("gpuwatch replay: --screenshot needs --demo-seconds (when to take it)",
-              file=sys.stderr)
+        print(
+            "gpuwatch replay: --screenshot needs --demo-seconds (when to take it)", file=sys.stderr
+        )
         return EXIT_USAGE
     try:
         recordings = [open_recording(path) for path in (args.file, args.compare) if path]
     except RecordingError as exc:
         raise CliError(str(exc)) from None
     window = argparse.Namespace(
-        workload=args.workload, device=args.device, python=args.python, autostart=False,
-        tour=False, demo_seconds=demo_seconds, screenshot=screenshot,
-        recording=recordings[0], compare=recordings[1] if len(recordings) > 1 else None,
+        workload=args.workload,
+        device=args.device,
+        python=args.python,
+        autostart=False,
+        tour=False,
+        demo_seconds=demo_seconds,
+        screenshot=screenshot,
+        recording=recordings[0],
+        compare=recordings[1] if len(recordings) > 1 else None,
         presentation=args.replay_presentation or args.presentation,
         theme=args.replay_theme or args.theme,
-        window_size=args.replay_window_size or args.window_size)
+        window_size=args.replay_window_size or args.window_size,
+    )
     return _open_window(window)
 
 
@@ -475,8 +660,10 @@ def _self_test(args: argparse.Namespace) -> int:
     def open_window(session):
         app = create_app()
         _install_quiet_handler()  # no offscreen size-hint noise around the one line
-        window = MainWindow(session, SimpleNamespace(
-            workload="mlp", device="cpu", python=args.python, demo_seconds=1))
+        window = MainWindow(
+            session,
+            SimpleNamespace(workload="mlp", device="cpu", python=args.python, demo_seconds=1),
+        )
         window.resize(1280, 800)
         window.show()
         return app.processEvents, window.close

@@ -47,8 +47,10 @@ from typing import Any, Protocol
 __all__ = ["active", "knob", "phase", "step"]
 
 #: The phases a step is made of, in order (the same as ``gpuwatch.protocol.PHASES``).
-_PHASE_INDEX = {name: index for index, name in
-                enumerate(("data", "h2d", "forward", "backward", "optimizer", "sync"))}
+_PHASE_INDEX = {
+    name: index
+    for index, name in enumerate(("data", "h2d", "forward", "backward", "optimizer", "sync"))
+}
 
 
 class Agent(Protocol):
@@ -121,8 +123,9 @@ def step(samples: int | None = None) -> _Step | _NoOp:
     agent = _agent
     if agent is None:
         return _NOOP
-    if samples is not None and (not isinstance(samples, int) or isinstance(samples, bool)
-                                or samples < 0):
+    if samples is not None and (
+        not isinstance(samples, int) or isinstance(samples, bool) or samples < 0
+    ):
         raise ValueError(f"gw.step(samples=...) must be a non-negative integer, got {samples!r}")
     return _Step(agent, samples)
 
@@ -138,9 +141,15 @@ def phase(name: str) -> _Phase | _NoOp:
     return _Phase(agent, index)
 
 
-def knob(name: str, default: Any, *, choices: list[Any] | tuple[Any, ...] | None = None,
-         min: float | None = None, max: float | None = None,
-         help: str = "") -> Any:
+def knob(
+    name: str,
+    default: Any,
+    *,
+    choices: list[Any] | tuple[Any, ...] | None = None,
+    min: float | None = None,
+    max: float | None = None,
+    help: str = "",
+) -> Any:
     """Declare a live knob and return its current value (``default`` without gpuwatch)."""
     entry = knob_entry(name, default, choices=choices, low=min, high=max, text=help)
     agent = _agent
@@ -149,24 +158,32 @@ def knob(name: str, default: Any, *, choices: list[Any] | tuple[Any, ...] | None
     return agent.knob(entry)
 
 
-def knob_entry(name: str, default: Any, *, choices: Any = None, low: Any = None,
-               high: Any = None, text: str = "") -> dict[str, Any]:
+def knob_entry(
+    name: str,
+    default: Any,
+    *,
+    choices: Any = None,
+    low: Any = None,
+    high: Any = None,
+    text: str = "",
+) -> dict[str, Any]:
     """The knob's schema entry (docs/knobs.md §2), or ``ValueError`` saying what is wrong."""
     where = f"gw.knob({name!r})"
     if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"gw.knob: the name must be an identifier such as 'num_workers', "
-                         f"got {name!r}")
+        raise ValueError(
+            f"gw.knob: the name must be an identifier such as 'num_workers', got {name!r}"
+        )
     if not isinstance(text, str):
         raise ValueError(f"{where}: help must be a string")
     if choices is not None:
-        if isinstance(choices, str | bytes) or not isinstance(choices, list | tuple) \
-                or not choices:
+        if isinstance(choices, str | bytes) or not isinstance(choices, list | tuple) or not choices:
             raise ValueError(f"{where}: choices must be a non-empty list")
         if not all(_is_scalar(c) for c in choices):
             raise ValueError(f"{where}: choices must be numbers, strings or booleans")
         if not any(_same(c, default) for c in choices):
-            raise ValueError(f"{where}: default {default!r} is not one of the choices "
-                             f"{list(choices)!r}")
+            raise ValueError(
+                f"{where}: default {default!r} is not one of the choices {list(choices)!r}"
+            )
         if low is not None or high is not None:
             raise ValueError(f"{where}: give choices or min/max, not both")
         kind, low, high, listed = "choice", None, None, list(choices)
@@ -179,25 +196,42 @@ def knob_entry(name: str, default: Any, *, choices: Any = None, low: Any = None,
         elif isinstance(default, float) and math.isfinite(default):
             kind = "float"
         else:
-            raise ValueError(f"{where}: default must be a bool, int or float (or give choices), "
-                             f"got {default!r}")
+            raise ValueError(
+                f"{where}: default must be a bool, int or float (or give choices), got {default!r}"
+            )
         if kind == "bool" and (low is not None or high is not None):
             raise ValueError(f"{where}: a bool knob has no min/max")
         for label, limit in (("min", low), ("max", high)):
-            if limit is not None and (isinstance(limit, bool)
-                                      or not isinstance(limit, int | float)
-                                      or not math.isfinite(limit)):
+            if limit is not None and (
+                isinstance(limit, bool)
+                or not isinstance(limit, int | float)
+                or not math.isfinite(limit)
+            ):
                 raise ValueError(f"{where}: {label} must be a number, got {limit!r}")
         if (low is not None and default < low) or (high is not None and default > high):
             raise ValueError(f"{where}: default {default!r} is outside min/max")
-    return {"name": name, "label": name, "group": "script", "type": kind, "default": default,
-            "min": low, "max": high, "choices": listed, "unit": None, "enabled": True,
-            "reason": None, "disabled_choices": {}, "rebuilds": "loop", "help": text}
+    return {
+        "name": name,
+        "label": name,
+        "group": "script",
+        "type": kind,
+        "default": default,
+        "min": low,
+        "max": high,
+        "choices": listed,
+        "unit": None,
+        "enabled": True,
+        "reason": None,
+        "disabled_choices": {},
+        "rebuilds": "loop",
+        "help": text,
+    }
 
 
 def _is_scalar(value: Any) -> bool:
     return isinstance(value, str | bool | int) or (
-        isinstance(value, float) and math.isfinite(value))
+        isinstance(value, float) and math.isfinite(value)
+    )
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -44,8 +44,15 @@ BATCH_INTERVAL_S = 0.05
 PHASES: tuple[str, ...] = ("data", "h2d", "forward", "backward", "optimizer", "sync")
 ALL_PHASES: tuple[str, ...] = (*PHASES, "other")
 #: Boundary marks: ``MARKS[i]`` starts ``PHASES[i]``; the last one ends the step.
-MARKS: tuple[str, ...] = ("start", "data_end", "h2d_end", "forward_end", "backward_end",
-                          "optimizer_end", "end")
+MARKS: tuple[str, ...] = (
+    "start",
+    "data_end",
+    "h2d_end",
+    "forward_end",
+    "backward_end",
+    "optimizer_end",
+    "end",
+)
 N_MARKS = len(MARKS)
 #: The device is given work between these marks (h2d .. optimizer). The data phase enqueues
 #: nothing and the sync phase only waits, so a device span over them would count idle time
@@ -69,8 +76,20 @@ CAPTURE_STATUSES: tuple[str, ...] = ("ok", "refused", "failed")
 WORKLOADS: tuple[str, ...] = ("vision", "mlp", "gpt")
 
 RUNNER_KINDS = frozenset(
-    {"hello", "knobs", "steps", "device_marks", "kernels", "config", "refused", "log", "error",
-     "bye", "device"})
+    {
+        "hello",
+        "knobs",
+        "steps",
+        "device_marks",
+        "kernels",
+        "config",
+        "refused",
+        "log",
+        "error",
+        "bye",
+        "device",
+    }
+)
 GUI_KINDS = frozenset({"set", "capture", "pause", "resume", "stop"})
 
 #: Knob schema types and groups (docs/knobs.md §2).
@@ -80,18 +99,40 @@ KNOB_GROUPS = ("loader", "copies", "precision", "layout", "kernels", "loop", "de
 #: Fields each kind must carry, with their JSON types. Extra fields are allowed (forward
 #: compatibility); missing or mistyped required ones make the message malformed.
 REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "hello": {"protocol": int, "pid": int, "workload": str, "device": dict,
-              "versions": dict, "knobs": list, "config": dict},
+    "hello": {
+        "protocol": int,
+        "pid": int,
+        "workload": str,
+        "device": dict,
+        "versions": dict,
+        "knobs": list,
+        "config": dict,
+    },
     "steps": {"step": list, "config": list, "samples": list, "host": list},
     "device_marks": {"step": list, "device": list},
     # A watched script's CUDA device, named once it is known (its first step): hello's device
     # was ``pending`` because reading it earlier would have started CUDA before the script.
     "device": {"device": dict},
     # A capture window, columnar (docs/design.md "Kernel capture" lists every column).
-    "kernels": {"status": str, "steps": list, "perturbed": list, "names": list,
-                "type": list, "name": list, "stream": list, "start": list, "end": list},
-    "config": {"id": int, "values": dict, "changed": dict, "t_ns": int, "first_step": int,
-               "warmup_steps": int},
+    "kernels": {
+        "status": str,
+        "steps": list,
+        "perturbed": list,
+        "names": list,
+        "type": list,
+        "name": list,
+        "stream": list,
+        "start": list,
+        "end": list,
+    },
+    "config": {
+        "id": int,
+        "values": dict,
+        "changed": dict,
+        "t_ns": int,
+        "first_step": int,
+        "warmup_steps": int,
+    },
     "refused": {"values": dict, "message": str},
     # The full knob schema again, when it grows mid-run (a script's gpuwatch.probe.knob()).
     "knobs": {"knobs": list, "values": dict},
@@ -121,8 +162,7 @@ def encode(kind: str, **fields: Any) -> bytes:
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"cannot encode {kind!r}: {exc}") from exc
     if len(data) > MAX_MESSAGE_BYTES:
-        raise ProtocolError(f"{kind!r} message of {len(data)} bytes exceeds "
-                            f"{MAX_MESSAGE_BYTES}")
+        raise ProtocolError(f"{kind!r} message of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}")
     return data
 
 
@@ -131,8 +171,9 @@ def decode(data: bytes, *, allowed: frozenset[str] | None = None) -> dict[str, A
     if len(data) > MAX_MESSAGE_BYTES:
         raise ProtocolError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}")
     try:
-        message = json.loads(data, parse_constant=_reject_constant, parse_int=_bounded_int,
-                             parse_float=_finite_float)
+        message = json.loads(
+            data, parse_constant=_reject_constant, parse_int=_bounded_int, parse_float=_finite_float
+        )
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ProtocolError(f"not JSON: {exc}") from exc
     _check(message)
@@ -186,8 +227,9 @@ def fit_error(fields: dict[str, Any]) -> dict[str, Any]:
         out["message"] = shorten(message, MAX_ERROR_MESSAGE_CHARS)
     trace = out.get("traceback")
     if isinstance(trace, str):
-        lines = [shorten(line, MAX_TRACEBACK_LINE_CHARS)
-                 for line in trace.splitlines(keepends=True)]
+        lines = [
+            shorten(line, MAX_TRACEBACK_LINE_CHARS) for line in trace.splitlines(keepends=True)
+        ]
         out["traceback"] = shorten("".join(lines), MAX_TRACEBACK_CHARS)
     return out
 
@@ -199,7 +241,7 @@ def shorten(text: str, limit: int) -> str:
         return text
     keep = max(0, limit - 60) // 2
     cut = len(text) - 2 * keep
-    return f"{text[:keep]} … [{cut:,} characters cut by gpuwatch] … {text[len(text) - keep:]}"
+    return f"{text[:keep]} … [{cut:,} characters cut by gpuwatch] … {text[len(text) - keep :]}"
 
 
 def _check(message: Any) -> None:
@@ -211,8 +253,9 @@ def _check(message: Any) -> None:
     for field, typ in REQUIRED[kind].items():
         value = message.get(field)
         if not isinstance(value, typ) or (isinstance(value, bool) and typ is int):
-            raise ProtocolError(f"{kind!r} message: field {field!r} missing or not "
-                                f"{getattr(typ, '__name__', typ)}")
+            raise ProtocolError(
+                f"{kind!r} message: field {field!r} missing or not {getattr(typ, '__name__', typ)}"
+            )
     if kind == "steps":
         _check_steps(message)
     elif kind == "device_marks":
@@ -238,8 +281,11 @@ def _check_columns(message: dict[str, Any], fields: tuple[str, ...]) -> None:
 
 def _check_mark_rows(rows: list[Any], field: str) -> None:
     for row in rows:
-        if (not isinstance(row, list) or len(row) != N_MARKS
-                or not all(isinstance(v, int) and not isinstance(v, bool) for v in row)):
+        if (
+            not isinstance(row, list)
+            or len(row) != N_MARKS
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in row)
+        ):
             raise ProtocolError(f"{field!r} rows must be {N_MARKS} integer marks")
 
 

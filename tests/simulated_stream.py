@@ -94,7 +94,10 @@ class SimulatedEvent:
         return self.timestamp_ns is None or self._stream.clock.now_ns >= self.timestamp_ns
 
     def elapsed_time(self, end_event: SimulatedEvent) -> float:
-        if (self.timestamp_ns is None or end_event.timestamp_ns is None
-                or not (self.query() and end_event.query())):
+        if (
+            self.timestamp_ns is None
+            or end_event.timestamp_ns is None
+            or not (self.query() and end_event.query())
+        ):
             raise RuntimeError("Both events must be completed before calculating elapsed time.")
         return float32((end_event.timestamp_ns - self.timestamp_ns) / 1e6)

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 
-def collate_with_modules(collate: Callable[[list[Any]], Any], items: list[Any]
-                         ) -> tuple[Any, list[str]]:
+def collate_with_modules(
+    collate: Callable[[list[Any]], Any], items: list[Any]
+) -> tuple[Any, list[str]]:
     """``collate(items)`` plus the names of every module loaded in this process by now (after
     the dataset was unpickled and its items decoded and augmented)."""
     return collate(items), sorted(name for name, mod in sys.modules.items() if mod is not None)

@@ -14,22 +14,60 @@ from gpuwatch.core.segments import Refusal, SegmentStats
 VALUES = {k["name"]: k["default"] for k in KNOBS}
 
 
-def row(config_id: int = 0, *, data: float = 0.0, sync: float = 0.0, copy: float = 0.0,
-        launch: float = 0.0, kernel: float = 10.0, other: float = 0.0, rate: float = 100.0,
-        changed: dict[str, Any] | None = None, settings: dict[str, Any] | None = None,
-        rates: tuple[float, ...] | None = None) -> SegmentStats:
+def row(
+    config_id: int = 0,
+    *,
+    data: float = 0.0,
+    sync: float = 0.0,
+    copy: float = 0.0,
+    launch: float = 0.0,
+    kernel: float = 10.0,
+    other: float = 0.0,
+    rate: float = 100.0,
+    changed: dict[str, Any] | None = None,
+    settings: dict[str, Any] | None = None,
+    rates: tuple[float, ...] | None = None,
+) -> SegmentStats:
     """A steady row whose breakdown (ms per step) is given; idle = data+sync+launch+other."""
-    breakdown = {"kernel": kernel, "memcpy": copy, "data_loading": data, "cpu_launch": launch,
-                 "sync": sync, "other": other}
-    idle = {"input": data, "copy": 0.0, "sync": sync, "launch": launch, "reconfigure": 0.0,
-            "other": other}
-    phases = {"data": data, "h2d": copy, "forward": kernel + launch, "backward": 0.0,
-              "optimizer": 0.0, "sync": sync, "other": other}
-    return SegmentStats(config_id=config_id, label=f"config {config_id}",
-                        settings=settings or dict(VALUES), changed=changed or {}, t_ns=0,
-                        steps=100, steady_steps=90, samples_per_s=rate,
-                        window_rates=rates or (rate, rate, rate), idle_causes=idle,
-                        breakdown=breakdown, host_phases=phases)
+    breakdown = {
+        "kernel": kernel,
+        "memcpy": copy,
+        "data_loading": data,
+        "cpu_launch": launch,
+        "sync": sync,
+        "other": other,
+    }
+    idle = {
+        "input": data,
+        "copy": 0.0,
+        "sync": sync,
+        "launch": launch,
+        "reconfigure": 0.0,
+        "other": other,
+    }
+    phases = {
+        "data": data,
+        "h2d": copy,
+        "forward": kernel + launch,
+        "backward": 0.0,
+        "optimizer": 0.0,
+        "sync": sync,
+        "other": other,
+    }
+    return SegmentStats(
+        config_id=config_id,
+        label=f"config {config_id}",
+        settings=settings or dict(VALUES),
+        changed=changed or {},
+        t_ns=0,
+        steps=100,
+        steady_steps=90,
+        samples_per_s=rate,
+        window_rates=rates or (rate, rate, rate),
+        idle_causes=idle,
+        breakdown=breakdown,
+        host_phases=phases,
+    )
 
 
 CPU = Context(knobs=KNOBS, values=VALUES, device_kind="cpu", cores=2)
@@ -44,8 +82,10 @@ def test_input_bound_suggests_workers_up_to_the_cores() -> None:
     top = findings[0]
     assert top.rule == "input-bound" and top.kind == "fix"
     assert top.suggestion == {"num_workers": 2}
-    assert top.title == "62% of each step waits for input; try num_workers=2 " \
-                        "(this machine has 2 cores)"
+    assert (
+        top.title == "62% of each step waits for input; try num_workers=2 "
+        "(this machine has 2 cores)"
+    )
     assert "input wait: 62%" in top.evidence and top.value == pytest.approx(0.62)
 
 
@@ -58,8 +98,9 @@ def test_storage_latency_and_cpu_bound_input_when_workers_fill_the_cores() -> No
     slow_disk = advise([row(data=50, kernel=50)], Context(KNOBS, values, "cpu", 2))
     assert rules(slow_disk)[0] == "storage-latency"
     assert slow_disk[0].suggestion == {"num_workers": 4}
-    busy_cpu = advise([row(data=50, kernel=50)],
-                      Context(KNOBS, {**VALUES, "num_workers": 2}, "cpu", 2))
+    busy_cpu = advise(
+        [row(data=50, kernel=50)], Context(KNOBS, {**VALUES, "num_workers": 2}, "cpu", 2)
+    )
     assert rules(busy_cpu) == ["input-cpu-bound"] and busy_cpu[0].suggestion == {}
 
 
@@ -71,8 +112,10 @@ def test_sync_bound_suggests_batched_logging_once() -> None:
 
 def test_copy_bound_only_with_usable_knobs() -> None:
     assert "copy-bound" not in rules(advise([row(copy=30, kernel=70)], CPU))  # disabled here
-    cuda_knobs = [knob("pin_memory", "bool", "loader", False),
-                  knob("non_blocking", "bool", "copies", False, rebuilds="loop")]
+    cuda_knobs = [
+        knob("pin_memory", "bool", "loader", False),
+        knob("non_blocking", "bool", "copies", False, rebuilds="loop"),
+    ]
     cuda = Context(cuda_knobs, {"pin_memory": False, "non_blocking": False}, "cuda", 8)
     found = advise([row(copy=30, kernel=70)], cuda)
     assert found[0].rule == "copy-bound"
@@ -81,8 +124,7 @@ def test_copy_bound_only_with_usable_knobs() -> None:
 
 def test_launch_bound_prefers_cuda_graphs_on_cuda_then_compile_then_batch() -> None:
     cuda = Context(KNOBS, VALUES, "cuda", 8)
-    assert advise([row(launch=40, kernel=60)], cuda)[0].suggestion == \
-        {"compile": "reduce-overhead"}
+    assert advise([row(launch=40, kernel=60)], cuda)[0].suggestion == {"compile": "reduce-overhead"}
     assert advise([row(launch=40, kernel=60)], CPU)[0].suggestion == {"compile": "default"}
     knobs = [*KNOBS, knob("batch_size", "int", "loader", 64, min=1, max=100)]
     compiled = Context(knobs, {**VALUES, "compile": "default", "batch_size": 64}, "cpu", 2)
@@ -94,8 +136,16 @@ def test_precision_only_when_device_bound_on_a_capable_cuda_device() -> None:
     found = advise([row(kernel=95, other=5)], cuda)
     assert rules(found) == ["precision", "device-bound"]
     assert found[0].suggestion == {"amp": "bf16"}
-    no_bf16 = [knob("amp", "choice", "precision", "off", choices=["off", "fp16", "bf16"],
-                    disabled_choices={"bf16": "bf16 is not supported by this GPU"})]
+    no_bf16 = [
+        knob(
+            "amp",
+            "choice",
+            "precision",
+            "off",
+            choices=["off", "fp16", "bf16"],
+            disabled_choices={"bf16": "bf16 is not supported by this GPU"},
+        )
+    ]
     found = advise([row(kernel=95, other=5)], Context(no_bf16, {"amp": "off"}, "cuda", 8))
     assert found[0].suggestion == {"amp": "fp16"}
     assert "precision" not in rules(advise([row(kernel=95, other=5)], CPU))
@@ -115,17 +165,22 @@ def test_nothing_is_wrong_when_idle_is_small() -> None:
 
 
 def test_disabled_knob_or_choice_is_never_suggested() -> None:
-    disabled = [knob("num_workers", "int", "loader", 0, min=0, max=16, enabled=False,
-                     reason="script mode"),
-                knob("log_every", "int", "loop", 1, min=1, max=1000, enabled=False,
-                     reason="no"),
-                knob("compile", "choice", "kernels", "off",
-                     choices=["off", "default", "reduce-overhead"],
-                     disabled_choices={"default": "no C++ compiler found",
-                                       "reduce-overhead": "needs CUDA"})]
+    disabled = [
+        knob("num_workers", "int", "loader", 0, min=0, max=16, enabled=False, reason="script mode"),
+        knob("log_every", "int", "loop", 1, min=1, max=1000, enabled=False, reason="no"),
+        knob(
+            "compile",
+            "choice",
+            "kernels",
+            "off",
+            choices=["off", "default", "reduce-overhead"],
+            disabled_choices={"default": "no C++ compiler found", "reduce-overhead": "needs CUDA"},
+        ),
+    ]
     values = {"num_workers": 0, "log_every": 1, "compile": "off"}
-    found = advise([row(data=40, sync=20, launch=20, kernel=20)],
-                   Context(disabled, values, "cpu", 2))
+    found = advise(
+        [row(data=40, sync=20, launch=20, kernel=20)], Context(disabled, values, "cpu", 2)
+    )
     assert all(not f.suggestion for f in found)
 
 
@@ -136,13 +191,21 @@ def test_ranking_by_share_of_the_step() -> None:
 
 def test_made_worse_suggests_the_revert_and_ranks_first() -> None:
     before = row(0, data=20, kernel=80, rate=1000)
-    after = row(1, data=20, kernel=80, rate=700, changed={"num_workers": 2},
-                settings={**VALUES, "num_workers": 2})
+    after = row(
+        1,
+        data=20,
+        kernel=80,
+        rate=700,
+        changed={"num_workers": 2},
+        settings={**VALUES, "num_workers": 2},
+    )
     found = advise([before, after], Context(KNOBS, {**VALUES, "num_workers": 2}, "cpu", 2))
     assert found[0].rule == "change-worse" and found[0].kind == "worse"
     assert found[0].suggestion == {"num_workers": 0}
-    assert found[0].title == "This change made things worse: num_workers 0→2 cost 30% of " \
-                             "samples/s; revert?"
+    assert (
+        found[0].title == "This change made things worse: num_workers 0→2 cost 30% of "
+        "samples/s; revert?"
+    )
 
 
 def test_a_loss_within_noise_is_not_worse() -> None:
@@ -155,8 +218,14 @@ def test_a_loss_within_noise_is_not_worse() -> None:
 
 def test_outcome_reports_the_speedup_and_the_quantity_it_was_about() -> None:
     before = row(0, data=62, kernel=38, rate=340)
-    after = row(1, data=8, kernel=92, rate=580, changed={"num_workers": 2},
-                settings={**VALUES, "num_workers": 2})
+    after = row(
+        1,
+        data=8,
+        kernel=92,
+        rate=580,
+        changed={"num_workers": 2},
+        settings={**VALUES, "num_workers": 2},
+    )
     ctx = Context(KNOBS, {**VALUES, "num_workers": 2}, "cpu", 2)
     found = advise([before, after], ctx, applied={1: "input wait"})
     assert found[0].rule == "change-outcome"
@@ -166,8 +235,9 @@ def test_outcome_reports_the_speedup_and_the_quantity_it_was_about() -> None:
 
 
 def test_no_findings_until_the_newest_segment_is_steady() -> None:
-    not_steady = SegmentStats(config_id=1, label="x", settings=VALUES, changed={"a": 1},
-                              t_ns=0, steps=3, steady_steps=0)
+    not_steady = SegmentStats(
+        config_id=1, label="x", settings=VALUES, changed={"a": 1}, t_ns=0, steps=3, steady_steps=0
+    )
     assert advise([row(data=62, kernel=38), not_steady], CPU) == []
     assert advise([], CPU) == []
 
@@ -191,22 +261,38 @@ def test_bench_report_prints_the_breakdowns_then_the_findings() -> None:
     naive = row(0, data=62, kernel=38)
     findings = advise([naive], CPU)
     segment = {**naive.to_json(), "label": "baseline"}
-    report = BenchReport(machine={"device_kind": "cpu", "cores": 2}, workload="vision",
-                         seconds_per_stage=4, segments=[segment],
-                         findings=[f.to_json() for f in findings])
+    report = BenchReport(
+        machine={"device_kind": "cpu", "cores": 2},
+        workload="vision",
+        seconds_per_stage=4,
+        segments=[segment],
+        findings=[f.to_json() for f in findings],
+    )
     data = json.loads(render(report, "json"))
     assert data["segments"][0]["idle_causes"]["input"] == 62
     assert data["segments"][0]["breakdown"]["kernel"] == 38
     assert data["findings"][0]["rule"] == "input-bound"
     assert data["findings"][0]["suggestion"] == {"num_workers": 2}
     text = render(report, "md")
-    assert "- baseline: of 100.0 ms per step: 62.0 data loading, 38.0 compute; " \
-           "of 62.0 ms idle per step: 62.0 input" in text
-    advisor = text[text.index("## Advisor"):]
-    assert "1. 62% of each step waits for input; try num_workers=2 (this machine has 2 " \
-           "cores)" in advisor and "→ set num_workers=2" in advisor
-    table = list(csv.reader(io.StringIO("\n".join(
-        line for line in render(report, "csv").splitlines() if not line.startswith("#")))))
+    assert (
+        "- baseline: of 100.0 ms per step: 62.0 data loading, 38.0 compute; "
+        "of 62.0 ms idle per step: 62.0 input" in text
+    )
+    advisor = text[text.index("## Advisor") :]
+    assert (
+        "1. 62% of each step waits for input; try num_workers=2 (this machine has 2 cores)"
+        in advisor
+        and "→ set num_workers=2" in advisor
+    )
+    table = list(
+        csv.reader(
+            io.StringIO(
+                "\n".join(
+                    line for line in render(report, "csv").splitlines() if not line.startswith("#")
+                )
+            )
+        )
+    )
     assert table[1][table[0].index("idle input ms")] == "62.000"
     unmeasured = {**segment, "breakdown": None, "idle_causes": {"input": float("nan")}}
     data = json.loads(render(BenchReport({}, "vision", 4, [unmeasured]), "json"))
@@ -225,8 +311,11 @@ def test_naive_vision_on_a_cpu_waits_for_input_and_the_applied_fix_is_measured()
     session = Session(sample_coarse=False)
     try:
         session.start(LaunchSpec(workload="vision", device="cpu"))
-        wait_until(lambda: session.hello is not None or session.state is SessionState.FAILED,
-                   240, "the runner's hello")
+        wait_until(
+            lambda: session.hello is not None or session.state is SessionState.FAILED,
+            240,
+            "the runner's hello",
+        )
         assert session.hello is not None, session.error
 
         def advice() -> list:
@@ -254,13 +343,15 @@ def test_naive_vision_on_a_cpu_waits_for_input_and_the_applied_fix_is_measured()
             assert not isinstance(answer, Refusal), answer
             applied[answer.id] = top.quantity
             found = advise(session.scoreboard(), context_of(session), applied)
-            return next((f for f in found if f.rule in ("change-outcome", "change-worse")),
-                        None)
+            return next((f for f in found if f.rule in ("change-outcome", "change-worse")), None)
 
         wait_until(outcome, 300, "the new configuration's steady figures")
         rows = session.scoreboard()  # one snapshot for the finding and the figures
-        result = next(f for f in advise(rows, context_of(session), applied)
-                      if f.rule in ("change-outcome", "change-worse"))
+        result = next(
+            f
+            for f in advise(rows, context_of(session), applied)
+            if f.rule in ("change-outcome", "change-worse")
+        )
         before, after = share(rows[0], "input wait"), share(rows[-1], "input wait")
         assert before is not None and after is not None
         move = f"num_workers 0→{min(cores, 16)}"
@@ -280,11 +371,21 @@ def _capture(kernel_wait_ms: float = 0.0, underfilled_share: float | None = None
     from gpuwatch.core.kernel_window import IdleBreakdown, WindowSummary
 
     return WindowSummary(
-        window_ns=100_000_000, busy_ns=60_000_000, busy_fraction=0.6, kernels=500, copies=2,
-        launch_gaps=499, launch_gap_median_ns=20.0, launch_gap_total_ns=40_000_000,
-        underfilled=300 if underfilled_share else 0, underfilled_busy_share=underfilled_share,
-        geometry_known=500, idle=IdleBreakdown(0, int(kernel_wait_ms * 1e6), 0),
-        stream_busy_ns={7: 60_000_000}, dropped=0)
+        window_ns=100_000_000,
+        busy_ns=60_000_000,
+        busy_fraction=0.6,
+        kernels=500,
+        copies=2,
+        launch_gaps=499,
+        launch_gap_median_ns=20.0,
+        launch_gap_total_ns=40_000_000,
+        underfilled=300 if underfilled_share else 0,
+        underfilled_busy_share=underfilled_share,
+        geometry_known=500,
+        idle=IdleBreakdown(0, int(kernel_wait_ms * 1e6), 0),
+        stream_busy_ns={7: 60_000_000},
+        dropped=0,
+    )
 
 
 def test_capture_rules_use_hta_kernel_wait_and_launch_geometry_on_cuda() -> None:
@@ -309,7 +410,9 @@ def test_a_watched_script_without_the_knobs_gets_the_advice_for_its_code() -> No
     script = Context(knobs=[], values={}, device_kind="cpu", cores=4)
     found = advise([row(data=40, sync=20, kernel=40)], script)
     assert rules(found) == ["input-bound", "sync-bound"]
-    assert found[0].title == "40% of each step waits for input: give your DataLoader " \
-                             "num_workers=4 (this machine has 4 cores)"
+    assert (
+        found[0].title == "40% of each step waits for input: give your DataLoader "
+        "num_workers=4 (this machine has 4 cores)"
+    )
     assert found[1].title.endswith("read the loss every 50 steps instead of every step")
     assert all(f.suggestion == {} for f in found)  # nothing to Apply: the fix is in the code

@@ -31,8 +31,15 @@ def _arr(values: list[int]) -> np.ndarray:
     return np.asarray(values, np.int64)
 
 
-def _steps(n: int, t0: int = 10**9, *, samples: int = 32, lag_ns: int = 0,
-           marked: np.ndarray | None = None, ids: np.ndarray | None = None) -> StepsView:
+def _steps(
+    n: int,
+    t0: int = 10**9,
+    *,
+    samples: int = 32,
+    lag_ns: int = 0,
+    marked: np.ndarray | None = None,
+    ids: np.ndarray | None = None,
+) -> StepsView:
     """A synthetic run: every step has PHASE_MS phases then OTHER_MS of loop overhead.
 
     Device marks are the host marks shifted by ``lag_ns`` on the ``marked`` steps.
@@ -41,25 +48,34 @@ def _steps(n: int, t0: int = 10**9, *, samples: int = 32, lag_ns: int = 0,
     starts = t0 + np.arange(n, dtype=np.int64) * int(PERIOD_MS * MS)
     host = starts[:, None] + offsets.astype(np.int64)[None, :]
     has = np.ones(n, bool) if marked is None else marked
-    return StepsView(step=np.arange(n, dtype=np.int64) if ids is None else ids,
-                     config=np.zeros(n, np.int32), samples=np.full(n, samples, np.int32),
-                     host=host, device=host + lag_ns, has_device=has)
+    return StepsView(
+        step=np.arange(n, dtype=np.int64) if ids is None else ids,
+        config=np.zeros(n, np.int32),
+        samples=np.full(n, samples, np.int32),
+        host=host,
+        device=host + lag_ns,
+        has_device=has,
+    )
 
 
 # ---- merge / gaps -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("starts", "ends", "want_s", "want_e"), [
-    ([0, 5], [10, 15], [0], [15]),                       # overlapping
-    ([0, 10], [10, 20], [0], [20]),                      # touching
-    ([0, 10, 30], [100, 20, 40], [0], [100]),            # nested
-    ([50, 0, 20], [60, 10, 30], [0, 20, 50], [10, 30, 60]),  # disjoint, unsorted
-    ([0, 5, 30, 35], [10, 8, 40, 50], [0, 30], [10, 50]),
-    ([0, 20], [10, 15], [0], [10]),                      # end < start: corrupt, ignored
-    ([], [], [], []),
-])
-def test_merge_intervals(starts: list[int], ends: list[int], want_s: list[int],
-                         want_e: list[int]) -> None:
+@pytest.mark.parametrize(
+    ("starts", "ends", "want_s", "want_e"),
+    [
+        ([0, 5], [10, 15], [0], [15]),  # overlapping
+        ([0, 10], [10, 20], [0], [20]),  # touching
+        ([0, 10, 30], [100, 20, 40], [0], [100]),  # nested
+        ([50, 0, 20], [60, 10, 30], [0, 20, 50], [10, 30, 60]),  # disjoint, unsorted
+        ([0, 5, 30, 35], [10, 8, 40, 50], [0, 30], [10, 50]),
+        ([0, 20], [10, 15], [0], [10]),  # end < start: corrupt, ignored
+        ([], [], [], []),
+    ],
+)
+def test_merge_intervals(
+    starts: list[int], ends: list[int], want_s: list[int], want_e: list[int]
+) -> None:
     s, e = merge_intervals(_arr(starts), _arr(ends))
     assert s.tolist() == want_s
     assert e.tolist() == want_e
@@ -94,14 +110,14 @@ def test_gaps() -> None:
 # ---- busy fraction ----------------------------------------------------------------------
 
 
-def _brute_busy(starts: np.ndarray, ends: np.ndarray, w0: np.ndarray,
-                w1: np.ndarray) -> np.ndarray:
+def _brute_busy(starts: np.ndarray, ends: np.ndarray, w0: np.ndarray, w1: np.ndarray) -> np.ndarray:
     """Unit-cell reference: cell t is busy if some interval covers [t, t+1)."""
     grid = np.zeros(int(max(ends.max(initial=0), w1.max())) + 1, bool)
     for a, b in zip(starts, ends, strict=True):
         grid[a:b] = True
-    return np.array([grid[a:b].sum() / (b - a) if b > a else np.nan
-                     for a, b in zip(w0, w1, strict=True)])
+    return np.array(
+        [grid[a:b].sum() / (b - a) if b > a else np.nan for a, b in zip(w0, w1, strict=True)]
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -123,8 +139,11 @@ def test_busy_fraction_simple_cases() -> None:
     frac = busy_fraction(s, e, _arr([0, 10, 15, 20, 0, 45, 5]), _arr([50, 20, 35, 30, 10, 60, 5]))
     np.testing.assert_allclose(frac, [0.4, 1.0, 0.5, 0.0, 0.0, 0.0, np.nan], equal_nan=True)
     # no spans at all: valid windows are idle, zero windows still have no figure
-    np.testing.assert_allclose(busy_fraction(_arr([]), _arr([]), _arr([0, 3]), _arr([10, 3])),
-                               [0.0, np.nan], equal_nan=True)
+    np.testing.assert_allclose(
+        busy_fraction(_arr([]), _arr([]), _arr([0, 3]), _arr([10, 3])),
+        [0.0, np.nan],
+        equal_nan=True,
+    )
     assert busy_fraction(s, e, _arr([]), _arr([])).shape == (0,)
 
 

@@ -20,30 +20,66 @@ from gpuwatch.core.progress_line import ProgressLine
 from gpuwatch.core.segments import ConfigChange, SegmentStats
 from gpuwatch.core.session import LogLine, SessionState
 
-MACHINE = {"device": "AMD EPYC 7B13", "device_kind": "cpu", "os": "Linux-6.1-x86_64",
-           "python": "3.11.9", "torch": "2.14.1", "cuda": None, "driver_model": None,
-           "cores": 2, "timing": "host"}
+MACHINE = {
+    "device": "AMD EPYC 7B13",
+    "device_kind": "cpu",
+    "os": "Linux-6.1-x86_64",
+    "python": "3.11.9",
+    "torch": "2.14.1",
+    "cuda": None,
+    "driver_model": None,
+    "cores": 2,
+    "timing": "host",
+}
 
 
 def segment(label: str, **figures: Any) -> dict[str, Any]:
-    base = {"label": label, "settings": {"num_workers": 0}, "changed": {},
-            "samples_per_s": None, "step_ms_p50": None, "step_ms_p95": None,
-            "busy_share": None, "input_wait_share": None, "coarse_util": None,
-            "coarse_source": None, "energy_j_per_step": None, "speedup": None, "steps": 3,
-            "steady_steps": 0, "transition_s": None}
+    base = {
+        "label": label,
+        "settings": {"num_workers": 0},
+        "changed": {},
+        "samples_per_s": None,
+        "step_ms_p50": None,
+        "step_ms_p95": None,
+        "busy_share": None,
+        "input_wait_share": None,
+        "coarse_util": None,
+        "coarse_source": None,
+        "energy_j_per_step": None,
+        "speedup": None,
+        "steps": 3,
+        "steady_steps": 0,
+        "transition_s": None,
+    }
     return {**base, **figures}
 
 
 def sample_report() -> BenchReport:
-    measured = segment("num_workers=2", changed={"num_workers": 2}, samples_per_s=362.14,
-                       step_ms_p50=85.2, step_ms_p95=97.0, busy_share=0.43,
-                       input_wait_share=0.52, coarse_util=0.49, coarse_source="proc.cpu",
-                       speedup=1.0, steps=240, steady_steps=236, transition_s=0.9,
-                       energy_j_per_step=float("nan"), config_id=4)
-    return BenchReport(machine=dict(MACHINE), workload="vision", seconds_per_stage=20.0,
-                       segments=[segment("baseline"), measured],
-                       skipped=[{"label": "pinned memory", "reason": "needs CUDA"}],
-                       baseline="baseline")
+    measured = segment(
+        "num_workers=2",
+        changed={"num_workers": 2},
+        samples_per_s=362.14,
+        step_ms_p50=85.2,
+        step_ms_p95=97.0,
+        busy_share=0.43,
+        input_wait_share=0.52,
+        coarse_util=0.49,
+        coarse_source="proc.cpu",
+        speedup=1.0,
+        steps=240,
+        steady_steps=236,
+        transition_s=0.9,
+        energy_j_per_step=float("nan"),
+        config_id=4,
+    )
+    return BenchReport(
+        machine=dict(MACHINE),
+        workload="vision",
+        seconds_per_stage=20.0,
+        segments=[segment("baseline"), measured],
+        skipped=[{"label": "pinned memory", "reason": "needs CUDA"}],
+        baseline="baseline",
+    )
 
 
 # ---- Report formats ---------------------------------------------------------------------------
@@ -51,21 +87,47 @@ def sample_report() -> BenchReport:
 
 def test_json_follows_the_contract() -> None:
     data = json.loads(render(sample_report(), "json"))
-    assert list(data) == ["schema", "gpuwatch", "machine", "workload", "seconds_per_stage",
-                          "baseline", "segments", "skipped", "findings"]
+    assert list(data) == [
+        "schema",
+        "gpuwatch",
+        "machine",
+        "workload",
+        "seconds_per_stage",
+        "baseline",
+        "segments",
+        "skipped",
+        "findings",
+    ]
     assert data["schema"] == 1 and isinstance(data["gpuwatch"], str)
     assert data["machine"] == MACHINE
     assert data["seconds_per_stage"] == 20 and isinstance(data["seconds_per_stage"], int)
     assert data["baseline"] == "baseline"
     assert data["skipped"] == [{"label": "pinned memory", "reason": "needs CUDA"}]
     first, second = data["segments"]
-    assert list(second) == ["label", "settings", "changed", "samples_per_s", "step_ms_p50",
-                            "step_ms_p95", "busy_share", "input_wait_share", "coarse_util",
-                            "coarse_source", "energy_j_per_step", "speedup", "steps",
-                            "steady_steps", "transition_s", "idle_causes", "breakdown"]
+    assert list(second) == [
+        "label",
+        "settings",
+        "changed",
+        "samples_per_s",
+        "step_ms_p50",
+        "step_ms_p95",
+        "busy_share",
+        "input_wait_share",
+        "coarse_util",
+        "coarse_source",
+        "energy_j_per_step",
+        "speedup",
+        "steps",
+        "steady_steps",
+        "transition_s",
+        "idle_causes",
+        "breakdown",
+    ]
     # Not measured is null, never 0 (NaN included); shares stay fractions.
-    assert all(first[k] is None for k in ("samples_per_s", "busy_share", "speedup",
-                                           "transition_s", "coarse_source"))
+    assert all(
+        first[k] is None
+        for k in ("samples_per_s", "busy_share", "speedup", "transition_s", "coarse_source")
+    )
     assert second["energy_j_per_step"] is None
     assert second["busy_share"] == 0.43 and second["input_wait_share"] == 0.52
     assert isinstance(second["steps"], int) and second["changed"] == {"num_workers": 2}
@@ -74,28 +136,41 @@ def test_json_follows_the_contract() -> None:
 def test_markdown_has_the_machine_the_columns_and_na() -> None:
     text = render(sample_report(), "md")
     header = next(line for line in text.splitlines() if line.startswith("- device:"))
-    for needle in ("AMD EPYC 7B13 (cpu, 2 cores)", "OS: Linux-6.1-x86_64", "torch 2.14.1",
-                   "python 3.11.9", "driver model: n/a"):
+    for needle in (
+        "AMD EPYC 7B13 (cpu, 2 cores)",
+        "OS: Linux-6.1-x86_64",
+        "torch 2.14.1",
+        "python 3.11.9",
+        "driver model: n/a",
+    ):
         assert needle in header
     assert "20 s per stage" in text and "timing: host" in text
     table = [line for line in text.splitlines() if line.startswith("|")]
-    assert table[0] == ("| stage | settings changed | samples/s | step p50 ms | step p95 ms | "
-                        "busy % | input wait % | coarse % | energy J/step | speedup | "
-                        "transition s |")
+    assert table[0] == (
+        "| stage | settings changed | samples/s | step p50 ms | step p95 ms | "
+        "busy % | input wait % | coarse % | energy J/step | speedup | "
+        "transition s |"
+    )
     assert table[2].startswith("| baseline | — | n/a | n/a |")
-    assert table[3] == ("| num_workers=2 | num_workers=2 | 362.1 | 85.2 | 97.0 | 43 | 52 | 49 | "
-                        "n/a | 1.00× | 0.9 |")
+    assert table[3] == (
+        "| num_workers=2 | num_workers=2 | 362.1 | 85.2 | 97.0 | 43 | 52 | 49 | n/a | 1.00× | 0.9 |"
+    )
     assert "skipped: pinned memory (needs CUDA)" in text
-    assert "busy % is the share of time in compute phases (host timing); coarse % is the " \
-           "runner's CPU use" in text
+    assert (
+        "busy % is the share of time in compute phases (host timing); coarse % is the "
+        "runner's CPU use" in text
+    )
 
 
 def test_csv_has_a_commented_header_and_na() -> None:
     text = render(sample_report(), "csv")
     comments = [line for line in text.splitlines() if line.startswith("#")]
     assert any("device: AMD EPYC 7B13" in c and "driver model: n/a" in c for c in comments)
-    rows = list(csv.reader(io.StringIO("\n".join(
-        line for line in text.splitlines() if not line.startswith("#")))))
+    rows = list(
+        csv.reader(
+            io.StringIO("\n".join(line for line in text.splitlines() if not line.startswith("#")))
+        )
+    )
     assert rows[0][:3] == ["stage", "settings changed", "samples/s"]
     assert rows[1][0] == "baseline" and rows[1][2] == "n/a"
     assert rows[2][2] == "362.14" and rows[2][5] == "43.0" and rows[2][8] == "n/a"
@@ -137,8 +212,13 @@ class ScriptedSession(FakeSession):
     """Says hello on start, applies every change at once, and reports a steady row per
     config whose rate grows with the workers; ``refuse_all`` plays a runner that refuses."""
 
-    def __init__(self, *, fail_start: str | None = None, refuse_all: str | None = None,
-                 revert_with: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        fail_start: str | None = None,
+        refuse_all: str | None = None,
+        revert_with: str | None = None,
+    ) -> None:
         super().__init__(schema(cuda=False))
         self.state = SessionState.IDLE
         self.hello = None
@@ -161,9 +241,13 @@ class ScriptedSession(FakeSession):
             self.state, self.error = SessionState.FAILED, self._fail_start
             return
         self.state = SessionState.RUNNING
-        self.hello = {"knobs": schema(cuda=False), "workload": spec.workload, "timing": "host",
-                      "device": {"kind": "cpu", "name": "Test CPU", "cores": 2},
-                      "versions": {"python": "3.11.9", "torch": "2.14.1", "cuda": None}}
+        self.hello = {
+            "knobs": schema(cuda=False),
+            "workload": spec.workload,
+            "timing": "host",
+            "device": {"kind": "cpu", "name": "Test CPU", "cores": 2},
+            "versions": {"python": "3.11.9", "torch": "2.14.1", "cuda": None},
+        }
 
     def set_knobs(self, values: dict[str, Any], *, label: str | None = None) -> int | None:
         request = super().set_knobs(values, label=label)
@@ -174,8 +258,9 @@ class ScriptedSession(FakeSession):
         config_id = self.apply(request)
         if self._revert_with:  # the change's first step fails: the runner goes back
             previous = self.changes[-2]
-            self.changes.append(ConfigChange(config_id + 1, previous.values, {}, 0, 50, 1,
-                                             label=previous.label))
+            self.changes.append(
+                ConfigChange(config_id + 1, previous.values, {}, 0, 50, 1, label=previous.label)
+            )
             self.log.append(LogLine(0, "error", "runner", self._revert_with + "\ntraceback"))
         return request
 
@@ -184,12 +269,25 @@ class ScriptedSession(FakeSession):
         rows = []
         for change in self.changes:
             rate = base * (1 + change.values["num_workers"])
-            rows.append(SegmentStats(
-                config_id=change.id, label=change.label, settings=change.values,
-                changed=change.changed, t_ns=0, steps=40, steady_steps=35, samples_per_s=rate,
-                busy_share=0.5, input_wait_share=0.4 / (1 + change.values["num_workers"]),
-                speedup=rate / base, window_rates=(rate, rate, rate), steady_since_ns=0,
-                steady_until_ns=5_000_000_000, transition_s=0.5))
+            rows.append(
+                SegmentStats(
+                    config_id=change.id,
+                    label=change.label,
+                    settings=change.values,
+                    changed=change.changed,
+                    t_ns=0,
+                    steps=40,
+                    steady_steps=35,
+                    samples_per_s=rate,
+                    busy_share=0.5,
+                    input_wait_share=0.4 / (1 + change.values["num_workers"]),
+                    speedup=rate / base,
+                    window_rates=(rate, rate, rate),
+                    steady_since_ns=0,
+                    steady_until_ns=5_000_000_000,
+                    transition_s=0.5,
+                )
+            )
         return rows
 
     def stop(self) -> None:
@@ -206,8 +304,12 @@ class ScriptedSession(FakeSession):
 
 def bench(session: ScriptedSession, **options: Any):
     progress = io.StringIO()
-    outcome = run_bench(BenchOptions(workload="vision", device="cpu", seconds=2.0, **options),
-                        progress=progress, session=session, tick_s=0.0)  # type: ignore[arg-type]
+    outcome = run_bench(
+        BenchOptions(workload="vision", device="cpu", seconds=2.0, **options),
+        progress=progress,
+        session=session,
+        tick_s=0.0,
+    )  # type: ignore[arg-type]
     return outcome, progress.getvalue()
 
 
@@ -228,7 +330,13 @@ def test_the_tour_reports_skipped_stages() -> None:
     outcome, progress = bench(ScriptedSession(), tour=True)
     assert outcome.exit_code == 0 and outcome.report is not None
     assert [s["label"] for s in outcome.report.segments] == [
-        "baseline", "workers", "batched logging", "AMP", "channels_last", "compile"]
+        "baseline",
+        "workers",
+        "batched logging",
+        "AMP",
+        "channels_last",
+        "compile",
+    ]
     assert outcome.report.skipped == [{"label": "pinned memory", "reason": "needs CUDA"}]
     assert "skipped pinned memory: needs CUDA" in progress
 
@@ -242,19 +350,24 @@ def test_unknown_knob_is_a_usage_error_before_any_stage() -> None:
 
 
 def test_a_refused_stage_is_a_usage_error_with_the_runners_message() -> None:
-    outcome, _ = bench(ScriptedSession(refuse_all="batch_size must be ≤ 64 here"),
-                       groups=[["batch_size=128"]])
+    outcome, _ = bench(
+        ScriptedSession(refuse_all="batch_size must be ≤ 64 here"), groups=[["batch_size=128"]]
+    )
     assert outcome.exit_code == 2
     assert outcome.error == "stage 'batch_size=128' was refused: batch_size must be ≤ 64 here"
 
 
 def test_a_reverted_stage_fails_the_run_with_the_runners_reason() -> None:
-    outcome, _ = bench(ScriptedSession(revert_with="step failed: InductorError: no compiler"),
-                       groups=[[], ["compile=default"]])
+    outcome, _ = bench(
+        ScriptedSession(revert_with="step failed: InductorError: no compiler"),
+        groups=[[], ["compile=default"]],
+    )
     assert outcome.exit_code == 1
-    assert outcome.error == ("stage 'compile=default' failed in its first steps and the runner "
-                             "went back to the previous settings (the runner said: step failed: "
-                             "InductorError: no compiler)")
+    assert outcome.error == (
+        "stage 'compile=default' failed in its first steps and the runner "
+        "went back to the previous settings (the runner said: step failed: "
+        "InductorError: no compiler)"
+    )
     assert outcome.report is not None
     assert [s["label"] for s in outcome.report.segments] == ["baseline", "compile=default"]
 
@@ -268,14 +381,17 @@ def test_a_runner_that_fails_at_start_is_exit_1_with_its_error() -> None:
 # ---- The command ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--set", "num_workers"], "'num_workers' is not a knob setting: write name=value"),
-    (["--tour", "--set", "num_workers=2"], "not allowed with argument --tour"),
-    (["--tour", "--then", "num_workers=2"], "--then adds stages to --set"),
-    (["--format", "xml"], "invalid choice: 'xml'"),
-    (["--seconds", "0"], "seconds must be between 0 and 86400"),
-    (["--output", "/no/such/folder/report.md"], "folder '/no/such/folder' does not exist"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--set", "num_workers"], "'num_workers' is not a knob setting: write name=value"),
+        (["--tour", "--set", "num_workers=2"], "not allowed with argument --tour"),
+        (["--tour", "--then", "num_workers=2"], "--then adds stages to --set"),
+        (["--format", "xml"], "invalid choice: 'xml'"),
+        (["--seconds", "0"], "seconds must be between 0 and 86400"),
+        (["--output", "/no/such/folder/report.md"], "folder '/no/such/folder' does not exist"),
+    ],
+)
 def test_bad_bench_arguments_are_usage_errors(args: list[str], needle: str, capsys) -> None:
     from gpuwatch.cli import main
 
@@ -304,8 +420,21 @@ def test_bench_command_writes_the_report_to_a_file(scripted, tmp_path, capsys) -
     from gpuwatch.cli import main
 
     target = tmp_path / "report.csv"
-    code = main(["bench", "--seconds", "1", "--format", "csv", "--output", str(target),
-                 "--set", "num_workers=0", "--then", "num_workers=2"])
+    code = main(
+        [
+            "bench",
+            "--seconds",
+            "1",
+            "--format",
+            "csv",
+            "--output",
+            str(target),
+            "--set",
+            "num_workers=0",
+            "--then",
+            "num_workers=2",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0 and captured.out == ""
     assert f"gpuwatch: wrote {target}" in captured.err
@@ -328,8 +457,7 @@ def test_ctrl_c_prints_what_was_measured_and_exits_130(scripted, monkeypatch, ca
         return original(self)
 
     monkeypatch.setattr(ScriptedSession, "scoreboard", interrupted_in_stage_two)
-    code = main(["bench", "--seconds", "1", "--then", "num_workers=2", "--then",
-                 "num_workers=4"])
+    code = main(["bench", "--seconds", "1", "--then", "num_workers=2", "--then", "num_workers=4"])
     captured = capsys.readouterr()
     assert code == 130 and scripted[0].stopped
     assert captured.err.rstrip().endswith("gpuwatch: interrupted: stopped the run")
@@ -338,10 +466,13 @@ def test_ctrl_c_prints_what_was_measured_and_exits_130(scripted, monkeypatch, ca
 
 
 def test_the_bench_path_never_imports_qt() -> None:
-    code = ("import sys, gpuwatch.cli, gpuwatch.core.bench, gpuwatch.core.bench_report\n"
-            "print(sorted(m for m in ('PySide6', 'pyqtgraph', 'torch') if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=True)
+    code = (
+        "import sys, gpuwatch.cli, gpuwatch.core.bench, gpuwatch.core.bench_report\n"
+        "print(sorted(m for m in ('PySide6', 'pyqtgraph', 'torch') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     assert done.stdout.strip() == "[]"
 
 
@@ -351,8 +482,14 @@ def test_the_bench_path_never_imports_qt() -> None:
 def _gpuwatch(*args: str, timeout: float) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
     env.pop("QT_QPA_PLATFORM", None)  # bench needs no display at all
-    return subprocess.run([sys.executable, "-m", "gpuwatch", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuwatch", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
 
 
 @pytest.mark.timeout(600)
@@ -361,9 +498,23 @@ def test_bench_workers_beat_the_naive_loop_when_input_waits_for_storage() -> Non
     two workers overlap whatever else the machine runs; CPU-bound decoding (the vision demo)
     gains from workers only while a core is free, so it cannot prove the direction beside
     another busy process."""
-    done = _gpuwatch("bench", "--workload", "mlp", "--device", "cpu", "--seconds", "4",
-                     "--format", "json", "--set", "num_workers=0", "storage_latency_ms=0.25",
-                     "--then", "num_workers=2", timeout=570)
+    done = _gpuwatch(
+        "bench",
+        "--workload",
+        "mlp",
+        "--device",
+        "cpu",
+        "--seconds",
+        "4",
+        "--format",
+        "json",
+        "--set",
+        "num_workers=0",
+        "storage_latency_ms=0.25",
+        "--then",
+        "num_workers=2",
+        timeout=570,
+    )
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     data = json.loads(done.stdout)

@@ -13,29 +13,41 @@ from gpuwatch import __version__
 
 def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    return subprocess.run([sys.executable, "-m", "gpuwatch", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuwatch", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
 
 
 def test_version_imports_neither_torch_nor_qt() -> None:
-    code = ("import sys; from gpuwatch.cli import main\n"
-            "try:\n    main(['--version'])\nexcept SystemExit as e:\n    code = e.code\n"
-            "heavy = [m for m in ('torch', 'PySide6', 'pyqtgraph', 'numpy') if m in sys.modules]\n"
-            "print('HEAVY', heavy, code)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=True)
+    code = (
+        "import sys; from gpuwatch.cli import main\n"
+        "try:\n    main(['--version'])\nexcept SystemExit as e:\n    code = e.code\n"
+        "heavy = [m for m in ('torch', 'PySide6', 'pyqtgraph', 'numpy') if m in sys.modules]\n"
+        "print('HEAVY', heavy, code)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     assert f"gpuwatch {__version__}" in done.stdout
     assert "HEAVY [] 0" in done.stdout
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--device", "gpu7"], "is not a device"),
-    (["--demo-seconds", "soon"], "is not a number of seconds"),
-    (["--workload", "nope"], "invalid choice"),
-    (["--python", "/no/such/python"], "is not an executable file"),
-    (["--screenshot", "x.png"], "--screenshot needs --demo-seconds"),
-    (["frobnicate"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--device", "gpu7"], "is not a device"),
+        (["--demo-seconds", "soon"], "is not a number of seconds"),
+        (["--workload", "nope"], "invalid choice"),
+        (["--python", "/no/such/python"], "is not an executable file"),
+        (["--screenshot", "x.png"], "--screenshot needs --demo-seconds"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
 def test_bad_arguments_give_one_clear_line(args: list[str], needle: str) -> None:
     done = _run(*args)
     assert done.returncode == 2
@@ -69,10 +81,19 @@ def test_doctor_with_an_interpreter_without_torch(tmp_path) -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="X11/Wayland variables")
 def test_no_display_gives_one_line_instead_of_a_qt_abort() -> None:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY")}
-    done = subprocess.run([sys.executable, "-m", "gpuwatch", "--no-start"], env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY")
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "--no-start"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 1
     assert done.stderr.startswith("gpuwatch: no display found")
     assert done.stderr.count("\n") == 1

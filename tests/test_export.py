@@ -54,27 +54,53 @@ def recording_path(tmp_path_factory) -> Path:
     session = Session(sample_coarse=False)
     recorder = Recorder(path, session, spec={"workload": "vision"}, flush_s=0.05)
     recorder.start()
-    session._dispatch({"kind": "hello", "protocol": 1, "pid": 9, "workload": "vision",
-                       "device": {"kind": "cuda", "name": "Test GPU"}, "versions": {},
-                       "knobs": [], "config": {"values": {"amp": False}, "warmup_steps": 3}})
+    session._dispatch(
+        {
+            "kind": "hello",
+            "protocol": 1,
+            "pid": 9,
+            "workload": "vision",
+            "device": {"kind": "cuda", "name": "Test GPU"},
+            "versions": {},
+            "knobs": [],
+            "config": {"values": {"amp": False}, "warmup_steps": 3},
+        }
+    )
     base = time.perf_counter_ns() + 5 * MS
     first, second = range(CHANGE_AT), range(CHANGE_AT, N_STEPS)
     for ids in (first, second):
         if ids is second:
-            session._dispatch({"kind": "config", "id": 1, "request": None,
-                               "values": {"amp": True}, "changed": {"amp": True},
-                               "t_ns": step_marks(base, CHANGE_AT)[0] - MS, "apply_s": 0.001,
-                               "first_step": CHANGE_AT, "warmup_steps": 2,
-                               "rebuilt": []})
-        session._dispatch({"kind": "steps", "step": list(ids), "config": [int(ids is second)]
-                           * len(ids), "samples": [32] * len(ids),
-                           "host": [step_marks(base, i) for i in ids]})
+            session._dispatch(
+                {
+                    "kind": "config",
+                    "id": 1,
+                    "request": None,
+                    "values": {"amp": True},
+                    "changed": {"amp": True},
+                    "t_ns": step_marks(base, CHANGE_AT)[0] - MS,
+                    "apply_s": 0.001,
+                    "first_step": CHANGE_AT,
+                    "warmup_steps": 2,
+                    "rebuilt": [],
+                }
+            )
+        session._dispatch(
+            {
+                "kind": "steps",
+                "step": list(ids),
+                "config": [int(ids is second)] * len(ids),
+                "samples": [32] * len(ids),
+                "host": [step_marks(base, i) for i in ids],
+            }
+        )
     marked = [i for i in range(N_STEPS) if i != 3]  # step 3's device marks never came
-    session._dispatch({"kind": "device_marks", "step": marked,
-                       "device": [device_marks(base, i) for i in marked]})
+    session._dispatch(
+        {"kind": "device_marks", "step": marked, "device": [device_marks(base, i) for i in marked]}
+    )
     session.coarse.set_status(MetricStatus("nvml.gpu_util", "GPU utilization", "%", True))
-    session.coarse.append_many("nvml.gpu_util", [base, base + 200 * MS],
-                               [base + 200 * MS, base + 400 * MS], [40.0, 80.0])
+    session.coarse.append_many(
+        "nvml.gpu_util", [base, base + 200 * MS], [base + 200 * MS, base + 400 * MS], [40.0, 80.0]
+    )
     wait_until(lambda: recorder.steps_written == N_STEPS, 10, "all steps written")
     recorder.close()
     return path
@@ -178,9 +204,10 @@ def test_csv_has_one_documented_row_per_step(recording_path: Path, tmp_path: Pat
     assert [int(r["step"]) for r in rows] == list(range(N_STEPS))
     first = rows[0]
     assert first["config_label"] == "baseline" and first["samples"] == "32"
-    assert [float(first[f"{p}_ms"]) for p in ("data", "h2d", "forward", "backward",
-                                              "optimizer", "sync", "other")] == \
-        [2, 1, 2, 3, 1, 0.5, 0.5]
+    assert [
+        float(first[f"{p}_ms"])
+        for p in ("data", "h2d", "forward", "backward", "optimizer", "sync", "other")
+    ] == [2, 1, 2, 3, 1, 0.5, 0.5]
     assert float(first["step_ms"]) == 10
     start0 = float(first["start_ms"])
     assert float(rows[1]["start_ms"]) - start0 == pytest.approx(10)
@@ -189,17 +216,26 @@ def test_csv_has_one_documented_row_per_step(recording_path: Path, tmp_path: Pat
     assert rows[3]["device_active_start_ms"] == rows[3]["device_active_end_ms"] == ""
     assert rows[-1]["other_ms"] == "0" and rows[-1]["step_ms"] == "9.5"
     assert [r["transition"] for r in rows[:4]] == ["1", "1", "1", "0"]
-    change = rows[CHANGE_AT: CHANGE_AT + 3]
-    assert [(r["config"], r["config_label"], r["transition"]) for r in change] == \
-        [("1", "amp=on", "1"), ("1", "amp=on", "1"), ("1", "amp=on", "0")]
+    change = rows[CHANGE_AT : CHANGE_AT + 3]
+    assert [(r["config"], r["config_label"], r["transition"]) for r in change] == [
+        ("1", "amp=on", "1"),
+        ("1", "amp=on", "1"),
+        ("1", "amp=on", "0"),
+    ]
 
 
 # ---- The command -------------------------------------------------------------------------
 
 
 def gpuwatch(*args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuwatch", "export", *map(str, args)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "export", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_export_command_writes_both_formats(recording_path: Path, tmp_path: Path) -> None:
@@ -218,8 +254,9 @@ def test_export_command_usage_errors_exit_2(recording_path: Path, args: tuple) -
     assert "usage:" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_export_command_bad_input_is_one_line_and_exit_1(tmp_path: Path,
-                                                        recording_path: Path) -> None:
+def test_export_command_bad_input_is_one_line_and_exit_1(
+    tmp_path: Path, recording_path: Path
+) -> None:
     text = tmp_path / "notes.gpuwatch"
     text.write_text("hello\n")
     cases = [

@@ -24,8 +24,11 @@ def frozen(tmp_path, monkeypatch):
     source.mkdir(parents=True)
     for name in ("__init__.py", "protocol.py", "probe.py"):
         shutil.copy2(launcher.PACKAGE_DIR / name, source / name)
-    shutil.copytree(launcher.PACKAGE_DIR / "runner", source / "runner",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        launcher.PACKAGE_DIR / "runner",
+        source / "runner",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     monkeypatch.setattr(sys, "_MEIPASS", str(bundle), raising=False)
     return bundle
@@ -49,14 +52,22 @@ def test_clean_env_restores_ld_library_path_and_drops_bundle_paths(frozen):
         "LD_LIBRARY_PATH_ORIG": "/opt/cuda/lib64",
         "PATH": os.pathsep.join([inside, str(frozen / "PySide6"), "/usr/bin"]),
         "QT_PLUGIN_PATH": str(frozen / "PySide6" / "plugins"),
-        "_PYI_APPLICATION_HOME_DIR": inside, "_MEIPASS2": inside, "PYTHONHOME": inside,
-        "HOME": "/home/u", "URL": "http://example.org:8080/x",
+        "_PYI_APPLICATION_HOME_DIR": inside,
+        "_MEIPASS2": inside,
+        "PYTHONHOME": inside,
+        "HOME": "/home/u",
+        "URL": "http://example.org:8080/x",
     }
     env = launcher.clean_env(environ)
     assert env["LD_LIBRARY_PATH"] == "/opt/cuda/lib64"
     assert env["PATH"] == "/usr/bin"
-    for gone in ("QT_PLUGIN_PATH", "_PYI_APPLICATION_HOME_DIR", "_MEIPASS2", "PYTHONHOME",
-                 "LD_LIBRARY_PATH_ORIG"):
+    for gone in (
+        "QT_PLUGIN_PATH",
+        "_PYI_APPLICATION_HOME_DIR",
+        "_MEIPASS2",
+        "PYTHONHOME",
+        "LD_LIBRARY_PATH_ORIG",
+    ):
         assert gone not in env
     assert env["HOME"] == "/home/u" and env["URL"] == "http://example.org:8080/x"
 
@@ -72,8 +83,9 @@ def test_source_install_env_is_unchanged(monkeypatch):
     assert launcher.clean_env(environ) == environ
 
 
-def test_frozen_runner_env_is_the_users_and_boot_runs_the_shipped_source(frozen, tmp_path,
-                                                                         monkeypatch):
+def test_frozen_runner_env_is_the_users_and_boot_runs_the_shipped_source(
+    frozen, tmp_path, monkeypatch
+):
     """The environment and command a frozen Session gives the runner, used for real: the venv's
     Python runs ``gpuwatch.runner`` from the bundle's source folder (``boot_code``), without
     the bundle's libraries on LD_LIBRARY_PATH and with nothing of ours on PYTHONPATH."""
@@ -92,10 +104,19 @@ def test_frozen_runner_env_is_the_users_and_boot_runs_the_shipped_source(frozen,
     assert env["PYTHONPATH"] == "/opt/user-python"
     cli = Path(root) / "gpuwatch" / "runner" / "cli.py"
     cli.write_text(cli.read_text(encoding="utf-8") + REPORTING_MAIN, encoding="utf-8")
-    command = launcher.script_command(sys.executable, str(tmp_path / "no-such.sock"),
-                                      "train.py", [], device="cpu", root=root)
-    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True,
-                         cwd=tmp_path, timeout=60, stdin=subprocess.DEVNULL)
+    command = launcher.script_command(
+        sys.executable, str(tmp_path / "no-such.sock"), "train.py", [], device="cpu", root=root
+    )
+    out = subprocess.run(
+        command,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["code"] == 3, out.stderr  # no GUI to connect to
     assert Path(seen["cli"]) == cli

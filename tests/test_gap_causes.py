@@ -13,17 +13,27 @@ from gpuwatch.core.store import StepsView
 MS = 1_000_000
 
 
-def view_of(host_ms: list[list[float]], device_ms: list[list[float]] | None = None,
-            steps: list[int] | None = None, config: list[int] | None = None) -> StepsView:
+def view_of(
+    host_ms: list[list[float]],
+    device_ms: list[list[float]] | None = None,
+    steps: list[int] | None = None,
+    config: list[int] | None = None,
+) -> StepsView:
     """Steps from marks in ms (start, data_end, h2d_end, forward_end, backward_end,
     optimizer_end, sync_end). Without ``device_ms`` the device is the host (a CPU)."""
     host = (np.asarray(host_ms, float) * MS).astype(np.int64)
     n = len(host)
-    device = host.copy() if device_ms is None else \
-        (np.asarray(device_ms, float) * MS).astype(np.int64)
-    return StepsView(np.asarray(steps if steps is not None else range(n), np.int64),
-                     np.asarray(config if config is not None else [0] * n, np.int32),
-                     np.ones(n, np.int32), host, device, np.ones(n, bool))
+    device = (
+        host.copy() if device_ms is None else (np.asarray(device_ms, float) * MS).astype(np.int64)
+    )
+    return StepsView(
+        np.asarray(steps if steps is not None else range(n), np.int64),
+        np.asarray(config if config is not None else [0] * n, np.int32),
+        np.ones(n, np.int32),
+        host,
+        device,
+        np.ones(n, bool),
+    )
 
 
 def cpu_steps(n: int, durations: tuple[float, ...] = (10, 1, 5, 5, 2, 3, 4)) -> StepsView:
@@ -45,8 +55,14 @@ def totals_ms(idle) -> dict[str, float]:
 def test_cpu_idle_is_the_non_compute_host_time_by_phase() -> None:
     idle = caused_idle(cpu_steps(3))
     # per step: data 10 → input, sync 3 → sync, other 4 → other (not after the last step)
-    assert totals_ms(idle) == {"input": 30, "copy": 0, "sync": 9, "launch": 0,
-                               "reconfigure": 0, "other": 8}
+    assert totals_ms(idle) == {
+        "input": 30,
+        "copy": 0,
+        "sync": 9,
+        "launch": 0,
+        "reconfigure": 0,
+        "other": 8,
+    }
 
 
 def test_simulated_cuda_gap_is_split_by_the_host_phase_active_then() -> None:
@@ -80,10 +96,17 @@ def test_device_idle_while_the_host_computes_is_launch() -> None:
 
 def test_reconfigure_covers_the_apply_overhead_and_the_transition_steps() -> None:
     v = cpu_steps(5)
-    v = StepsView(v.step, np.asarray([0, 0, 1, 1, 1], np.int32), v.samples, v.host, v.device,
-                  v.has_device)
-    change = ConfigChange(id=1, values={"num_workers": 2}, changed={"num_workers": 2},
-                          t_ns=0, first_step=2, warmup_steps=2)
+    v = StepsView(
+        v.step, np.asarray([0, 0, 1, 1, 1], np.int32), v.samples, v.host, v.device, v.has_device
+    )
+    change = ConfigChange(
+        id=1,
+        values={"num_workers": 2},
+        changed={"num_workers": 2},
+        t_ns=0,
+        first_step=2,
+        warmup_steps=2,
+    )
     flags = reconfiguring_steps(v, [change])
     assert flags.tolist() == [False, False, True, True, False]
     got = totals_ms(caused_idle(v, reconfiguring=flags))
@@ -164,15 +187,24 @@ def test_pieces_agree_with_a_point_by_point_reference() -> None:
     host[:, 0] = starts
     host[:, 1:] = starts[:, None] + np.cumsum(durations[:, :6], axis=1)
     device = np.maximum.accumulate((host + rng.integers(0, 3, (n, 1)) * MS).reshape(-1))
-    v = StepsView(np.arange(n), np.zeros(n, np.int32), np.ones(n, np.int32), host,
-                  device.reshape(n, 7), rng.random(n) > 0.2)
+    v = StepsView(
+        np.arange(n),
+        np.zeros(n, np.int32),
+        np.ones(n, np.int32),
+        host,
+        device.reshape(n, 7),
+        rng.random(n) > 0.2,
+    )
     split = time_split(v)
     hb, db = host.reshape(-1), device.reshape(n, 7)
     marked = set(np.flatnonzero(v.has_device).tolist())
     for t in np.arange(hb[0], hb[-1], MS // 4):  # every quarter ms of the run
         host_k = int(np.searchsorted(hb, t, side="right")) - 1
-        rows = [r for r in marked if db[r, 0] <= t < db[r, -1] or
-                (r + 1 in marked and db[r, -1] <= t < db[r + 1, 0])]
+        rows = [
+            r
+            for r in marked
+            if db[r, 0] <= t < db[r, -1] or (r + 1 in marked and db[r, -1] <= t < db[r + 1, 0])
+        ]
         phase = int(np.searchsorted(db[rows[0]], t, side="right")) - 1 if rows else None
         idle_ref = phase in (0, 5, 6)  # data, sync, between steps
         holding = np.flatnonzero((split.idle_start <= t) & (t < split.idle_end))

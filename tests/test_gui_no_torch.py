@@ -38,11 +38,21 @@ print("RESULT", drawn, torch_at_show, "torch" in sys.modules, session.error)
 
 
 def test_window_draws_a_real_run_without_importing_torch(tmp_path: Path) -> None:
-    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen",
-           "GPUWATCH_SETTINGS_DIR": str(tmp_path / "settings"),
-           "GPUWATCH_LOG_DIR": str(tmp_path / "logs")}
-    done = subprocess.run([sys.executable, "-c", GUI], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=240, check=False)
+    env = {
+        **os.environ,
+        "QT_QPA_PLATFORM": "offscreen",
+        "GPUWATCH_SETTINGS_DIR": str(tmp_path / "settings"),
+        "GPUWATCH_LOG_DIR": str(tmp_path / "logs"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", GUI],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert result, done.stdout + done.stderr
     _, drawn, torch_at_show, torch_at_end, error = result[0].split(" ", 4)

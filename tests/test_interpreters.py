@@ -19,10 +19,15 @@ from gpuwatch.core.interpreters import BAD, OK, WARN, Candidate, arch_supports, 
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="fake interpreters are sh")
 
-TORCH_OK = {"python": "3.11.7", "torch": "2.14.1+cu130", "torchvision": "0.29.1",
-            "cuda": "13.0", "cuda_available": True,
-            "arch_list": ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"],
-            "capabilities": [[8, 6]]}
+TORCH_OK = {
+    "python": "3.11.7",
+    "torch": "2.14.1+cu130",
+    "torchvision": "0.29.1",
+    "cuda": "13.0",
+    "cuda_available": True,
+    "arch_list": ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"],
+    "capabilities": [[8, 6]],
+}
 
 
 def executable(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> Path:
@@ -39,6 +44,7 @@ def fake_python(folder: Path, report: dict | None = None, script: str | None = N
 
 # ---- Discovery ----------------------------------------------------------------------------
 
+
 def test_discovery_finds_venvs_conda_envs_project_and_path_once_each(tmp_path):
     home, cwd, bin_dir = tmp_path / "home", tmp_path / "project", tmp_path / "usr-bin"
     expected = [
@@ -54,12 +60,16 @@ def test_discovery_finds_venvs_conda_envs_project_and_path_once_each(tmp_path):
     ]
     (home / ".conda").mkdir()
     (home / ".conda" / "environments.txt").write_text(
-        f"{tmp_path / 'elsewhere' / 'd'}\n{home / 'miniconda3' / 'envs' / 'c'}\n")
+        f"{tmp_path / 'elsewhere' / 'd'}\n{home / 'miniconda3' / 'envs' / 'c'}\n"
+    )
     (bin_dir / "python3.12").symlink_to(bin_dir / "python3")  # the same interpreter
     executable(bin_dir / "python3-config")  # not an interpreter
     (bin_dir / "python").write_text("not executable")
-    environ = {"PATH": os.pathsep.join([str(bin_dir), str(tmp_path / "missing")]),
-               "VIRTUAL_ENV": str(home / "active"), "CONDA_PREFIX": str(home / "active")}
+    environ = {
+        "PATH": os.pathsep.join([str(bin_dir), str(tmp_path / "missing")]),
+        "VIRTUAL_ENV": str(home / "active"),
+        "CONDA_PREFIX": str(home / "active"),
+    }
 
     found = interpreters.discover(home=home, environ=environ, cwd=cwd, windows=False)
 
@@ -77,10 +87,10 @@ def test_a_venv_in_the_home_is_not_called_a_project_venv_when_started_from_the_h
     venv = executable(tmp_path / ".venv" / "bin" / "python")
     found = interpreters.discover(home=tmp_path, environ={"PATH": ""}, cwd=tmp_path)
     assert [c.origin for c in found if Path(c.path) == venv] == [f"venv: {tmp_path / '.venv'}"]
-    project = interpreters.discover(home=tmp_path / "elsewhere", environ={"PATH": ""},
-                                    cwd=tmp_path)
+    project = interpreters.discover(home=tmp_path / "elsewhere", environ={"PATH": ""}, cwd=tmp_path)
     assert [c.origin for c in project if Path(c.path) == venv] == [
-        f"project venv: {tmp_path / '.venv'}"]
+        f"project venv: {tmp_path / '.venv'}"
+    ]
 
 
 def test_discovery_windows_layout_and_remembered_choice_first(tmp_path):
@@ -88,9 +98,13 @@ def test_discovery_windows_layout_and_remembered_choice_first(tmp_path):
     venv = executable(home / "venvs" / "w" / "Scripts" / "python.exe")
     conda = executable(home / "miniconda3" / "envs" / "x" / "python.exe")
     chosen = executable(tmp_path / "chosen" / "python")
-    found = interpreters.discover(home=home, environ={"PATH": "", "LOCALAPPDATA": str(home)},
-                                  cwd=tmp_path, windows=True,
-                                  extra=[Candidate(str(chosen), "chosen")])
+    found = interpreters.discover(
+        home=home,
+        environ={"PATH": "", "LOCALAPPDATA": str(home)},
+        cwd=tmp_path,
+        windows=True,
+        extra=[Candidate(str(chosen), "chosen")],
+    )
     paths = [Path(c.path) for c in found]
     assert paths[0] == chosen
     assert venv in paths and conda in paths
@@ -104,6 +118,7 @@ def test_frozen_discovery_never_offers_the_app_itself(tmp_path, monkeypatch):
 
 # ---- Probes of fake interpreters ---------------------------------------------------------
 
+
 def check(path: Path, gpus=(), timeout: float = 10.0):
     return interpreters.check(Candidate(str(path), "test"), gpus, timeout)
 
@@ -116,8 +131,11 @@ def test_green_for_a_torch_that_supports_the_gpu(tmp_path):
 
 
 def test_red_with_pip_command_when_torch_is_missing(tmp_path):
-    report = {"python": "3.12.1", "torch": None,
-              "torch_error": "ModuleNotFoundError: No module named 'torch'"}
+    report = {
+        "python": "3.12.1",
+        "torch": None,
+        "torch_error": "ModuleNotFoundError: No module named 'torch'",
+    }
     python = fake_python(tmp_path / "my env", report)
     verdict = check(python).verdict
     assert verdict.level == BAD
@@ -131,17 +149,23 @@ def test_a_system_python_pip_refuses_gets_a_venv_recipe_not_pip(tmp_path):
     stdlib = tmp_path / "usr" / "lib" / "python3.11"
     stdlib.mkdir(parents=True)
     (stdlib / "EXTERNALLY-MANAGED").write_text("[externally-managed]\n")
-    report = {"python": "3.11.2", "prefix": str(tmp_path / "usr"), "torch": None,
-              "torch_error": "ModuleNotFoundError: No module named 'torch'"}
+    report = {
+        "python": "3.11.2",
+        "prefix": str(tmp_path / "usr"),
+        "torch": None,
+        "torch_error": "ModuleNotFoundError: No module named 'torch'",
+    }
     verdict = judge(report, "/usr/bin/python3")
     assert verdict.level == BAD and "torch not installed" in verdict.summary
     assert "pip refuses" in verdict.fix
-    assert ("`/usr/bin/python3 -m venv ~/.venv && ~/.venv/bin/python -m pip install torch "
-            "torchvision`") in verdict.fix
+    assert (
+        "`/usr/bin/python3 -m venv ~/.venv && ~/.venv/bin/python -m pip install torch torchvision`"
+    ) in verdict.fix
     # The same Python in a venv (prefix = the venv, no marker): plain pip is right.
     venv = dict(report, prefix=str(tmp_path / "venv"))
     assert judge(venv, "/v/bin/python").fix == (
-        "run `/v/bin/python -m pip install torch torchvision`")
+        "run `/v/bin/python -m pip install torch torchvision`"
+    )
 
 
 def test_no_torch_help_points_at_a_venv_discovery_finds(tmp_path):
@@ -182,9 +206,11 @@ def test_real_python_without_torch_and_with_torch():
 
 # ---- Verdicts (simulated GPUs) ------------------------------------------------------------
 
+
 def test_gpu_newer_than_the_build_is_red_with_the_cu128_index():
-    report = dict(TORCH_OK, arch_list=["sm_50", "sm_60", "sm_70", "sm_80", "sm_90"],
-                  capabilities=[[12, 0]])
+    report = dict(
+        TORCH_OK, arch_list=["sm_50", "sm_60", "sm_70", "sm_80", "sm_90"], capabilities=[[12, 0]]
+    )
     verdict = judge(report, "/env/bin/python", gpus=[(12, 0)])
     assert verdict.level == BAD
     assert "no kernels for this GPU (sm_120" in verdict.summary
@@ -200,8 +226,9 @@ def test_cpu_only_torch_on_a_gpu_machine_is_a_warning():
 
 
 def test_cuda_build_that_cannot_reach_the_driver_is_a_warning():
-    report = dict(TORCH_OK, cuda_available=False, capabilities=[],
-                  cuda_error="RuntimeError: driver too old")
+    report = dict(
+        TORCH_OK, cuda_available=False, capabilities=[], cuda_error="RuntimeError: driver too old"
+    )
     verdict = judge(report, "/env/bin/python", gpus=[(8, 9)])
     assert verdict.level == WARN
     assert "driver too old" in verdict.summary and "NVIDIA driver" in verdict.fix
@@ -211,17 +238,19 @@ def test_old_python_old_torch_broken_torch_and_missing_torchvision():
     assert judge({"python": "3.8.18"}, "p").level == BAD
     old = judge(dict(TORCH_OK, torch="2.1.0"), "p")
     assert old.level == BAD and "-U torch" in old.fix
-    broken = judge({"python": "3.11.2", "torch": None,
-                    "torch_error": "OSError: [WinError 126] fbgemm.dll"}, "p")
+    broken = judge(
+        {"python": "3.11.2", "torch": None, "torch_error": "OSError: [WinError 126] fbgemm.dll"},
+        "p",
+    )
     assert broken.level == BAD and "--force-reinstall" in broken.fix
     no_vision = judge(dict(TORCH_OK, torchvision=None), "p", gpus=[(8, 6)])
     assert no_vision.level == WARN and no_vision.fix == "run `p -m pip install torchvision`"
 
 
 def test_arch_support_rules():
-    assert arch_supports(["sm_80"], (8, 6))        # same major, lower minor: cubin runs
-    assert not arch_supports(["sm_86"], (8, 0))    # a newer minor's cubin does not
-    assert not arch_supports(["sm_90"], (12, 0))   # another major: no
+    assert arch_supports(["sm_80"], (8, 6))  # same major, lower minor: cubin runs
+    assert not arch_supports(["sm_86"], (8, 0))  # a newer minor's cubin does not
+    assert not arch_supports(["sm_90"], (12, 0))  # another major: no
     assert arch_supports(["sm_90", "compute_90"], (12, 0))  # PTX is JIT-compiled
     assert arch_supports(["sm_120"], (12, 0))
 

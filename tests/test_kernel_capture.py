@@ -93,10 +93,12 @@ class FakeLink:
 
 # ---- reading events -------------------------------------------------------------------
 
-GEOMETRY = ('"queued": 0, "device": 0, "context": 1, "stream": 7, "correlation": 41, '
-            '"registers per thread": 32, "shared memory": 0, "blocks per SM": 0.25, '
-            '"warps per SM": 1.0, "grid": [33, 1, 1], "block": [128, 1, 1], '
-            '"est. achieved occupancy %": 3')
+GEOMETRY = (
+    '"queued": 0, "device": 0, "context": 1, "stream": 7, "correlation": 41, '
+    '"registers per thread": 32, "shared memory": 0, "blocks per SM": 0.25, '
+    '"warps per SM": 1.0, "grid": [33, 1, 1], "block": [128, 1, 1], '
+    '"est. achieved occupancy %": 3'
+)
 
 
 def test_simulated_cuda_events_become_kernels_on_the_host_axis() -> None:
@@ -110,10 +112,14 @@ def test_simulated_cuda_events_become_kernels_on_the_host_axis() -> None:
         FakeKinetoEvent("ProfilerStep#3", "user_annotation", 80, 300, 555),
         FakeKinetoEvent("phase", "gpu_user_annotation", 80, 300, 7),
     ]
-    message = window_message(events, device="cuda", offset_ns=OFFSET, t0_ns=50, t1_ns=400,
-                             steps=[4], perturbed=[3, 4])
+    message = window_message(
+        events, device="cuda", offset_ns=OFFSET, t0_ns=50, t1_ns=400, steps=[4], perturbed=[3, 4]
+    )
     assert [message["names"][i] for i in message["name"]] == [
-        "gemm_kernel", "Memcpy HtoD (Pageable -> Device)", "Memset (Device)"]
+        "gemm_kernel",
+        "Memcpy HtoD (Pageable -> Device)",
+        "Memset (Device)",
+    ]
     assert [protocol.KERNEL_KINDS[t] for t in message["type"]] == ["kernel", "memcpy", "memset"]
     assert message["start"] == [120, 200, 270] and message["end"] == [180, 260, 275]
     assert message["stream"] == [7, 9, 7]
@@ -121,8 +127,9 @@ def test_simulated_cuda_events_become_kernels_on_the_host_axis() -> None:
     assert message["grid"] == [[33, 1, 1], None, None]
     assert message["block"] == [[128, 1, 1], None, None]
     assert message["blocks_per_sm"] == [0.25, None, None]
-    window = KernelWindow.from_message(protocol.decode(json.dumps(
-        {"kind": "kernels", **message}).encode()))
+    window = KernelWindow.from_message(
+        protocol.decode(json.dumps({"kind": "kernels", **message}).encode())
+    )
     summary = window.summary()
     assert summary.kernels == 1 and summary.copies == 2
     assert summary.underfilled == 1 and summary.geometry_known == 1
@@ -136,16 +143,29 @@ def test_geometry_is_optional_and_never_guessed() -> None:
 
 
 def test_cpu_window_keeps_outermost_ops_per_thread_and_caps_the_count() -> None:
-    events = [FakeKinetoEvent("aten::linear", "cpu_op", 0, 100, 1),
-              FakeKinetoEvent("aten::addmm", "cpu_op", 10, 90, 1),  # nested: dropped
-              FakeKinetoEvent("aten::relu", "cpu_op", 100, 150, 1),
-              FakeKinetoEvent("autograd::engine", "cpu_op", 20, 60, 2),  # other thread
-              FakeKinetoEvent("aten::sum", "cpu_op", 200, 210, 1),
-              FakeKinetoEvent("kernel?", "kernel", 0, 1, 7)]  # not on a CPU device
-    message = window_message(events, device="cpu", offset_ns=OFFSET, t0_ns=0, t1_ns=300,
-                             steps=[1], perturbed=[0, 1], max_events=3)
+    events = [
+        FakeKinetoEvent("aten::linear", "cpu_op", 0, 100, 1),
+        FakeKinetoEvent("aten::addmm", "cpu_op", 10, 90, 1),  # nested: dropped
+        FakeKinetoEvent("aten::relu", "cpu_op", 100, 150, 1),
+        FakeKinetoEvent("autograd::engine", "cpu_op", 20, 60, 2),  # other thread
+        FakeKinetoEvent("aten::sum", "cpu_op", 200, 210, 1),
+        FakeKinetoEvent("kernel?", "kernel", 0, 1, 7),
+    ]  # not on a CPU device
+    message = window_message(
+        events,
+        device="cpu",
+        offset_ns=OFFSET,
+        t0_ns=0,
+        t1_ns=300,
+        steps=[1],
+        perturbed=[0, 1],
+        max_events=3,
+    )
     assert [message["names"][i] for i in message["name"]] == [
-        "aten::linear", "autograd::engine", "aten::relu"]
+        "aten::linear",
+        "autograd::engine",
+        "aten::relu",
+    ]
     assert message["dropped"] == 1 and message["covered_t1_ns"] == 200
     assert "launch" not in message and "grid" not in message
 
@@ -162,6 +182,7 @@ def test_bad_step_counts_are_not_accepted(value: Any) -> None:
 
 
 # ---- the window's life cycle with a fake profiler ----------------------------------------
+
 
 class FakeProfiler:
     """Follows ``schedule(wait=0, warmup=1, active=N)``: ``on_ready`` at the N+1-th step().
@@ -251,9 +272,15 @@ class Rig:
     environ: dict[str, str]
 
 
-def make_rig(device: str = "cpu", *, events: list[Any] | None = None, fail: str = "",
-             cuda: tuple[int, int] | None = (13, 0), environ: dict[str, str] | None = None,
-             marks: bool = True) -> Rig:
+def make_rig(
+    device: str = "cpu",
+    *,
+    events: list[Any] | None = None,
+    fail: str = "",
+    cuda: tuple[int, int] | None = (13, 0),
+    environ: dict[str, str] | None = None,
+    marks: bool = True,
+) -> Rig:
     link = FakeLink()
     made: list[FakeProfiler] = []
     watch = FakeWatch()
@@ -276,16 +303,24 @@ def make_rig(device: str = "cpu", *, events: list[Any] | None = None, fail: str 
         start = time.perf_counter_ns()
         yield
         if marks and made and made[-1].recording:
-            made[-1].events.append(FakeKinetoEvent(name, "user_annotation", start,
-                                                   time.perf_counter_ns(), 555))
+            made[-1].events.append(
+                FakeKinetoEvent(name, "user_annotation", start, time.perf_counter_ns(), 555)
+            )
 
-    capture = KernelCapture(link, device=device, profiler_factory=factory, marker=marker,
-                            watch=watch, release=CuptiRelease(env, lambda: cuda))
+    capture = KernelCapture(
+        link,
+        device=device,
+        profiler_factory=factory,
+        marker=marker,
+        watch=watch,
+        release=CuptiRelease(env, lambda: cuda),
+    )
     return Rig(capture, link, made, watch, env)
 
 
-def make_capture(device: str = "cpu", events: list[Any] | None = None, fail: str = ""
-                 ) -> tuple[KernelCapture, FakeLink, list[FakeProfiler]]:
+def make_capture(
+    device: str = "cpu", events: list[Any] | None = None, fail: str = ""
+) -> tuple[KernelCapture, FakeLink, list[FakeProfiler]]:
     rig = make_rig(device, events=events, fail=fail)
     return rig.capture, rig.link, rig.made
 
@@ -332,8 +367,9 @@ def test_profiler_that_cannot_start_is_reported_and_training_goes_on() -> None:
 
 
 def test_simulated_cuda_window_without_gpu_activity_says_cupti_may_be_taken() -> None:
-    capture, link, _ = make_capture(device="cuda",
-                                    events=[FakeKinetoEvent("aten::mm", "cpu_op", 0, 5)])
+    capture, link, _ = make_capture(
+        device="cuda", events=[FakeKinetoEvent("aten::mm", "cpu_op", 0, 5)]
+    )
     capture.request(1)
     for step in range(3):
         capture.at_boundary(step)
@@ -352,6 +388,7 @@ def test_closing_mid_window_stops_the_profiler() -> None:
 
 
 # ---- the real profiler on the CPU ----------------------------------------------------------
+
 
 def test_real_cpu_capture_twice_in_a_row_puts_ops_inside_the_steps() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
@@ -386,6 +423,7 @@ def test_real_cpu_capture_twice_in_a_row_puts_ops_inside_the_steps() -> None:
 
 # ---- NVTX phase ranges --------------------------------------------------------------------
 
+
 def test_nvtx_ranges_wrap_each_phase_and_never_leak() -> None:
     open_ranges: dict[int, str] = {}
     seen: list[str] = []
@@ -402,7 +440,7 @@ def test_nvtx_ranges_wrap_each_phase_and_never_leak() -> None:
             backend.mark(i)
             assert len(open_ranges) == (1 if i < protocol.N_MARKS - 1 else 0)
         backend.end()
-    assert seen[:len(protocol.PHASES)] == [f"gpuwatch:{p}" for p in protocol.PHASES]
+    assert seen[: len(protocol.PHASES)] == [f"gpuwatch:{p}" for p in protocol.PHASES]
     backend.begin(1)
     backend.mark(0)
     backend.begin(2)  # a dropped step (script mode) must not leave its range open
@@ -413,10 +451,19 @@ def test_nvtx_ranges_wrap_each_phase_and_never_leak() -> None:
 def test_a_window_too_big_for_one_message_keeps_the_earliest_events_that_fit() -> None:
     from gpuwatch.runner.kernel_capture import fit_message
 
-    events = [FakeKinetoEvent(f"aten::op{i % 50}", "cpu_op", i * 10, i * 10 + 5, 1)
-              for i in range(2000)]
-    message = fit_message(events, budget=20_000, device="cpu", offset_ns=OFFSET, t0_ns=0,
-                          t1_ns=20_000, steps=[1], perturbed=[0, 1])
+    events = [
+        FakeKinetoEvent(f"aten::op{i % 50}", "cpu_op", i * 10, i * 10 + 5, 1) for i in range(2000)
+    ]
+    message = fit_message(
+        events,
+        budget=20_000,
+        device="cpu",
+        offset_ns=OFFSET,
+        t0_ns=0,
+        t1_ns=20_000,
+        steps=[1],
+        perturbed=[0, 1],
+    )
     kept = len(message["start"])
     assert 0 < kept < 2000 and message["dropped"] == 2000 - kept
     assert len(json.dumps(message, separators=(",", ":"))) <= 20_000
@@ -425,12 +472,14 @@ def test_a_window_too_big_for_one_message_keeps_the_earliest_events_that_fit() -
 
 def test_simulated_cuda_window_reaches_the_last_kernel_that_ran_after_the_host() -> None:
     events = [FakeKinetoEvent("late_kernel", "kernel", 350, 480, 7, 1)]  # SIMULATED
-    message = window_message(events, device="cuda", offset_ns=OFFSET, t0_ns=0, t1_ns=400,
-                             steps=[1], perturbed=[0, 1])
+    message = window_message(
+        events, device="cuda", offset_ns=OFFSET, t0_ns=0, t1_ns=400, steps=[1], perturbed=[0, 1]
+    )
     assert message["t1_ns"] == message["covered_t1_ns"] == 480
 
 
 # ---- the clock: marker ranges instead of wall-clock pairs ----------------------------------
+
 
 def test_marker_offset_is_the_middle_of_what_every_bracket_allows() -> None:
     # Kineto = host + 1000. Marker 1 ran inside host [100, 140], marker 2 inside [200, 210].
@@ -539,6 +588,7 @@ def test_a_cpu_window_without_ops_is_failed_never_ok_with_busy_0() -> None:
 # ---- the script's own profiler (SIMULATED by the fake watch; real one: test_kernel_capture_
 # profiler.py) -----------------------------------------------------------------------------
 
+
 def test_request_while_the_scripts_profiler_is_on_is_refused_and_starts_nothing() -> None:
     rig = make_rig()
     rig.watch.reason = RECORDING
@@ -560,8 +610,9 @@ def test_scripts_profiler_started_between_request_and_boundary_refuses_the_windo
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_scripts_profiler_starting_in_the_window_closes_ours_first(device: str) -> None:
-    rig = make_rig(device, events=[FakeKinetoEvent("k", "kernel" if device == "cuda"
-                                                   else "cpu_op", 0, 5)])
+    rig = make_rig(
+        device, events=[FakeKinetoEvent("k", "kernel" if device == "cuda" else "cpu_op", 0, 5)]
+    )
     rig.capture.request(3)
     rig.capture.at_boundary(0)
     rig.capture.at_boundary(1)
@@ -587,8 +638,7 @@ def run_window(rig: Rig, steps: int = 2, last_boundary: int = 6) -> None:
         rig.capture.at_boundary(step)
 
 
-def test_cuda_window_has_kineto_detach_cupti_for_one_step_then_restores_the_environment(
-) -> None:
+def test_cuda_window_has_kineto_detach_cupti_for_one_step_then_restores_the_environment() -> None:
     rig = make_rig("cuda", events=CUDA_EVENTS)
     rig.capture.request(2)
     for step in range(4):  # warm-up 0, recorded 1-2, closed at the boundary before step 3
@@ -611,13 +661,17 @@ def test_scripts_profiler_right_after_a_window_gets_its_own_environment() -> Non
     assert rig.environ == {}
 
 
-@pytest.mark.parametrize(("environ", "cuda", "said"), [
-    ({"TEARDOWN_CUPTI": "0"}, (13, 0), "TEARDOWN_CUPTI=0 is set"),
-    ({}, (12, 4), "before CUDA 12.6"),
-    ({}, None, "CUDA unknown"),
-])
+@pytest.mark.parametrize(
+    ("environ", "cuda", "said"),
+    [
+        ({"TEARDOWN_CUPTI": "0"}, (13, 0), "TEARDOWN_CUPTI=0 is set"),
+        ({}, (12, 4), "before CUDA 12.6"),
+        ({}, None, "CUDA unknown"),
+    ],
+)
 def test_cupti_teardown_is_left_to_the_script_or_skipped_where_unsafe(
-        environ: dict[str, str], cuda: tuple[int, int] | None, said: str) -> None:
+    environ: dict[str, str], cuda: tuple[int, int] | None, said: str
+) -> None:
     before = dict(environ)
     rig = make_rig("cuda", events=CUDA_EVENTS, cuda=cuda, environ=environ)
     for _ in range(2):
@@ -634,7 +688,8 @@ def test_script_set_teardown_is_kept_and_a_cpu_window_never_touches_the_environm
     rig = make_rig("cuda", events=CUDA_EVENTS, environ={"TEARDOWN_CUPTI": "1"})
     run_window(rig)
     assert rig.environ == {"TEARDOWN_CUPTI": "1"} and not any(
-        "CUPTI stays" in text for _, text in rig.link.logs)
+        "CUPTI stays" in text for _, text in rig.link.logs
+    )
     cpu = make_rig("cpu", events=[FakeKinetoEvent("aten::mm", "cpu_op", 0, 5)])
     run_window(cpu)
     assert cpu.environ == {} and cpu.made[0].environ_at_stop == {}

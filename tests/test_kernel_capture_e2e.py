@@ -19,8 +19,11 @@ def session():
 
 def test_cpu_capture_window_on_vision(session: Session) -> None:
     session.start(LaunchSpec(workload="vision", device="cpu"))
-    wait_until(lambda: session.hello is not None or session.state is SessionState.FAILED,
-               120, "the runner's hello")
+    wait_until(
+        lambda: session.hello is not None or session.state is SessionState.FAILED,
+        120,
+        "the runner's hello",
+    )
     assert session.state is SessionState.RUNNING, session.error
     warmup = session.config_changes()[0].warmup_steps
     wait_until(lambda: session.steps.count >= warmup + 1, 120, "the steady steps")
@@ -33,8 +36,11 @@ def test_cpu_capture_window_on_vision(session: Session) -> None:
         assert session.capturing
         with pytest.raises(SessionError, match="already running"):
             session.request_capture(3)
-        wait_until(lambda n=before: len(session.kernel_windows()) > n
-                   or session.capture_error is not None, 120, "a kernel window")
+        wait_until(
+            lambda n=before: len(session.kernel_windows()) > n or session.capture_error is not None,
+            120,
+            "a kernel window",
+        )
         assert session.capture_error is None, session.capture_error
         assert not session.capturing
     windows = session.kernel_windows()
@@ -61,8 +67,9 @@ def test_cpu_capture_window_on_vision(session: Session) -> None:
         bs, be = window.busy_spans()
         compute = 0
         covered = 0
-        for start, end in zip(host[:, MARKS.index("h2d_end")].tolist(),
-                              host[:, ACTIVE_LAST].tolist(), strict=True):
+        for start, end in zip(
+            host[:, MARKS.index("h2d_end")].tolist(), host[:, ACTIVE_LAST].tolist(), strict=True
+        ):
             compute += end - start
             covered += int(np.clip(np.minimum(be, end) - np.maximum(bs, start), 0, None).sum())
         assert covered > 0.5 * compute, (covered, compute)
@@ -86,8 +93,10 @@ def test_bench_capture_adds_a_kernel_window_to_each_stage() -> None:
     from gpuwatch.core.bench import BenchOptions, run_bench
     from gpuwatch.core.bench_report import render
 
-    outcome = run_bench(BenchOptions(workload="vision", device="cpu", seconds=3.0, capture=3),
-                        progress=io.StringIO())
+    outcome = run_bench(
+        BenchOptions(workload="vision", device="cpu", seconds=3.0, capture=3),
+        progress=io.StringIO(),
+    )
     assert outcome.exit_code == 0, outcome.error
     report = outcome.report
     assert report is not None
@@ -116,12 +125,18 @@ def test_capture_works_in_script_mode(session: Session, tmp_path) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     session.start(LaunchSpec(script=str(script), device="cpu", cwd=str(tmp_path)))
-    wait_until(lambda: session.steps.count >= 20 or session.state is SessionState.FAILED,
-               120, "the script's steps")
+    wait_until(
+        lambda: session.steps.count >= 20 or session.state is SessionState.FAILED,
+        120,
+        "the script's steps",
+    )
     assert session.state is SessionState.RUNNING, session.error
     session.request_capture(4)
-    wait_until(lambda: session.kernel_windows() or session.capture_error is not None, 120,
-               "a kernel window")
+    wait_until(
+        lambda: session.kernel_windows() or session.capture_error is not None,
+        120,
+        "a kernel window",
+    )
     assert session.capture_error is None, session.capture_error
     [window] = session.kernel_windows()
     assert window.ok and len(window.steps) == 4

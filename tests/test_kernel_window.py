@@ -19,30 +19,55 @@ from gpuwatch.core.kernel_window import (
     describe,
 )
 
-K, CPY, SET, OP = (protocol.KERNEL_KINDS.index(k) for k in ("kernel", "memcpy", "memset",
-                                                             "cpu_op"))
+K, CPY, SET, OP = (protocol.KERNEL_KINDS.index(k) for k in ("kernel", "memcpy", "memset", "cpu_op"))
 
 
-def window(events: list[tuple[int, int, int, int, int | None, float | None]], *,
-           device: str = "cuda", t0: int = 0, t1: int = 1000, **extra: Any) -> dict[str, Any]:
+def window(
+    events: list[tuple[int, int, int, int, int | None, float | None]],
+    *,
+    device: str = "cuda",
+    t0: int = 0,
+    t1: int = 1000,
+    **extra: Any,
+) -> dict[str, Any]:
     """A ``kernels`` message from ``(kind, stream, start, end, launch, blocks_per_sm)`` rows."""
     message = {
-        "kind": "kernels", "status": "ok", "device": device, "steps": [3, 4],
-        "perturbed": [2, 3, 4], "t0_ns": t0, "t1_ns": t1, "names": ["a", "b"],
-        "type": [e[0] for e in events], "name": [i % 2 for i in range(len(events))],
-        "stream": [e[1] for e in events], "start": [e[2] for e in events],
-        "end": [e[3] for e in events], "launch": [e[4] for e in events],
+        "kind": "kernels",
+        "status": "ok",
+        "device": device,
+        "steps": [3, 4],
+        "perturbed": [2, 3, 4],
+        "t0_ns": t0,
+        "t1_ns": t1,
+        "names": ["a", "b"],
+        "type": [e[0] for e in events],
+        "name": [i % 2 for i in range(len(events))],
+        "stream": [e[1] for e in events],
+        "start": [e[2] for e in events],
+        "end": [e[3] for e in events],
+        "launch": [e[4] for e in events],
         "blocks_per_sm": [e[5] for e in events],
-        "grid": [None] * len(events), "block": [None] * len(events), "dropped": 0, **extra}
+        "grid": [None] * len(events),
+        "block": [None] * len(events),
+        "dropped": 0,
+        **extra,
+    }
     return message
 
 
 def test_simulated_cuda_busy_is_the_union_over_streams_and_gaps_per_stream() -> None:
     # SIMULATED: stream 7 has kernels [100,200], [150,300] (overlap), [400,500];
     # stream 9 a memcpy [250,450]. Union: [100,500] = 400 ns of a 1000 ns window.
-    w = KernelWindow.from_message(window([
-        (K, 7, 100, 200, 90, 2.0), (K, 7, 150, 300, 95, 0.5), (K, 7, 400, 500, 350, None),
-        (CPY, 9, 250, 450, 240, None)]))
+    w = KernelWindow.from_message(
+        window(
+            [
+                (K, 7, 100, 200, 90, 2.0),
+                (K, 7, 150, 300, 95, 0.5),
+                (K, 7, 400, 500, 350, None),
+                (CPY, 9, 250, 450, 240, None),
+            ]
+        )
+    )
     s = w.summary()
     assert s.busy_ns == 400 and s.busy_fraction == pytest.approx(0.4)
     assert s.kernels == 3 and s.copies == 1
@@ -66,11 +91,18 @@ def test_simulated_cuda_idle_categories_follow_hta() -> None:
     s3 = s2 + 100 * us + long
     s4 = s3 + 100 * us + 200 * us
     s5 = s4 + 100 * us + long
-    w = KernelWindow.from_message(window([
-        (K, 1, 0, 100 * us, 0, None), (K, 1, s2, s2 + 100 * us, 50 * us, None),
-        (K, 1, s3, s3 + 100 * us, s3 - long - 10 * us, None),
-        (K, 1, s4, s4 + 100 * us, s4 - 150 * us, None),
-        (K, 1, s5, s5 + 100 * us, None, None)], t1=s5 + 100 * us))
+    w = KernelWindow.from_message(
+        window(
+            [
+                (K, 1, 0, 100 * us, 0, None),
+                (K, 1, s2, s2 + 100 * us, 50 * us, None),
+                (K, 1, s3, s3 + 100 * us, s3 - long - 10 * us, None),
+                (K, 1, s4, s4 + 100 * us, s4 - 150 * us, None),
+                (K, 1, s5, s5 + 100 * us, None, None),
+            ],
+            t1=s5 + 100 * us,
+        )
+    )
     idle = w.summary().idle
     assert idle.kernel_wait_ns == short
     assert idle.other_ns == 2 * long
@@ -82,18 +114,26 @@ def test_back_to_back_kernels_microseconds_apart_are_kernel_wait() -> None:
     # Real A100 traces (tests/fixtures/gpu_traces) put 1-16 µs between kernels queued in time,
     # and HTA calls those kernel wait: its threshold of 30 applies to the trace's µs.
     us = 1000
-    w = KernelWindow.from_message(window([
-        (K, 1, 0, 50 * us, 0, None), (K, 1, 52 * us, 90 * us, 1 * us, None),
-        (K, 1, 106 * us, 150 * us, 2 * us, None), (K, 1, 181 * us, 200 * us, 3 * us, None)],
-        t1=200 * us))
+    w = KernelWindow.from_message(
+        window(
+            [
+                (K, 1, 0, 50 * us, 0, None),
+                (K, 1, 52 * us, 90 * us, 1 * us, None),
+                (K, 1, 106 * us, 150 * us, 2 * us, None),
+                (K, 1, 181 * us, 200 * us, 3 * us, None),
+            ],
+            t1=200 * us,
+        )
+    )
     idle = w.summary().idle
     assert idle.kernel_wait_ns == (2 + 16) * us
     assert idle.other_ns == 31 * us and idle.host_wait_ns == 0
 
 
 def test_cpu_window_counts_ops_and_every_gap_is_host_wait() -> None:
-    w = KernelWindow.from_message(window([
-        (OP, 11, 100, 300, None, None), (OP, 11, 350, 600, None, None)], device="cpu"))
+    w = KernelWindow.from_message(
+        window([(OP, 11, 100, 300, None, None), (OP, 11, 350, 600, None, None)], device="cpu")
+    )
     s = w.summary()
     assert s.kernels == 2 and s.copies == 0
     assert s.busy_ns == 450 and s.busy_fraction == pytest.approx(0.45)
@@ -103,24 +143,30 @@ def test_cpu_window_counts_ops_and_every_gap_is_host_wait() -> None:
 
 
 def test_events_are_clipped_to_the_covered_window() -> None:
-    w = KernelWindow.from_message(window([(OP, 1, 0, 400, None, None),
-                                          (OP, 1, 500, 900, None, None)],
-                                         device="cpu", t0=100, t1=1000,
-                                         covered_t1_ns=600, dropped=3))
+    w = KernelWindow.from_message(
+        window(
+            [(OP, 1, 0, 400, None, None), (OP, 1, 500, 900, None, None)],
+            device="cpu",
+            t0=100,
+            t1=1000,
+            covered_t1_ns=600,
+            dropped=3,
+        )
+    )
     s = w.summary()
     assert s.window_ns == 500 and s.busy_ns == 300 + 100 and s.dropped == 3
     assert "3 events dropped" in describe(s, "cpu")
 
 
 def test_failed_window_has_no_events_and_keeps_its_reason() -> None:
-    w = KernelWindow.from_message(window([], status="failed",
-                                         error="the profiler could not start"))
+    w = KernelWindow.from_message(window([], status="failed", error="the profiler could not start"))
     assert not w.ok and w.error == "the profiler could not start" and len(w) == 0
     assert w.summary().busy_ns == 0
 
 
-@pytest.mark.parametrize("change", [{"status": "maybe"}, {"name": [5]}, {"type": [9]},
-                                    {"grid": [None, None]}])
+@pytest.mark.parametrize(
+    "change", [{"status": "maybe"}, {"name": [5]}, {"type": [9]}, {"grid": [None, None]}]
+)
 def test_malformed_windows_are_refused_with_one_message(change: dict[str, Any]) -> None:
     message = {**window([(K, 1, 0, 10, None, None)]), **change}
     with pytest.raises(KernelWindowError, match="malformed 'kernels' message"):
@@ -147,17 +193,18 @@ def test_profiled_steps_are_left_out_of_every_scoreboard_figure() -> None:
     host, t = [], 0
     for step in ids:
         total = (50 if step in slow else 10) * ms
-        host.append([t, t + 2 * ms, *(t + 2 * ms + (total - 2 * ms) * k // 5
-                                      for k in range(1, 6))])
+        host.append([t, t + 2 * ms, *(t + 2 * ms + (total - 2 * ms) * k // 5 for k in range(1, 6))])
         t += total
     store.append(ids, [0] * 300, [32] * 300, host)
     change = ConfigChange(id=0, values={}, changed={}, t_ns=0, first_step=0, warmup_steps=5)
     board = Scoreboard()
-    before = board.rows(store, [change], SeriesStore(), device_kind="cpu", cores=2,
-                        baseline_id=None, running=True)[0]
+    before = board.rows(
+        store, [change], SeriesStore(), device_kind="cpu", cores=2, baseline_id=None, running=True
+    )[0]
     board.mark_profiled(sorted(slow), [0])
-    after = board.rows(store, [change], SeriesStore(), device_kind="cpu", cores=2,
-                       baseline_id=None, running=True)[0]
+    after = board.rows(
+        store, [change], SeriesStore(), device_kind="cpu", cores=2, baseline_id=None, running=True
+    )[0]
     assert before.step_ms_p95 is not None and before.step_ms_p95 > 10.5
     assert after.step_ms_p95 == pytest.approx(10.0)
     assert after.steady_steps == before.steady_steps - len(slow)
@@ -169,24 +216,36 @@ def test_nsight_command_runs_the_workload_headless_with_nvtx() -> None:
     from gpuwatch.core.nsight_command import nsight_command
     from gpuwatch.core.session import LaunchSpec
 
-    cmd = nsight_command(LaunchSpec(workload="mlp", device="cpu"),
-                         ["/opt/py 3/bin/python", "-m", "gpuwatch"], windows=False)
-    assert cmd == ("nsys profile --trace=cuda,nvtx,osrt --sample=none --force-overwrite=true "
-                   "--output=gpuwatch-mlp '/opt/py 3/bin/python' -m gpuwatch bench "
-                   "--workload mlp --device cuda --seconds 20")
+    cmd = nsight_command(
+        LaunchSpec(workload="mlp", device="cpu"),
+        ["/opt/py 3/bin/python", "-m", "gpuwatch"],
+        windows=False,
+    )
+    assert cmd == (
+        "nsys profile --trace=cuda,nvtx,osrt --sample=none --force-overwrite=true "
+        "--output=gpuwatch-mlp '/opt/py 3/bin/python' -m gpuwatch bench "
+        "--workload mlp --device cuda --seconds 20"
+    )
 
 
 def test_nsight_command_for_a_script_keeps_its_arguments_and_quotes_for_windows() -> None:
     from gpuwatch.core.nsight_command import nsight_command
     from gpuwatch.core.session import LaunchSpec
 
-    spec = LaunchSpec(script="C:\\work\\my train.py", script_args=("--lr", "0.1"),
-                      device="cuda:1", python="C:\\py\\python.exe", seconds=30)
+    spec = LaunchSpec(
+        script="C:\\work\\my train.py",
+        script_args=("--lr", "0.1"),
+        device="cuda:1",
+        python="C:\\py\\python.exe",
+        seconds=30,
+    )
     cmd = nsight_command(spec, ["C:\\apps\\gpuwatch.exe"], windows=True)
     assert cmd.startswith("nsys profile --trace=cuda,nvtx,osrt ")
     assert "--output=gpuwatch-my_train" in cmd
-    assert cmd.endswith('C:\\apps\\gpuwatch.exe run --headless --device cuda:1 --python '
-                        'C:\\py\\python.exe --seconds 30 "C:\\work\\my train.py" -- --lr 0.1')
+    assert cmd.endswith(
+        "C:\\apps\\gpuwatch.exe run --headless --device cuda:1 --python "
+        'C:\\py\\python.exe --seconds 30 "C:\\work\\my train.py" -- --lr 0.1'
+    )
 
 
 @pytest.mark.parametrize("late", [False, True], ids=["from-start", "started-mid-run"])
@@ -204,18 +263,39 @@ def test_windows_are_recorded_replayed_and_exported(tmp_path, late: bool) -> Non
     recorder = Recorder(path, session, flush_s=0.05)
     if not late:
         recorder.start()
-    session._dispatch({"kind": "hello", "protocol": 1, "pid": 1, "workload": "mlp",
-                       "device": {"kind": "cuda", "name": "simulated GPU"}, "versions": {},
-                       "knobs": [], "config": {"values": {}, "warmup_steps": 0}})
+    session._dispatch(
+        {
+            "kind": "hello",
+            "protocol": 1,
+            "pid": 1,
+            "workload": "mlp",
+            "device": {"kind": "cuda", "name": "simulated GPU"},
+            "versions": {},
+            "knobs": [],
+            "config": {"values": {}, "warmup_steps": 0},
+        }
+    )
     t0 = session.t0_ns
     marks = [[t0 + i * 1000 + k * 100 for k in range(7)] for i in range(8)]
-    session._dispatch({"kind": "steps", "step": list(range(8)), "config": [0] * 8,
-                       "samples": [4] * 8, "host": marks})
+    session._dispatch(
+        {
+            "kind": "steps",
+            "step": list(range(8)),
+            "config": [0] * 8,
+            "samples": [4] * 8,
+            "host": marks,
+        }
+    )
     # SIMULATED CUDA window over steps 3..4 on two streams (overlapping across streams).
-    message = window([(K, 7, t0 + 3100, t0 + 3300, t0 + 3050, 0.5),
-                      (CPY, 9, t0 + 3200, t0 + 3600, t0 + 3150, None),
-                      (K, 7, t0 + 4100, t0 + 4400, t0 + 3900, 8.0)],
-                     t0=t0 + 3000, t1=t0 + 5000)
+    message = window(
+        [
+            (K, 7, t0 + 3100, t0 + 3300, t0 + 3050, 0.5),
+            (CPY, 9, t0 + 3200, t0 + 3600, t0 + 3150, None),
+            (K, 7, t0 + 4100, t0 + 4400, t0 + 3900, 8.0),
+        ],
+        t0=t0 + 3000,
+        t1=t0 + 5000,
+    )
     session._dispatch(message)
     if late:
         recorder.start()
@@ -232,8 +312,7 @@ def test_windows_are_recorded_replayed_and_exported(tmp_path, late: bool) -> Non
 
     trace = perfetto_trace(recording)["traceEvents"]
     names = {e["args"]["name"] for e in trace if e.get("name") == "thread_name"}
-    assert {"kernel capture windows (profiled)", "kernels: stream 7",
-            "kernels: stream 9"} <= names
+    assert {"kernel capture windows (profiled)", "kernels: stream 7", "kernels: stream 9"} <= names
     kernels = [e for e in trace if e.get("ph") == "X" and e["tid"] >= KERNEL_TID]
     assert sorted(e["name"] for e in kernels) == ["a", "a", "b"]
     by_track: dict[int, list[dict[str, Any]]] = {}

@@ -13,24 +13,47 @@ from gpuwatch.core.knob_values import (
 
 
 def knob(name: str, kind: str, **extra) -> dict:
-    base = {"name": name, "type": kind, "default": None, "min": None, "max": None,
-            "choices": None, "enabled": True, "reason": None, "disabled_choices": {}}
+    base = {
+        "name": name,
+        "type": kind,
+        "default": None,
+        "min": None,
+        "max": None,
+        "choices": None,
+        "enabled": True,
+        "reason": None,
+        "disabled_choices": {},
+    }
     return {**base, **extra}
 
 
 WORKERS = knob("num_workers", "int", default=0, min=0, max=16)
 PIN = knob("pin_memory", "bool", default=False, enabled=False, reason="needs CUDA")
 LATENCY = knob("storage_latency_ms", "float", default=0.0, min=0, max=200, unit="ms")
-AMP = knob("amp", "choice", default="off", choices=["off", "fp16", "bf16"],
-           disabled_choices={"fp16": "needs CUDA"})
+AMP = knob(
+    "amp",
+    "choice",
+    default="off",
+    choices=["off", "fp16", "bf16"],
+    disabled_choices={"fp16": "needs CUDA"},
+)
 LOG = knob("log_every", "int", default=1, min=1, max=1000)
 SCHEMA = [WORKERS, PIN, LATENCY, AMP, LOG]
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    ("true", True), ("1", True), ("on", True), ("YES", True),
-    ("false", False), ("0", False), ("Off", False), ("no", False),
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("true", True),
+        ("1", True),
+        ("on", True),
+        ("YES", True),
+        ("false", False),
+        ("0", False),
+        ("Off", False),
+        ("no", False),
+    ],
+)
 def test_bool_words(raw: str, expected: bool) -> None:
     assert parse_value(knob("x", "bool"), raw) is expected
 
@@ -42,15 +65,18 @@ def test_int_float_and_choice_are_typed() -> None:
     assert parse_value(AMP, "BF16") == "bf16"
 
 
-@pytest.mark.parametrize(("spec", "raw", "needle"), [
-    (WORKERS, "two", "num_workers must be an integer from 0 to 16, got 'two'"),
-    (WORKERS, "2.5", "must be an integer"),
-    (WORKERS, "17", "num_workers must be an integer from 0 to 16, got '17'"),
-    (LATENCY, "nan", "storage_latency_ms must be a number from 0 to 200"),
-    (LATENCY, "-1", "from 0 to 200"),
-    (AMP, "fp8", "amp must be one of off, fp16, bf16, got 'fp8'"),
-    (knob("x", "bool"), "maybe", "x must be true or false"),
-])
+@pytest.mark.parametrize(
+    ("spec", "raw", "needle"),
+    [
+        (WORKERS, "two", "num_workers must be an integer from 0 to 16, got 'two'"),
+        (WORKERS, "2.5", "must be an integer"),
+        (WORKERS, "17", "num_workers must be an integer from 0 to 16, got '17'"),
+        (LATENCY, "nan", "storage_latency_ms must be a number from 0 to 200"),
+        (LATENCY, "-1", "from 0 to 200"),
+        (AMP, "fp8", "amp must be one of off, fp16, bf16, got 'fp8'"),
+        (knob("x", "bool"), "maybe", "x must be true or false"),
+    ],
+)
 def test_bad_values_say_what_is_accepted(spec: dict, raw: str, needle: str) -> None:
     with pytest.raises(KnobValueError) as info:
         parse_value(spec, raw)
@@ -60,8 +86,7 @@ def test_bad_values_say_what_is_accepted(spec: dict, raw: str, needle: str) -> N
 
 def test_assignments_parse_against_the_schema() -> None:
     pairs = [split_assignment(t) for t in ("num_workers=2", " amp = bf16 ", "log_every=50")]
-    assert parse_assignments(SCHEMA, pairs) == {"num_workers": 2, "amp": "bf16",
-                                                "log_every": 50}
+    assert parse_assignments(SCHEMA, pairs) == {"num_workers": 2, "amp": "bf16", "log_every": 50}
 
 
 def test_unknown_knob_lists_the_known_ones() -> None:

@@ -71,8 +71,9 @@ def test_long_steps_stretch_the_stall_threshold() -> None:
     live = _script(notice_s=30.0)
     live.tick(0.0, hello_at=0.0, steps=0)
     live.tick(20.0, hello_at=0.0, steps=1)
-    assert live.tick(60.0, hello_at=0.0, steps=1, typical_step_s=20.0) is None, \
+    assert live.tick(60.0, hello_at=0.0, steps=1, typical_step_s=20.0) is None, (
         "40 s without a step is two 20 s steps, not a hang"
+    )
     stall = live.tick(100.0, hello_at=0.0, steps=1, typical_step_s=20.0)
     assert stall is not None and stall.text.startswith("no step for 80 s")
 

@@ -77,8 +77,9 @@ class QueueLink:
         return [m for m in self.messages if m["kind"] == kind]
 
     def step_configs(self) -> list[tuple[int, int]]:
-        return [(s, c) for m in self.of("steps") for s, c in zip(m["step"], m["config"],
-                                                                 strict=True)]
+        return [
+            (s, c) for m in self.of("steps") for s, c in zip(m["step"], m["config"], strict=True)
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +90,12 @@ def workload() -> MlpWorkload:
     return work
 
 
-def _loop(work: MlpWorkload, gate: threading.Event, monkeypatch: pytest.MonkeyPatch,
-          error: Exception | None = None) -> tuple[TrainingLoop, QueueLink, list[Gated]]:
+def _loop(
+    work: MlpWorkload,
+    gate: threading.Event,
+    monkeypatch: pytest.MonkeyPatch,
+    error: Exception | None = None,
+) -> tuple[TrainingLoop, QueueLink, list[Gated]]:
     built: list[Gated] = []
     real_build = MlpWorkload.build_loader
 
@@ -104,15 +109,22 @@ def _loop(work: MlpWorkload, gate: threading.Event, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(MlpWorkload, "build_loader", build_loader)
     link = QueueLink()
     model = work.build_model(CPU)
-    state = TrainingState(work, model=model, optimizer=work.build_optimizer(model),
-                          device=CPU, values=work.knob_values())
-    loop = TrainingLoop(work, state=state, schema=knob_schema(torch, work, CPU),
-                        backend=HostBackend(), link=link)
+    state = TrainingState(
+        work,
+        model=model,
+        optimizer=work.build_optimizer(model),
+        device=CPU,
+        values=work.knob_values(),
+    )
+    loop = TrainingLoop(
+        work, state=state, schema=knob_schema(torch, work, CPU), backend=HostBackend(), link=link
+    )
     return loop, link, built
 
 
-def test_training_goes_on_until_the_new_loader_is_ready(workload: MlpWorkload,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_training_goes_on_until_the_new_loader_is_ready(
+    workload: MlpWorkload, monkeypatch: pytest.MonkeyPatch
+) -> None:
     gate = threading.Event()
     loop, link, built = _loop(workload, gate, monkeypatch)
     opened: list[int] = []
@@ -145,7 +157,8 @@ def test_training_goes_on_until_the_new_loader_is_ready(workload: MlpWorkload,
 
 
 def test_a_loader_that_fails_to_start_is_refused_and_training_goes_on(
-        workload: MlpWorkload, monkeypatch: pytest.MonkeyPatch) -> None:
+    workload: MlpWorkload, monkeypatch: pytest.MonkeyPatch
+) -> None:
     gate = threading.Event()
     gate.set()
     loop, link, _ = _loop(workload, gate, monkeypatch, error=OSError("worker died"))
@@ -169,7 +182,8 @@ def test_a_loader_that_fails_to_start_is_refused_and_training_goes_on(
 
 
 def test_a_set_during_preparation_waits_for_it_and_keeps_the_order(
-        workload: MlpWorkload, monkeypatch: pytest.MonkeyPatch) -> None:
+    workload: MlpWorkload, monkeypatch: pytest.MonkeyPatch
+) -> None:
     gate = threading.Event()
     loop, link, _ = _loop(workload, gate, monkeypatch)
 

@@ -41,14 +41,21 @@ SYNC_ENTRY_POINTS: tuple[tuple[Any, str], ...] = (
     (torch.Tensor, "tolist"),
 )
 INSTRUMENTATION: tuple[tuple[Any, str], ...] = (
-    (timing.HostBackend, "begin"), (timing.HostBackend, "mark"), (timing.HostBackend, "end"),
+    (timing.HostBackend, "begin"),
+    (timing.HostBackend, "mark"),
+    (timing.HostBackend, "end"),
     (timing.HostBackend, "poll"),
-    (timing.CudaEventBackend, "begin"), (timing.CudaEventBackend, "mark"),
-    (timing.CudaEventBackend, "end"), (timing.CudaEventBackend, "poll"),
-    (step_columns.StepColumns, "add_step"), (step_columns.StepColumns, "add_device"),
+    (timing.CudaEventBackend, "begin"),
+    (timing.CudaEventBackend, "mark"),
+    (timing.CudaEventBackend, "end"),
+    (timing.CudaEventBackend, "poll"),
+    (step_columns.StepColumns, "add_step"),
+    (step_columns.StepColumns, "add_device"),
     (step_columns.StepColumns, "send"),
-    (runner_link.Link, "send_batch"), (runner_link.Link, "log"),
-    (runner_loop.TrainingLoop, "_between_steps"), (runner_loop.TrainingLoop, "_after_step"),
+    (runner_link.Link, "send_batch"),
+    (runner_link.Link, "log"),
+    (runner_loop.TrainingLoop, "_between_steps"),
+    (runner_loop.TrainingLoop, "_after_step"),
 )
 
 
@@ -115,14 +122,22 @@ def _loop(link: runner_link.Link, backend: timing.TimingBackend) -> runner_loop.
     workload.prepare(lambda _text: None)
     model = workload.build_model(CPU)
     values = {**workload.knob_values(), "log_every": 1000}  # the loss read never falls due
-    state = TrainingState(workload, model=model, optimizer=workload.build_optimizer(model),
-                          device=CPU, values=values)
-    return runner_loop.TrainingLoop(workload, state=state, schema=knob_schema(torch, workload, CPU),
-                                    backend=backend, link=link, max_steps=STEPS)
+    state = TrainingState(
+        workload, model=model, optimizer=workload.build_optimizer(model), device=CPU, values=values
+    )
+    return runner_loop.TrainingLoop(
+        workload,
+        state=state,
+        schema=knob_schema(torch, workload, CPU),
+        backend=backend,
+        link=link,
+        max_steps=STEPS,
+    )
 
 
-def test_cpu_loop_instrumentation_adds_no_sync(monkeypatch: pytest.MonkeyPatch,
-                                               drained_link: runner_link.Link) -> None:
+def test_cpu_loop_instrumentation_adds_no_sync(
+    monkeypatch: pytest.MonkeyPatch, drained_link: runner_link.Link
+) -> None:
     loop = _loop(drained_link, timing.HostBackend())
     counter = SyncCounter(monkeypatch)
     assert loop.run() == "max_steps"
@@ -130,8 +145,7 @@ def test_cpu_loop_instrumentation_adds_no_sync(monkeypatch: pytest.MonkeyPatch,
     assert counter.calls == []
 
 
-def test_counter_sees_a_sync_made_inside_instrumentation(monkeypatch: pytest.MonkeyPatch
-                                                          ) -> None:
+def test_counter_sees_a_sync_made_inside_instrumentation(monkeypatch: pytest.MonkeyPatch) -> None:
     """The counter is not blind: a backend that reads a tensor back is caught."""
 
     class Leaky(timing.HostBackend):
@@ -148,7 +162,8 @@ def test_counter_sees_a_sync_made_inside_instrumentation(monkeypatch: pytest.Mon
 
 
 def test_cuda_event_backend_never_synchronizes_inside_the_loop(
-        monkeypatch: pytest.MonkeyPatch, drained_link: runner_link.Link) -> None:
+    monkeypatch: pytest.MonkeyPatch, drained_link: runner_link.Link
+) -> None:
     """SIMULATED stream (no GPU): the event backend waits for the device only before the loop
     (initial calibration) and after it (the final drain), never during a step."""
     clock = FakeClock()
@@ -160,8 +175,9 @@ def test_cuda_event_backend_never_synchronizes_inside_the_loop(
         syncs.append(loop_ref[0].steps_done if loop_ref else -1)
         stream.synchronize()
 
-    backend = timing.CudaEventBackend(event_factory=stream.event, clock=clock,
-                                      synchronize=synchronize)
+    backend = timing.CudaEventBackend(
+        event_factory=stream.event, clock=clock, synchronize=synchronize
+    )
     loop = _loop(drained_link, backend)
     loop_ref.append(loop)
     counter = SyncCounter(monkeypatch)

@@ -9,14 +9,24 @@ from gpuwatch.core.session import LaunchSpec, Session, SessionState
 
 
 def _ended(**fields) -> RunFacts:
-    base = {"name": "train.py", "script": True, "ended": True, "failed": False,
-            "device_kind": "cpu"}
+    base = {
+        "name": "train.py",
+        "script": True,
+        "ended": True,
+        "failed": False,
+        "device_kind": "cpu",
+    }
     return RunFacts(**{**base, **fields})
 
 
 def _bye(code: int = 0, steps: int = 10, cuda_used: bool = False) -> dict:
-    return {"kind": "bye", "reason": "script_exit", "code": code, "steps": steps,
-            "cuda_used": cuda_used}
+    return {
+        "kind": "bye",
+        "reason": "script_exit",
+        "code": code,
+        "steps": steps,
+        "cuda_used": cuda_used,
+    }
 
 
 def test_a_script_that_finished_on_the_cpu() -> None:
@@ -45,27 +55,50 @@ def test_no_step_seen_says_how_steps_are_found() -> None:
 
 
 def test_a_raising_script_names_its_exception() -> None:
-    out = describe(_ended(failed=True, error="ValueError: bad lr", error_type="ValueError",
-                          exit_code=1, steps=2))
-    assert out.sentence == ("train.py raised ValueError: bad lr (after 2 steps; the traceback "
-                            "is in the log)")
+    out = describe(
+        _ended(
+            failed=True, error="ValueError: bad lr", error_type="ValueError", exit_code=1, steps=2
+        )
+    )
+    assert out.sentence == (
+        "train.py raised ValueError: bad lr (after 2 steps; the traceback is in the log)"
+    )
     assert (out.level, out.exit_code) == ("error", 1)
 
 
 def test_syntax_error_and_missing_script() -> None:
-    syntax = describe(_ended(failed=True, error_type="SyntaxError", exit_code=1,
-                             error="SyntaxError: invalid syntax (train.py, line 3)"))
+    syntax = describe(
+        _ended(
+            failed=True,
+            error_type="SyntaxError",
+            exit_code=1,
+            error="SyntaxError: invalid syntax (train.py, line 3)",
+        )
+    )
     assert syntax.sentence == "train.py has a syntax error: invalid syntax (train.py, line 3)"
     assert syntax.exit_code == 1
-    missing = describe(_ended(failed=True, error_type="ScriptNotFound", exit_code=2,
-                              error="ScriptNotFound: no such file: train.py"))
+    missing = describe(
+        _ended(
+            failed=True,
+            error_type="ScriptNotFound",
+            exit_code=2,
+            error="ScriptNotFound: no such file: train.py",
+        )
+    )
     assert missing.sentence == "train.py could not be run: no such file: train.py"
     assert missing.exit_code == 2
 
 
 def test_stopped_after_seconds_is_a_clean_end() -> None:
-    out = describe(_ended(bye={"kind": "bye", "reason": "stopped"}, steps=120, exit_code=0,
-                          stop_requested=True, stopped_after_s=5.0))
+    out = describe(
+        _ended(
+            bye={"kind": "bye", "reason": "stopped"},
+            steps=120,
+            exit_code=0,
+            stop_requested=True,
+            stopped_after_s=5.0,
+        )
+    )
     assert out.sentence == "train.py was stopped after 5 s, after 120 steps (trained on the CPU)"
     assert out.exit_code == 0
     by_hand = describe(_ended(steps=1, exit_code=-15, stop_requested=True))
@@ -74,44 +107,71 @@ def test_stopped_after_seconds_is_a_clean_end() -> None:
 
 def test_killed_from_outside_exits_as_a_shell_would() -> None:
     """128 + the signal, like ``python train.py`` in a shell (137 for the OOM killer)."""
-    killed = describe(_ended(failed=True, error="the runner was killed by SIGKILL",
-                             exit_code=-9, steps=7))
+    killed = describe(
+        _ended(failed=True, error="the runner was killed by SIGKILL", exit_code=-9, steps=7)
+    )
     assert killed.sentence == "train.py failed: the runner was killed by SIGKILL"
     assert killed.exit_code == 137
-    segfault = describe(_ended(failed=True, error="the runner was killed by SIGSEGV",
-                               exit_code=-11, steps=4))
+    segfault = describe(
+        _ended(failed=True, error="the runner was killed by SIGSEGV", exit_code=-11, steps=4)
+    )
     assert segfault.exit_code == 139
 
 
 def test_a_run_hung_when_stopped_says_so_and_fails() -> None:
     """--seconds (or Stop) on a hung loop is no clean end: the sentence and the code say so."""
-    hung = describe(_ended(bye={"kind": "bye", "reason": "stopped", "interrupted": True},
-                           steps=19, exit_code=0, stop_requested=True, stopped_after_s=15.0,
-                           stalled_at_stop_s=12.4))
-    assert hung.sentence == ("train.py was hung: no step for 12 s when it was stopped after "
-                             "15 s; gpuwatch interrupted it mid-step (that step is not "
-                             "counted) (after 19 steps)")
+    hung = describe(
+        _ended(
+            bye={"kind": "bye", "reason": "stopped", "interrupted": True},
+            steps=19,
+            exit_code=0,
+            stop_requested=True,
+            stopped_after_s=15.0,
+            stalled_at_stop_s=12.4,
+        )
+    )
+    assert hung.sentence == (
+        "train.py was hung: no step for 12 s when it was stopped after "
+        "15 s; gpuwatch interrupted it mid-step (that step is not "
+        "counted) (after 19 steps)"
+    )
     assert (hung.level, hung.exit_code) == ("warning", 124)
-    terminated = describe(_ended(steps=19, exit_code=-15, stop_requested=True,
-                                 stalled_at_stop_s=40.0, stop_escalation="terminated"))
+    terminated = describe(
+        _ended(
+            steps=19,
+            exit_code=-15,
+            stop_requested=True,
+            stalled_at_stop_s=40.0,
+            stop_escalation="terminated",
+        )
+    )
     assert "gpuwatch terminated it" in terminated.sentence
     assert terminated.exit_code == 124
 
 
 def test_a_stop_that_had_to_cut_a_step_is_not_a_clean_end() -> None:
-    out = describe(_ended(bye={"kind": "bye", "reason": "stopped", "interrupted": True},
-                          steps=3, exit_code=0, stop_requested=True, stopped_after_s=20.0))
-    assert out.sentence.startswith("train.py was stopped after 20 s, after 3 steps, but "
-                                   "reached no step boundary in time: gpuwatch interrupted")
+    out = describe(
+        _ended(
+            bye={"kind": "bye", "reason": "stopped", "interrupted": True},
+            steps=3,
+            exit_code=0,
+            stop_requested=True,
+            stopped_after_s=20.0,
+        )
+    )
+    assert out.sentence.startswith(
+        "train.py was stopped after 20 s, after 3 steps, but "
+        "reached no step boundary in time: gpuwatch interrupted"
+    )
     assert out.exit_code == 124
-    killed = describe(_ended(steps=3, exit_code=-9, stop_requested=True,
-                             stop_escalation="killed"))
+    killed = describe(_ended(steps=3, exit_code=-9, stop_requested=True, stop_escalation="killed"))
     assert killed.sentence.endswith("gpuwatch killed it")
 
 
 def test_workloads_get_no_script_notes() -> None:
-    out = describe(_ended(name="vision", script=False, bye={"reason": "max_steps"}, steps=3,
-                          exit_code=0))
+    out = describe(
+        _ended(name="vision", script=False, bye={"reason": "max_steps"}, steps=3, exit_code=0)
+    )
     assert out.sentence == "vision finished after 3 steps"
 
 
@@ -130,8 +190,21 @@ def test_facts_from_a_session() -> None:
     facts = facts_from(session)
     assert (facts.name, facts.script, facts.ended, facts.steps) == ("train.py", True, True, 0)
     assert "no training step was seen" in describe(facts).sentence
-    assert facts_from(SimpleNamespace(**{**vars(session), "spec": None, "state": session.state,
-                                          "stop_requested": False, "device_kind": None,
-                                          "notice": None, "stalled_at_stop_s": None,
-                                          "stop_escalation": None,
-                                          "steps": session.steps})).name == "the run"
+    assert (
+        facts_from(
+            SimpleNamespace(
+                **{
+                    **vars(session),
+                    "spec": None,
+                    "state": session.state,
+                    "stop_requested": False,
+                    "device_kind": None,
+                    "notice": None,
+                    "stalled_at_stop_s": None,
+                    "stop_escalation": None,
+                    "steps": session.steps,
+                }
+            )
+        ).name
+        == "the run"
+    )

@@ -16,8 +16,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGING = ROOT / "packaging"
-SCRIPTS = [PACKAGING / "linux" / "build.sh", PACKAGING / "linux" / "install.sh",
-           PACKAGING / "smoke.sh"]
+SCRIPTS = [
+    PACKAGING / "linux" / "build.sh",
+    PACKAGING / "linux" / "install.sh",
+    PACKAGING / "smoke.sh",
+]
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="shell scripts for Linux")
 
 
@@ -74,39 +77,53 @@ def test_per_user_install_and_uninstall_leave_only_user_data(tmp_path):
     icons = unpacked / "share" / "icons" / "hicolor"
     for size in ("48x48", "256x256"):
         (icons / size / "apps").mkdir(parents=True)
-        shutil.copy(ROOT / "assets" / "png" / f"gpuwatch-{size.split('x')[0]}.png",
-                    icons / size / "apps" / "gpuwatch.png")
+        shutil.copy(
+            ROOT / "assets" / "png" / f"gpuwatch-{size.split('x')[0]}.png",
+            icons / size / "apps" / "gpuwatch.png",
+        )
     shutil.copy(PACKAGING / "linux" / "gpuwatch.desktop", unpacked / "share")
     shutil.copy(PACKAGING / "linux" / "install.sh", unpacked)
     home = tmp_path / "home"
     other_icon = home / ".local" / "share" / "icons" / "hicolor" / "48x48" / "apps" / "other.png"
-    user_data = [home / ".config" / "gpuwatch" / "gpuwatch.ini",
-                 home / "Documents" / "gpuwatch" / "run.gpuwatch", other_icon]
+    user_data = [
+        home / ".config" / "gpuwatch" / "gpuwatch.ini",
+        home / "Documents" / "gpuwatch" / "run.gpuwatch",
+        other_icon,
+    ]
     for path in user_data:
         path.parent.mkdir(parents=True)
         path.write_text("mine")
     env = {"HOME": str(home), "PATH": os.environ["PATH"]}
 
-    subprocess.run(["sh", str(unpacked / "install.sh")], env=env, check=True,
-                   capture_output=True)
+    subprocess.run(["sh", str(unpacked / "install.sh")], env=env, check=True, capture_output=True)
 
     local = home / ".local"
     desktop = (local / "share" / "applications" / "gpuwatch.desktop").read_text()
     assert f'Exec="{local}/opt/gpuwatch/gpuwatch"' in desktop
     assert (local / "share" / "icons" / "hicolor" / "256x256" / "apps" / "gpuwatch.png").exists()
     launcher = local / "bin" / "gpuwatch"
-    assert subprocess.run([str(launcher)], capture_output=True, text=True,
-                          check=True).stdout == "gpuwatch 0.1.0\n"
+    assert (
+        subprocess.run([str(launcher)], capture_output=True, text=True, check=True).stdout
+        == "gpuwatch 0.1.0\n"
+    )
 
-    subprocess.run(["sh", str(local / "opt" / "gpuwatch" / "uninstall.sh")], env=env,
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["sh", str(local / "opt" / "gpuwatch" / "uninstall.sh")],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
 
     left = sorted(p for p in home.rglob("*") if p.is_file() or p.is_symlink())
     assert left == sorted(user_data)
     # No empty folders of the install either; one holding another app's icon stays.
     icons_left = sorted(p for p in (local / "share" / "icons").rglob("*"))
-    assert icons_left == [other_icon.parents[2], other_icon.parents[1], other_icon.parent,
-                          other_icon]
+    assert icons_left == [
+        other_icon.parents[2],
+        other_icon.parents[1],
+        other_icon.parent,
+        other_icon,
+    ]
     assert not (local / "opt").exists()
 
 
@@ -117,8 +134,17 @@ def test_nsis_script_compiles(tmp_path):
     for name in ("gpuwatch.exe", "gpuwatch-cli.exe", "_internal/base_library.zip"):
         (dist / name).write_bytes(b"stand-in")
     out = tmp_path / "gpuwatch-test-setup.exe"
-    done = subprocess.run(["makensis", "-V2", f"-DDIST={dist}", f"-DOUTFILE={out}",
-                           str(PACKAGING / "windows" / "gpuwatch.nsi")],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [
+            "makensis",
+            "-V2",
+            f"-DDIST={dist}",
+            f"-DOUTFILE={out}",
+            str(PACKAGING / "windows" / "gpuwatch.nsi"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert out.stat().st_size > 0

@@ -44,21 +44,27 @@ def test_without_a_runner_every_call_is_a_no_op() -> None:
 
 
 def test_import_needs_nothing_but_the_standard_library() -> None:
-    code = ("import sys, gpuwatch.probe; "
-            "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         check=True)
+    code = (
+        "import sys, gpuwatch.probe; "
+        "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize(("call", "message"), [
-    (lambda: gw.phase("fwd"), "gw.phase('fwd'): the phases are data, h2d, forward"),
-    (lambda: gw.knob("w", default=3, choices=[0, 1]), "default 3 is not one of the choices"),
-    (lambda: gw.knob("w", default=True, choices=[1]), "default True is not one of the choices"),
-    (lambda: gw.knob("w", default="x"), "default must be a bool, int or float"),
-    (lambda: gw.knob("w", default=5, max=4), "default 5 is outside min/max"),
-    (lambda: gw.knob("not a name", default=1), "the name must be an identifier"),
-])
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: gw.phase("fwd"), "gw.phase('fwd'): the phases are data, h2d, forward"),
+        (lambda: gw.knob("w", default=3, choices=[0, 1]), "default 3 is not one of the choices"),
+        (lambda: gw.knob("w", default=True, choices=[1]), "default True is not one of the choices"),
+        (lambda: gw.knob("w", default="x"), "default must be a bool, int or float"),
+        (lambda: gw.knob("w", default=5, max=4), "default 5 is outside min/max"),
+        (lambda: gw.knob("not a name", default=1), "the name must be an identifier"),
+    ],
+)
 def test_bad_arguments_fail_the_same_with_or_without_gpuwatch(call: Any, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         call()
@@ -78,24 +84,34 @@ def test_probe_knobs_announce_validate_and_apply() -> None:
     knobs = ProbeKnobs(link, clock=lambda: 10)
     assert knobs.declare(gw.knob_entry("workers", 0, choices=[0, 2])) == 0
     assert knobs.declare(gw.knob_entry("lr", 0.1, low=0.0, high=1.0)) == 0.1
-    assert [m["values"] for m in link.kinds("knobs")] == [{"workers": 0},
-                                                          {"workers": 0, "lr": 0.1}]
+    assert [m["values"] for m in link.kinds("knobs")] == [{"workers": 0}, {"workers": 0, "lr": 0.1}]
     with pytest.raises(ValueError, match="declared before with other settings"):
         knobs.declare(gw.knob_entry("workers", 0, choices=[0, 4]))
     flushed: list[int] = []
-    for values in ({"lr": 2.0}, {"lr": "0.5"}, {"workers": True}, {"x": 1}, {"workers": 2,
-                                                                               "lr": -1}):
-        knobs.handle_set({"values": values, "request": 1}, first_step=5,
-                         flush=lambda: flushed.append(1))
+    for values in (
+        {"lr": 2.0},
+        {"lr": "0.5"},
+        {"workers": True},
+        {"x": 1},
+        {"workers": 2, "lr": -1},
+    ):
+        knobs.handle_set(
+            {"values": values, "request": 1}, first_step=5, flush=lambda: flushed.append(1)
+        )
     messages = [m["message"] for m in link.kinds("refused")]
-    assert messages == ["lr must be a number from 0 to 1, got 2.0",
-                        "lr must be a number from 0 to 1, got '0.5'",
-                        "workers must be one of 0, 2, got True",
-                        "unknown knob 'x': this script declares workers, lr",
-                        "lr must be a number from 0 to 1, got -1"]
+    assert messages == [
+        "lr must be a number from 0 to 1, got 2.0",
+        "lr must be a number from 0 to 1, got '0.5'",
+        "workers must be one of 0, 2, got True",
+        "unknown knob 'x': this script declares workers, lr",
+        "lr must be a number from 0 to 1, got -1",
+    ]
     assert not link.kinds("config") and knobs.values == {"workers": 0, "lr": 0.1}
-    knobs.handle_set({"values": {"workers": "2", "lr": 0.1}, "request": 9}, first_step=5,
-                     flush=lambda: flushed.append(1))
+    knobs.handle_set(
+        {"values": {"workers": "2", "lr": 0.1}, "request": 9},
+        first_step=5,
+        flush=lambda: flushed.append(1),
+    )
     (config,) = link.kinds("config")
     assert config["id"] == 1 and config["request"] == 9 and config["first_step"] == 5
     assert config["changed"] == {"workers": 2} and config["values"] == {"workers": 2, "lr": 0.1}
@@ -116,8 +132,9 @@ class Clock:
 def recorder() -> tuple[StepRecorder, FakeLink, list[int]]:
     link = FakeLink()
     boundaries: list[int] = []
-    rec = StepRecorder(link, HostBackend(), boundary=boundaries.append, config_id=lambda: 0,
-                       clock=Clock())
+    rec = StepRecorder(
+        link, HostBackend(), boundary=boundaries.append, config_id=lambda: 0, clock=Clock()
+    )
     return rec, link, boundaries
 
 

@@ -13,8 +13,10 @@ from gpuwatch import __version__
 from gpuwatch.core.session import Session
 from gpuwatch.qt.about_dialog import NO_RUN, AboutDialog, diagnostics_text, nvml_driver
 
-HELLO = {"versions": {"python": "3.12.1", "torch": "2.14.0", "cuda": "12.8"},
-         "device": {"kind": "cuda", "name": "Test GPU"}}
+HELLO = {
+    "versions": {"python": "3.12.1", "torch": "2.14.0", "cuda": "12.8"},
+    "device": {"kind": "cuda", "name": "Test GPU"},
+}
 
 
 def test_versions_are_listed_and_copied(qtbot):
@@ -22,8 +24,17 @@ def test_versions_are_listed_and_copied(qtbot):
     qtbot.addWidget(dialog)
     dialog.show()
     shown = dialog.versions.text()
-    for expected in (__version__, platform.python_version(), qVersion(), PySide6.__version__,
-                     pyqtgraph.__version__, "2.14.0", "12.8", "Test GPU", "NVML driver"):
+    for expected in (
+        __version__,
+        platform.python_version(),
+        qVersion(),
+        PySide6.__version__,
+        pyqtgraph.__version__,
+        "2.14.0",
+        "12.8",
+        "Test GPU",
+        "NVML driver",
+    ):
         assert expected in shown, expected
     QApplication.clipboard().clear()
     dialog.copy_button.click()

@@ -37,8 +37,9 @@ def test_shows_the_input_finding_and_apply_sends_the_set(advisor, qtbot) -> None
     view.refresh(naive_rows())
     card = view.cards[0]
     assert card.isVisible()
-    assert card.title.text() == ("▶ 62% of each step waits for input; try num_workers=2 "
-                                 "(this machine has 2 cores)")
+    assert card.title.text() == (
+        "▶ 62% of each step waits for input; try num_workers=2 (this machine has 2 cores)"
+    )
     assert "input wait: 62% of each step" in card.evidence.text()
     assert "rule input-bound" in card.evidence.text()
     assert "of 62.0 ms idle per step: 62.0 input" in view.summary.text()
@@ -46,15 +47,19 @@ def test_shows_the_input_finding_and_apply_sends_the_set(advisor, qtbot) -> None
     assert card.apply_button.text() == "Apply: num_workers=2"
     card.apply_button.click()
     assert session.sent == [(1, {"num_workers": 2}, None)]
-    assert card.status.text().startswith("Sent num_workers=2: the new workers start while "
-                                         "training goes on")
+    assert card.status.text().startswith(
+        "Sent num_workers=2: the new workers start while training goes on"
+    )
     assert card.why.text() == "Why: worker processes prepare batches while the model trains."
     assert not card.apply_button.isEnabled()  # one request at a time
 
     change = session.apply(1)
-    new = dataclasses.replace(row(change.id, data=8, kernel=92, rate=170),
-                              label="num_workers=2", changed={"num_workers": 2},
-                              settings={**row().settings, "num_workers": 2})
+    new = dataclasses.replace(
+        row(change.id, data=8, kernel=92, rate=170),
+        label="num_workers=2",
+        changed={"num_workers": 2},
+        settings={**row().settings, "num_workers": 2},
+    )
     measuring = dataclasses.replace(new, samples_per_s=None, breakdown=None, idle_causes=None)
     view.refresh([*naive_rows(), measuring])
     assert view.applied == {change.id: "input wait"}
@@ -165,8 +170,9 @@ def test_one_click_on_naive_vision_closes_the_input_gap_and_reports_it(show_wind
 
     def input_finding_offered() -> None:
         assert session.state is SessionState.RUNNING, session.error
-        assert win.advisor.findings and win.advisor.findings[0].rule == "input-bound", \
-            [f.title for f in win.advisor.findings]
+        assert win.advisor.findings and win.advisor.findings[0].rule == "input-bound", [
+            f.title for f in win.advisor.findings
+        ]
         assert win.advisor.cards[0].apply_button.isEnabled()
 
     qtbot.waitUntil(input_finding_offered, timeout=RUN_TIMEOUT_MS)
@@ -182,8 +188,9 @@ def test_one_click_on_naive_vision_closes_the_input_gap_and_reports_it(show_wind
     def outcome_shown() -> None:
         assert session.state is SessionState.RUNNING, session.error
         top = win.advisor.findings[0] if win.advisor.findings else None
-        assert top is not None and top.rule in ("change-outcome", "change-worse"), \
-            [f.title for f in win.advisor.findings]
+        assert top is not None and top.rule in ("change-outcome", "change-worse"), [
+            f.title for f in win.advisor.findings
+        ]
 
     qtbot.waitUntil(outcome_shown, timeout=RUN_TIMEOUT_MS)
     top = win.advisor.cards[0]

@@ -10,8 +10,14 @@ from gpuwatch.qt.app import run_window
 
 
 def options(tmp_path, **overrides) -> SimpleNamespace:
-    values = {"workload": "vision", "device": "cpu", "python": None, "autostart": False,
-              "demo_seconds": 0.5, "screenshot": tmp_path / "shots" / "window.png"}
+    values = {
+        "workload": "vision",
+        "device": "cpu",
+        "python": None,
+        "autostart": False,
+        "demo_seconds": 0.5,
+        "screenshot": tmp_path / "shots" / "window.png",
+    }
     values.update(overrides)
     return SimpleNamespace(**values)
 
@@ -27,8 +33,13 @@ def test_demo_saves_a_screenshot_and_exits_0(qapp, tmp_path, capsys):
 
 
 def test_failed_run_exits_1_with_one_line(qapp, tmp_path, capsys):
-    opts = options(tmp_path, autostart=True, demo_seconds=1.0, screenshot=None,
-                   python=str(tmp_path / "no-such-python"))
+    opts = options(
+        tmp_path,
+        autostart=True,
+        demo_seconds=1.0,
+        screenshot=None,
+        python=str(tmp_path / "no-such-python"),
+    )
     assert run_window(opts) == 1
     err = capsys.readouterr().err
     assert err.startswith("gpuwatch: the run failed: ")

@@ -34,8 +34,7 @@ def test_start_both_panels_fill_grab_is_not_blank_stop_ends_tree(window, qtbot):
 
     qtbot.waitUntil(both_panels_have_data, timeout=RUN_TIMEOUT_MS)
     assert window.start_action.text() == "Stop"
-    qtbot.waitUntil(lambda: window.headline.samples.value.text() not in ("", "—"),
-                    timeout=10_000)
+    qtbot.waitUntil(lambda: window.headline.samples.value.text() not in ("", "—"), timeout=10_000)
     assert float(window.headline.samples.value.text().replace(",", "")) > 0
 
     image = window.grab().toImage()

@@ -15,8 +15,15 @@ def test_guide_covers_every_section_and_key():
     text = guide_html()
     for anchor, title in SECTIONS:
         assert f'name="{anchor}"' in text and title.split(":")[0] in text
-    for words in ("upper bound", "exact idle", "1/6 s to 1 s", "whole device", "runner CPU",
-                  "transition", "n/a"):
+    for words in (
+        "upper bound",
+        "exact idle",
+        "1/6 s to 1 s",
+        "whole device",
+        "runner CPU",
+        "transition",
+        "n/a",
+    ):
         assert words in text, words
     for column in COLUMNS:
         assert column.title in text
@@ -40,15 +47,22 @@ def test_help_menu_guide_and_keyboard_entries(show_window, qtbot):
 def test_every_headline_figure_links_to_its_section(show_window, qtbot):
     window = show_window(Session(sample_coarse=False))
     bar = window.headline
-    figures = {bar.samples: "step", bar.step: "step", bar.busy: "busy", bar.coarse: "nvml",
-               bar.difference: "differ", bar.phases: "step"}
+    figures = {
+        bar.samples: "step",
+        bar.step: "step",
+        bar.busy: "busy",
+        bar.coarse: "nvml",
+        bar.difference: "differ",
+        bar.phases: "step",
+    }
     for figure, section in figures.items():
         assert figure.toolTip().endswith(TOOLTIP_HINT)
         with qtbot.waitSignal(bar.sig_help_requested) as blocker:
             QTest.mouseClick(figure, Qt.MouseButton.LeftButton, pos=QPoint(3, 3))
         assert blocker.args == [section]
-    qtbot.waitUntil(lambda: getattr(window, "help_dialog", None) is not None
-                    and window.help_dialog.isVisible())
+    qtbot.waitUntil(
+        lambda: getattr(window, "help_dialog", None) is not None and window.help_dialog.isVisible()
+    )
 
 
 def _top_heading(dialog) -> str:
@@ -61,8 +75,12 @@ def test_each_figures_question_mark_opens_the_guide_at_its_section(show_window, 
     window = show_window(Session(sample_coarse=False))
     bar = window.headline
     titles = dict(SECTIONS)
-    for figure, section in ((bar.busy, "busy"), (bar.coarse, "nvml"), (bar.difference, "differ"),
-                            (bar.samples, "step")):
+    for figure, section in (
+        (bar.busy, "busy"),
+        (bar.coarse, "nvml"),
+        (bar.difference, "differ"),
+        (bar.samples, "step"),
+    ):
         assert figure.help_button.isVisible() and figure.help_button.text() == "?"
         QTest.mouseClick(figure.help_button, Qt.MouseButton.LeftButton)
         dialog = window.help_dialog
@@ -78,5 +96,9 @@ def test_f1_on_a_focused_question_mark_opens_its_section(show_window, qtbot):
     qtbot.waitUntil(button.hasFocus)
     QTest.mouseMove(window.timeline)  # the mouse is over no figure: the focus decides
     window.help_action.trigger()  # what F1 triggers (the key itself: test_qt_shortcuts)
-    qtbot.waitUntil(lambda: getattr(window, "help_dialog", None) is not None
-                    and _top_heading(window.help_dialog) == dict(SECTIONS)["nvml"])
+    qtbot.waitUntil(
+        lambda: (
+            getattr(window, "help_dialog", None) is not None
+            and _top_heading(window.help_dialog) == dict(SECTIONS)["nvml"]
+        )
+    )

@@ -20,10 +20,20 @@ from gpuwatch.qt.settings import Settings
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="fake interpreters are sh")
 
-GOOD = {"python": "3.12.1", "torch": "2.14.1", "torchvision": "0.29.1", "cuda": None,
-        "cuda_available": False, "arch_list": [], "capabilities": []}
-NO_TORCH = {"python": "3.12.1", "torch": None,
-            "torch_error": "ModuleNotFoundError: No module named 'torch'"}
+GOOD = {
+    "python": "3.12.1",
+    "torch": "2.14.1",
+    "torchvision": "0.29.1",
+    "cuda": None,
+    "cuda_available": False,
+    "arch_list": [],
+    "capabilities": [],
+}
+NO_TORCH = {
+    "python": "3.12.1",
+    "torch": None,
+    "torch_error": "ModuleNotFoundError: No module named 'torch'",
+}
 
 
 def fake_python(folder: Path, report: dict) -> str:
@@ -39,8 +49,7 @@ def fakes(tmp_path, monkeypatch):
     good = fake_python(tmp_path / "good", GOOD)
     bad = fake_python(tmp_path / "bad", NO_TORCH)
     found = [Candidate(good, "venv: good"), Candidate(bad, "on PATH")]
-    monkeypatch.setattr(interpreters, "discover",
-                        lambda extra=(): [*extra, *found])
+    monkeypatch.setattr(interpreters, "discover", lambda extra=(): [*extra, *found])
     monkeypatch.setattr(interpreters, "gpu_capabilities", lambda: [])
     return good, bad
 
@@ -98,7 +107,8 @@ def test_menu_choice_is_remembered_and_used_by_the_next_start(qtbot, fakes, show
 
 
 def test_frozen_start_without_any_torch_python_shows_how_to_get_torch(
-        qtbot, show_window, monkeypatch, tmp_path):
+    qtbot, show_window, monkeypatch, tmp_path
+):
     from gpuwatch.core.session import Session, SessionState
 
     monkeypatch.setattr(sys, "frozen", True, raising=False)
@@ -115,8 +125,9 @@ def test_frozen_start_without_any_torch_python_shows_how_to_get_torch(
     assert window.python is None
 
 
-def test_frozen_start_picks_the_green_interpreter_and_starts(qtbot, show_window, monkeypatch,
-                                                             fakes):
+def test_frozen_start_picks_the_green_interpreter_and_starts(
+    qtbot, show_window, monkeypatch, fakes
+):
     from gpuwatch.core.session import Session
 
     good, _ = fakes

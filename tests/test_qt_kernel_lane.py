@@ -30,13 +30,26 @@ class FakeLink:
 def kernels_message(t0: int, device: str = "cuda") -> dict[str, Any]:
     """SIMULATED window of 3 steps from ``t0``: two kernels (one under-filled) and a copy."""
     kind = [K, K, CPY] if device == "cuda" else [OP, OP, OP]
-    return {"kind": "kernels", "status": "ok", "device": device, "steps": [11, 12, 13],
-            "perturbed": [10, 11, 12, 13], "t0_ns": t0, "t1_ns": t0 + 30 * MS,
-            "names": ["gemm", "relu", "Memcpy HtoD"], "type": kind, "name": [0, 1, 2],
-            "stream": [7, 7, 7], "start": [t0 + 1 * MS, t0 + 5 * MS, t0 + 10 * MS],
-            "end": [t0 + 4 * MS, t0 + 6 * MS, t0 + 12 * MS], "launch": [t0, t0, t0],
-            "blocks_per_sm": [4.0, 0.5, None], "grid": [None] * 3, "block": [None] * 3,
-            "dropped": 0}
+    return {
+        "kind": "kernels",
+        "status": "ok",
+        "device": device,
+        "steps": [11, 12, 13],
+        "perturbed": [10, 11, 12, 13],
+        "t0_ns": t0,
+        "t1_ns": t0 + 30 * MS,
+        "names": ["gemm", "relu", "Memcpy HtoD"],
+        "type": kind,
+        "name": [0, 1, 2],
+        "stream": [7, 7, 7],
+        "start": [t0 + 1 * MS, t0 + 5 * MS, t0 + 10 * MS],
+        "end": [t0 + 4 * MS, t0 + 6 * MS, t0 + 12 * MS],
+        "launch": [t0, t0, t0],
+        "blocks_per_sm": [4.0, 0.5, None],
+        "grid": [None] * 3,
+        "block": [None] * 3,
+        "dropped": 0,
+    }
 
 
 @pytest.fixture
@@ -77,7 +90,8 @@ def test_capture_asks_the_runner_and_the_window_shows_in_the_lane(window, qtbot)
     assert lane.event_bars["kernel"].count() == 2 and lane.event_bars["memcpy"].count() == 1
     assert lane.window_bars.count() == 1
     assert [t.toPlainText() for t in lane.labels] == [
-        "profiled: busy 20%, 2 kernels, 1 under-filled"]
+        "profiled: busy 20%, 2 kernels, 1 under-filled"
+    ]
     assert "left out of the scoreboard" in lane.toolTip()
     assert "1 under-filled (<1 block/SM" in lane.summary
     qtbot.waitUntil(controls.action.isEnabled, timeout=5000)
@@ -99,19 +113,31 @@ def test_a_failed_capture_is_shown_in_the_status_bar(window, qtbot) -> None:
     session: Session = window.session
     running(session)
     window.kernel_capture.capture(3)
-    session._dispatch_kind({"kind": "kernels", "status": "failed", "device": "cuda",
-                            "error": "the profiler could not start (RuntimeError: CUPTI)",
-                            "steps": [], "perturbed": [], "names": [], "type": [],
-                            "name": [], "stream": [], "start": [], "end": []})
-    qtbot.waitUntil(lambda: "could not start" in window.statusBar().currentMessage(),
-                    timeout=5000)
+    session._dispatch_kind(
+        {
+            "kind": "kernels",
+            "status": "failed",
+            "device": "cuda",
+            "error": "the profiler could not start (RuntimeError: CUPTI)",
+            "steps": [],
+            "perturbed": [],
+            "names": [],
+            "type": [],
+            "name": [],
+            "stream": [],
+            "start": [],
+            "end": [],
+        }
+    )
+    qtbot.waitUntil(lambda: "could not start" in window.statusBar().currentMessage(), timeout=5000)
     assert window.kernel_capture.action.isEnabled()
 
 
 def test_copy_nsight_command_puts_the_command_on_the_clipboard(window) -> None:
     command = window.kernel_capture.copy_nsight_command()
-    spec = LaunchSpec(workload=window.workload_combo.currentText(),
-                      device=str(window.device_combo.currentData()))
+    spec = LaunchSpec(
+        workload=window.workload_combo.currentText(), device=str(window.device_combo.currentData())
+    )
     assert command == nsight_command(spec, gpuwatch_argv())
     assert QGuiApplication.clipboard().text() == command
     help_menu = next(a.menu() for a in window.menuBar().actions() if "Help" in a.text())
@@ -128,13 +154,28 @@ def test_replay_shows_recorded_windows_and_cannot_capture(show_window, tmp_path,
     live = Session(sample_coarse=False)
     recorder = Recorder(tmp_path / "k.gpuwatch", live, flush_s=0.05)
     recorder.start()
-    live._dispatch({"kind": "hello", "protocol": 1, "pid": 1, "workload": "mlp",
-                    "device": {"kind": "cuda", "name": "simulated GPU"}, "versions": {},
-                    "knobs": [], "config": {"values": {}, "warmup_steps": 0}})
+    live._dispatch(
+        {
+            "kind": "hello",
+            "protocol": 1,
+            "pid": 1,
+            "workload": "mlp",
+            "device": {"kind": "cuda", "name": "simulated GPU"},
+            "versions": {},
+            "knobs": [],
+            "config": {"values": {}, "warmup_steps": 0},
+        }
+    )
     t0 = live.t0_ns
-    live._dispatch({"kind": "steps", "step": list(range(20)), "config": [0] * 20,
-                    "samples": [4] * 20,
-                    "host": [[t0 + i * 10 * MS + k * MS for k in range(7)] for i in range(20)]})
+    live._dispatch(
+        {
+            "kind": "steps",
+            "step": list(range(20)),
+            "config": [0] * 20,
+            "samples": [4] * 20,
+            "host": [[t0 + i * 10 * MS + k * MS for k in range(7)] for i in range(20)],
+        }
+    )
     live._dispatch(kernels_message(t0 + 100 * MS))  # SIMULATED CUDA window
     wait_until(lambda: recorder.steps_written == 20, 10, "the steps written")
     recorder.close()

@@ -42,8 +42,15 @@ def test_one_widget_per_knob_of_the_right_type_grouped(panel_for):
     assert (workers.minimum(), workers.maximum()) == (0, 16)
     assert panel.rows["storage_latency_ms"].editor.suffix() == " ms"
     headers = [w.text() for w in panel.findChildren(QLabel) if w.text().startswith("<b>")]
-    assert headers == ["<b>Loader</b>", "<b>Copies</b>", "<b>Loop</b>", "<b>Precision</b>",
-                       "<b>Layout</b>", "<b>Kernels</b>", "<b>Demo dials</b>"]
+    assert headers == [
+        "<b>Loader</b>",
+        "<b>Copies</b>",
+        "<b>Loop</b>",
+        "<b>Precision</b>",
+        "<b>Layout</b>",
+        "<b>Kernels</b>",
+        "<b>Demo dials</b>",
+    ]
     assert not panel.hint.isVisible()
 
 
@@ -140,8 +147,9 @@ def test_refusal_shows_the_message_and_snaps_back(panel_for, qtbot):
     assert not box.isChecked()  # snapped back to the value in force
     assert panel.message.isVisible()
     assert panel.message.textFormat() == Qt.TextFormat.PlainText  # shown verbatim
-    assert panel.message.text() == ("Refused: channels_last needs a workload with 4-D image "
-                                    "inputs, not 'mlp' <x>")
+    assert panel.message.text() == (
+        "Refused: channels_last needs a workload with 4-D image inputs, not 'mlp' <x>"
+    )
     assert palette.ERROR_TEXT in panel.message.styleSheet()
     assert "4-D image inputs" in signal.args[0]
     panel.refresh()  # shown once, stays visible
@@ -154,8 +162,10 @@ def test_cost_of_the_last_change(panel_for, qtbot):
     panel.rows["num_workers"].editor.setValue(2)
     panel.request("num_workers", 2)
     session.apply(1, rebuilt=("loader",))
-    session.rows = [row(0, "baseline"), row(1, "num_workers=2", live=True, transition_s=None,
-                                            steady=False)]
+    session.rows = [
+        row(0, "baseline"),
+        row(1, "num_workers=2", live=True, transition_s=None, steady=False),
+    ]
     panel.refresh(session.rows)
     cost = panel.rows["num_workers"].cost
     assert cost.isVisible() and cost.text() == "loader rebuilt; transition running…"
@@ -184,8 +194,13 @@ def test_no_run_then_hello_then_a_new_workload(panel_for):
     assert not panel.hint.isVisible()
     assert len(panel.rows) == len(KNOBS)
     old_editor = panel.rows["num_workers"].editor
-    session.new_run([knob("num_workers", "int", "loader", 1, min=0, max=16),
-                     knob("log_every", "int", "loop", 1, min=1, max=1000)], workload="mlp")
+    session.new_run(
+        [
+            knob("num_workers", "int", "loader", 1, min=0, max=16),
+            knob("log_every", "int", "loop", 1, min=1, max=1000),
+        ],
+        workload="mlp",
+    )
     panel.refresh()
     assert list(panel.rows) == ["num_workers", "log_every"]
     assert panel.rows["num_workers"].editor is not old_editor

@@ -21,7 +21,8 @@ def _snapshot(win) -> dict:
     return {
         "font_pt": win.font().pointSizeF(),
         "tick_pt": plot.getAxis("bottom").style["tickFont"].pointSizeF()
-        if plot.getAxis("bottom").style.get("tickFont") else None,
+        if plot.getAxis("bottom").style.get("tickFont")
+        else None,
         "busy_pen": win.utilization.busy_curve.opts["pen"].widthF(),
         "headline_style": win.headline.busy.value.styleSheet(),
         "tour_style": win.tour.caption.styleSheet(),
@@ -79,8 +80,9 @@ def test_big_sentence_repeats_the_headline_figures(light, show_window):
     win = show_window(Session())
     win.timer.stop()  # the window's own refresh would replace the injected figures
     win.presentation.set_active(True, fullscreen=False)
-    figures = HeadlineFigures(window_s=5.0, busy_pct=41.2, coarse_pct=97.0,
-                              coarse_short="runner CPU", device_kind="cpu")
+    figures = HeadlineFigures(
+        window_s=5.0, busy_pct=41.2, coarse_pct=97.0, coarse_short="runner CPU", device_kind="cpu"
+    )
     win.headline.show_figures(figures)
     text = win.presentation.big_headline.text()
     assert text.startswith("compute busy 41% · runner CPU says 97%<br>")
@@ -107,8 +109,13 @@ def _grab(win) -> QImage:
 
 def _distinct_colors(image: QImage) -> int:
     step = 7
-    return len({image.pixel(x, y) for x in range(0, image.width(), step)
-                for y in range(0, image.height(), step)})
+    return len(
+        {
+            image.pixel(x, y)
+            for x in range(0, image.width(), step)
+            for y in range(0, image.height(), step)
+        }
+    )
 
 
 def test_grabs_of_normal_and_presentation_in_light_and_dark_differ(light, show_window):
@@ -126,7 +133,7 @@ def test_grabs_of_normal_and_presentation_in_light_and_dark_differ(light, show_w
         assert _distinct_colors(image) > 8, key  # not blank
     keys = list(images)
     for i, a in enumerate(keys):
-        for b in keys[i + 1:]:
+        for b in keys[i + 1 :]:
             assert images[a] != images[b], (a, b)
 
 
@@ -134,8 +141,20 @@ def test_present_theme_dark_screenshot_from_the_cli(light, tmp_path):
     from gpuwatch.cli import main
 
     shot = tmp_path / "present-dark.png"
-    code = main(["--no-start", "--device", "cpu", "--presentation", "--theme", "dark",
-                 "--demo-seconds", "0.5", "--screenshot", str(shot)])
+    code = main(
+        [
+            "--no-start",
+            "--device",
+            "cpu",
+            "--presentation",
+            "--theme",
+            "dark",
+            "--demo-seconds",
+            "0.5",
+            "--screenshot",
+            str(shot),
+        ]
+    )
     assert code == 0
     image = QImage(str(shot))
     assert (image.width(), image.height()) == (1280, 720)
@@ -150,9 +169,13 @@ def test_presentation_shortens_the_utilization_legend_and_hides_its_notes(light,
     win = show_window(Session())
     win.timer.stop()  # drive the view by hand
     view = win.utilization
-    choice = CoarseChoice(metric="proc.cpu", coarse_label="runner CPU % (process tree, 1 s)",
-                          busy_label="compute busy % (host spans)", short="runner CPU",
-                          notes=("NVML: n/a — the runner trains on the CPU",))
+    choice = CoarseChoice(
+        metric="proc.cpu",
+        coarse_label="runner CPU % (process tree, 1 s)",
+        busy_label="compute busy % (host spans)",
+        short="runner CPU",
+        notes=("NVML: n/a — the runner trains on the CPU",),
+    )
     empty = SeriesView(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0))
     view.show_data(choice, empty, np.empty(0), 0)
     assert "(process tree" in view.legend_label.text() and not view.note_label.isHidden()
@@ -166,13 +189,16 @@ def test_presentation_shortens_the_utilization_legend_and_hides_its_notes(light,
 
 
 def _dock_layout(win) -> dict:
-    return {d.objectName(): (d.isVisible(), win.dockWidgetArea(d))
-            for d in win.findChildren(QDockWidget)}
+    return {
+        d.objectName(): (d.isVisible(), win.dockWidgetArea(d))
+        for d in win.findChildren(QDockWidget)
+    }
 
 
 @pytest.mark.parametrize("maximized", [False, True], ids=["normal", "maximized"])
 def test_f11_is_real_full_screen_and_esc_or_f11_return_to_the_previous_state(
-        light, show_window, qtbot, maximized):
+    light, show_window, qtbot, maximized
+):
     win = show_window(Session())
     win.activateWindow()
     qtbot.waitUntil(win.isActiveWindow)
@@ -200,8 +226,7 @@ def _lane_labels(win) -> list[str]:
 
 
 @pytest.mark.parametrize("size", [(1280, 720), (3840, 2160)])
-def test_stage_layout_keeps_lanes_scoreboard_and_caption_readable(light, show_window, qtbot,
-                                                                   size):
+def test_stage_layout_keeps_lanes_scoreboard_and_caption_readable(light, show_window, qtbot, size):
     from gpuwatch.core.tour import Stage, TourProgress
     from gpuwatch.qt.presentation import STAGE_COLUMNS, presentation_scale
     from gpuwatch.qt.timeline_view import MERGED_LANES
@@ -234,8 +259,11 @@ def test_stage_layout_keeps_lanes_scoreboard_and_caption_readable(light, show_wi
     dock = win.scoreboard.parentWidget()
     assert win.dockWidgetArea(dock) == Qt.DockWidgetArea.RightDockWidgetArea
     table = win.scoreboard.table
-    shown = [table.model().headerData(i, Qt.Orientation.Horizontal)
-             for i in range(table.model().columnCount()) if not table.isColumnHidden(i)]
+    shown = [
+        table.model().headerData(i, Qt.Orientation.Horizontal)
+        for i in range(table.model().columnCount())
+        if not table.isColumnHidden(i)
+    ]
     assert tuple(shown) == STAGE_COLUMNS
     assert dock.geometry().left() >= win.centralWidget().geometry().right()
     # The tour caption (compact: no progress line) above the big sentence, full width on top.
@@ -261,8 +289,20 @@ def test_window_size_pictures_presentation_at_4k_from_the_cli(light, tmp_path):
     from gpuwatch.cli import main
 
     shot = tmp_path / "present-4k.png"
-    code = main(["--no-start", "--device", "cpu", "--presentation", "--window-size", "3840x2160",
-                 "--demo-seconds", "0.5", "--screenshot", str(shot)])
+    code = main(
+        [
+            "--no-start",
+            "--device",
+            "cpu",
+            "--presentation",
+            "--window-size",
+            "3840x2160",
+            "--demo-seconds",
+            "0.5",
+            "--screenshot",
+            str(shot),
+        ]
+    )
     assert code == 0
     image = QImage(str(shot))
     assert (image.width(), image.height()) == (3840, 2160)
@@ -314,8 +354,9 @@ def test_merged_lanes_stack_their_phases_in_dense_columns(qtbot):
     starts = np.arange(n, dtype=np.int64) * step_ns
     offsets = np.array([0.0, 0.1, 0.2, 0.5, 0.8, 0.9, 1.0]) * step_ns  # data h2d fwd bwd opt sync
     host = starts[:, None] + offsets.astype(np.int64)[None, :]
-    steps = StepsView(np.arange(n), np.zeros(n, np.int32), np.ones(n, np.int32), host, host,
-                      np.ones(n, bool))
+    steps = StepsView(
+        np.arange(n), np.zeros(n, np.int32), np.ones(n, np.int32), host, host, np.ones(n, bool)
+    )
     active = (host[:, 1], host[:, -1])
     view.set_merged(True)
     view.show_steps(steps, active, 0, 0, n * step_ns)
@@ -326,9 +367,11 @@ def test_merged_lanes_stack_their_phases_in_dense_columns(qtbot):
     rows = pixels.shape[0] // 4
     bar_px = round(BAR_HEIGHT * rows)
     margin = (rows - bar_px) // 2
-    column = pixels[rows + margin:rows + margin + bar_px, pixels.shape[1] // 2][::-1]
-    colors = {name: rgba(pg.mkBrush(view.phase_bars[name].opts["brush"]).color())
-              for name in ("forward", "backward", "optimizer")}
+    column = pixels[rows + margin : rows + margin + bar_px, pixels.shape[1] // 2][::-1]
+    colors = {
+        name: rgba(pg.mkBrush(view.phase_bars[name].opts["brush"]).color())
+        for name in ("forward", "backward", "optimizer")
+    }
     runs = [(name, int((column == c).sum())) for name, c in colors.items()]
     assert [n for n, _ in runs] == ["forward", "backward", "optimizer"]
     for (_, got), want in zip(runs, (0.3, 0.3, 0.1), strict=True):
@@ -337,6 +380,7 @@ def test_merged_lanes_stack_their_phases_in_dense_columns(qtbot):
     assert first["forward"] == 0 < first["backward"] < first["optimizer"]  # stacked upwards
     top = first["optimizer"] + runs[2][1]
     assert top == pytest.approx(0.7 * bar_px, abs=2)  # within the lane
-    assert (column[top + 1:] == rgba(pg.mkBrush(view.phase_backing["forward"].opts["brush"]
-                                                ).color())).all()
+    assert (
+        column[top + 1 :] == rgba(pg.mkBrush(view.phase_backing["forward"].opts["brush"]).color())
+    ).all()
     assert view.dense_share(0, view.phase_bars["data"]).max() == pytest.approx(0.1, abs=0.1)

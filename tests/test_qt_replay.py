@@ -62,7 +62,8 @@ def no_documents(tmp_path, monkeypatch) -> Path:
 
 
 def test_replay_window_shows_the_run_with_a_moving_bar_and_read_only_knobs(
-        show_window, qtbot, recording, no_documents):
+    show_window, qtbot, recording, no_documents
+):
     now = [0.0]
     replay = ReplaySession(open_recording(recording), clock=lambda: now[0])
     win = show_window(replay)
@@ -90,7 +91,8 @@ def test_replay_window_shows_the_run_with_a_moving_bar_and_read_only_knobs(
 
 
 def test_file_open_on_a_bad_file_shows_the_error_and_keeps_the_window(
-        show_window, qtbot, tmp_path, recording, no_documents):
+    show_window, qtbot, tmp_path, recording, no_documents
+):
     win = show_window(Session(sample_coarse=False))
     bad = tmp_path / "notes.gpuwatch"
     bad.write_text("not a recording")
@@ -106,7 +108,8 @@ def test_file_open_on_a_bad_file_shows_the_error_and_keeps_the_window(
 
 
 def test_compare_shows_both_scoreboards_and_breakdowns_that_sum_to_the_step(
-        show_window, qtbot, tmp_path, recording, no_documents):
+    show_window, qtbot, tmp_path, recording, no_documents
+):
     other = make_recording(tmp_path / "second.gpuwatch", n_batches=12)
     win = show_window(ReplaySession(open_recording(recording)))
     view = win.compare_with(other)
@@ -124,8 +127,7 @@ def test_compare_shows_both_scoreboards_and_breakdowns_that_sum_to_the_step(
     assert "no such file" in win.error_box.text()
 
 
-def test_record_action_writes_a_file_that_open_recording_reads(
-        show_window, qtbot, no_documents):
+def test_record_action_writes_a_file_that_open_recording_reads(show_window, qtbot, no_documents):
     session = Session(sample_coarse=False)
     win = show_window(session)
     win.record_action.setChecked(True)
@@ -162,27 +164,46 @@ def test_export_perfetto_and_csv_from_the_menu(show_window, tmp_path, recording,
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    code = ("import sys; from gpuwatch.cli import main; rc = main(sys.argv[1:]); "
-            "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, check=False,
-                          env={"QT_QPA_PLATFORM": "offscreen", "PATH": "/usr/bin:/bin"})
+    code = (
+        "import sys; from gpuwatch.cli import main; rc = main(sys.argv[1:]); "
+        "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={"QT_QPA_PLATFORM": "offscreen", "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_cli_replay_opens_compares_and_screenshots_without_torch(tmp_path, recording):
     other = make_recording(tmp_path / "second.gpuwatch", n_batches=12)
     shot = tmp_path / "replay.png"
-    done = run_cli("replay", str(recording), "--compare", str(other), "--demo-seconds", "1",
-                   "--screenshot", str(shot))
+    done = run_cli(
+        "replay",
+        str(recording),
+        "--compare",
+        str(other),
+        "--demo-seconds",
+        "1",
+        "--screenshot",
+        str(shot),
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "no torch"
     assert shot.read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("missing.gpuwatch", None, "no such file"),
-    ("text.gpuwatch", "hello", "not a gpuwatch recording"),
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("missing.gpuwatch", None, "no such file"),
+        ("text.gpuwatch", "hello", "not a gpuwatch recording"),
+    ],
+)
 def test_cli_replay_of_a_bad_file_is_one_line_and_exit_1(tmp_path, name, content, message):
     path = tmp_path / name
     if content is not None:
@@ -194,8 +215,10 @@ def test_cli_replay_of_a_bad_file_is_one_line_and_exit_1(tmp_path, name, content
 
 
 def test_window_options_are_ignored_in_replay(qtbot, recording):
-    win = MainWindow(ReplaySession(open_recording(recording)),
-                     SimpleNamespace(workload="mlp", device="cpu", python=None))
+    win = MainWindow(
+        ReplaySession(open_recording(recording)),
+        SimpleNamespace(workload="mlp", device="cpu", python=None),
+    )
     qtbot.addWidget(win)
     assert not win.workload_combo.isEnabled() and not win.device_combo.isEnabled()
     win.close()

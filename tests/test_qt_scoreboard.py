@@ -36,10 +36,18 @@ def cell(view: ScoreboardView, r: int, title: str, role=Qt.ItemDataRole.DisplayR
 def three_rows() -> list:
     return [
         row(0, "baseline", samples_per_s=360.4, speedup=1.0),
-        row(1, "workers", changed={"num_workers": 2, "persistent_workers": True},
-            samples_per_s=701.0, speedup=1.945, input_wait_share=0.05, transition_s=2.13),
-        row(2, "compile", changed={"compile": "default"}, live=True, steady=False,
-            transition_s=None),
+        row(
+            1,
+            "workers",
+            changed={"num_workers": 2, "persistent_workers": True},
+            samples_per_s=701.0,
+            speedup=1.945,
+            input_wait_share=0.05,
+            transition_s=2.13,
+        ),
+        row(
+            2, "compile", changed={"compile": "default"}, live=True, steady=False, transition_s=None
+        ),
     ]
 
 
@@ -59,8 +67,7 @@ def test_rows_with_figures_and_na(board):
     assert cell(board, 0, "energy J/step") == "n/a"  # no power reading: n/a, never 0
     # The live segment, not steady yet: every figure n/a, marked and in italics.
     assert cell(board, 2, "stage") == LIVE_MARK + "compile"
-    for title in ("samples/s", "step p50 ms", "busy %", "input wait %", "speedup",
-                  "transition s"):
+    for title in ("samples/s", "step p50 ms", "busy %", "input wait %", "speedup", "transition s"):
         assert cell(board, 2, title) == "n/a", title
     assert cell(board, 2, "stage", Qt.ItemDataRole.FontRole).italic()
     assert not cell(board, 1, "stage", Qt.ItemDataRole.FontRole).italic()
@@ -101,19 +108,30 @@ def test_same_rows_update_in_place(board):
 
 
 def changes() -> list[ConfigChange]:
-    return [ConfigChange(0, {}, {}, T0, 0, 3, label="baseline"),
-            ConfigChange(1, {}, {"num_workers": 2}, T0 + 20 * S, 100, 4, label="workers"),
-            ConfigChange(2, {}, {"compile": "default"}, T0 + 40 * S, 200, 3,
-                         label="compile=default, a long label that gets cut")]
+    return [
+        ConfigChange(0, {}, {}, T0, 0, 3, label="baseline"),
+        ConfigChange(1, {}, {"num_workers": 2}, T0 + 20 * S, 100, 4, label="workers"),
+        ConfigChange(
+            2,
+            {},
+            {"compile": "default"},
+            T0 + 40 * S,
+            200,
+            3,
+            label="compile=default, a long label that gets cut",
+        ),
+    ]
 
 
 def test_markers_at_each_change_with_transitions_shaded(qtbot):
     plot = TimelineView()
     qtbot.addWidget(plot)
     markers = ChangeMarkers(plot, labels=True)
-    rows = [row(0, "baseline", transition_s=1.0),
-            row(1, "workers", transition_s=2.5),
-            row(2, "compile", live=True, steady=False, transition_s=None)]
+    rows = [
+        row(0, "baseline", transition_s=1.0),
+        row(1, "workers", transition_s=2.5),
+        row(2, "compile", live=True, steady=False, transition_s=None),
+    ]
     run = object()
     markers.update(run, changes(), rows, T0 - 5 * S, now_ns=T0 + 50 * S)
     assert sorted(markers.lines) == [0, 1, 2]

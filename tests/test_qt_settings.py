@@ -42,7 +42,8 @@ def test_values_round_trip_and_reset_forgets_them(tmp_path):
 
 def test_bad_or_stale_values_read_as_unset(tmp_path):
     (tmp_path / "gpuwatch.ini").write_text(
-        "[view]\ntheme=purple\n[run]\nknobs=not json\npython=/no/such/python\n")
+        "[view]\ntheme=purple\n[run]\nknobs=not json\npython=/no/such/python\n"
+    )
     settings = Settings(tmp_path)
     assert settings.theme == "system" and settings.knobs == {} and settings.python is None
 

@@ -81,16 +81,20 @@ def test_ctrl_s_starts_then_finishes_a_recording(window, qtbot, tmp_path, monkey
 
 def test_ctrl_e_asks_where_to_export_perfetto(window, monkeypatch):
     asked = []
-    monkeypatch.setattr(main_window_module.QFileDialog, "getSaveFileName",
-                        lambda *args, **kw: (asked.append(args[1]), ("", ""))[1])
+    monkeypatch.setattr(
+        main_window_module.QFileDialog,
+        "getSaveFileName",
+        lambda *args, **kw: (asked.append(args[1]), ("", ""))[1],
+    )
     QTest.keyClick(window, Qt.Key.Key_E, CTRL)
     assert asked == ["Export Perfetto JSON"]
 
 
 def test_f1_opens_the_guide(window, qtbot):
     QTest.keyClick(window, Qt.Key.Key_F1)
-    qtbot.waitUntil(lambda: getattr(window, "help_dialog", None) is not None
-                    and window.help_dialog.isVisible())
+    qtbot.waitUntil(
+        lambda: getattr(window, "help_dialog", None) is not None and window.help_dialog.isVisible()
+    )
     window.help_dialog.close()
 
 

@@ -13,8 +13,14 @@ from gpuwatch.qt.spans import is_dense, step_series, weighted_mean
 
 def view_of(host: np.ndarray, step: np.ndarray | None = None) -> StepsView:
     n = len(host)
-    return StepsView(np.arange(n) if step is None else step, np.zeros(n, np.int32),
-                     np.ones(n, np.int32), host, host, np.ones(n, bool))
+    return StepsView(
+        np.arange(n) if step is None else step,
+        np.zeros(n, np.int32),
+        np.ones(n, np.int32),
+        host,
+        host,
+        np.ones(n, bool),
+    )
 
 
 def test_step_series_joins_touching_samples_only():
@@ -28,8 +34,9 @@ def test_step_series_joins_touching_samples_only():
 
 
 def test_step_series_leaves_out_unknown_values():
-    x, y, _ = step_series(np.array([0.0, 1.0]), np.array([1.0, 2.0]),
-                          np.array([np.nan, 5.0]), tolerance=0.1)
+    x, y, _ = step_series(
+        np.array([0.0, 1.0]), np.array([1.0, 2.0]), np.array([np.nan, 5.0]), tolerance=0.1
+    )
     assert x.tolist() == [1, 2] and y.tolist() == [5, 5]
 
 

@@ -38,7 +38,8 @@ def test_forcing_dark_changes_palette_and_plots_and_light_restores(light, show_w
     for plot in (win.timeline, win.utilization.plot):
         assert _plot_background(plot) == DARK.plot_background.lower()
         assert plot.getPlotItem().getAxis("bottom").pen().color().name() == (
-            DARK.plot_foreground.lower())
+            DARK.plot_foreground.lower()
+        )
     # A dark base colour gets its readable twin (the busy curve, the device bars).
     busy = win.utilization.busy_curve.opts["pen"].color()
     assert busy.lightness() > 128
@@ -59,8 +60,10 @@ def test_forcing_dark_changes_palette_and_plots_and_light_restores(light, show_w
 def test_dark_text_contrasts_with_its_background(light):
     light.set_mode("dark")
     pal = QGuiApplication.palette()
-    for fg, bg in ((QPalette.ColorRole.WindowText, QPalette.ColorRole.Window),
-                   (QPalette.ColorRole.Text, QPalette.ColorRole.Base)):
+    for fg, bg in (
+        (QPalette.ColorRole.WindowText, QPalette.ColorRole.Window),
+        (QPalette.ColorRole.Text, QPalette.ColorRole.Base),
+    ):
         assert pal.color(fg).lightness() - pal.color(bg).lightness() > 120
 
 
@@ -87,7 +90,8 @@ def test_style_sheets_scale_and_recolour():
     out = transform_style("color: #666; font-size: 11px;", DARK, 2.0)
     assert out == "color: #B4B4B4; font-size: 22px;"
     assert transform_style("background: #C62828; color: white;", DARK, 1.0) == (
-        "background: #C62828; color: white;")
+        "background: #C62828; color: white;"
+    )
 
 
 def test_cli_theme_names_match_the_theme_module():
@@ -111,25 +115,46 @@ def test_icon_ships_in_the_built_package(tmp_path):
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
-    shutil.copytree(REPO / "gpuwatch", src / "gpuwatch",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "gpuwatch", src / "gpuwatch", ignore=shutil.ignore_patterns("__pycache__")
+    )
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", str(src), "-w", str(wheels)], check=True, capture_output=True,
-                   timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            str(src),
+            "-w",
+            str(wheels),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     (wheel,) = wheels.glob("*.whl")
     installed = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(installed)
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import gpuwatch; "
-            "from pathlib import Path; assert Path(gpuwatch.__file__).is_relative_to(sys.argv[1])"
-            ", gpuwatch.__file__; from PySide6.QtGui import QGuiApplication; "
-            "app = QGuiApplication([]); from gpuwatch.qt.app_icon import app_icon, icon_files; "
-            "assert all(f.is_file() for f in icon_files()); icon = app_icon(); "
-            "print(len(icon.availableSizes()))")
-    done = subprocess.run([sys.executable, "-c", code, str(installed)], check=False,
-                          capture_output=True,
-                          text=True, timeout=60, env={"QT_QPA_PLATFORM": "offscreen",
-                                                      "PATH": "/usr/bin:/bin"})
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import gpuwatch; "
+        "from pathlib import Path; assert Path(gpuwatch.__file__).is_relative_to(sys.argv[1])"
+        ", gpuwatch.__file__; from PySide6.QtGui import QGuiApplication; "
+        "app = QGuiApplication([]); from gpuwatch.qt.app_icon import app_icon, icon_files; "
+        "assert all(f.is_file() for f in icon_files()); icon = app_icon(); "
+        "print(len(icon.availableSizes()))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(installed)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"QT_QPA_PLATFORM": "offscreen", "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(len(SIZES))
 
@@ -161,8 +186,7 @@ def _pixel(plot, x: float, y: float):
     return plot.grab().toImage().pixelColor(at.x(), at.y()).name()
 
 
-def test_the_desktop_turning_dark_re_themes_every_view_live(light, show_window, qtbot,
-                                                            monkeypatch):
+def test_the_desktop_turning_dark_re_themes_every_view_live(light, show_window, qtbot, monkeypatch):
     from PySide6.QtCore import Qt
 
     from gpuwatch.qt import palette
@@ -187,10 +211,12 @@ def test_the_desktop_turning_dark_re_themes_every_view_live(light, show_window, 
     device = timeline.device_bars.opts["brush"].color()
     assert device.name() == DARK.color(palette.DEVICE_ACTIVE).name() != palette.DEVICE_ACTIVE
     assert timeline.phase_bars["data"].opts["brush"].color().name() == (
-        palette.PHASE_COLORS["data"].lower())  # the colour-blind-safe set reads on both
+        palette.PHASE_COLORS["data"].lower()
+    )  # the colour-blind-safe set reads on both
     for widget in (win.knob_panel, win.scoreboard.table, help_dialog.browser):  # (posted)
-        qtbot.waitUntil(lambda w=widget: w.palette().color(QPalette.ColorRole.Base).name()
-                        == DARK.base.lower())
+        qtbot.waitUntil(
+            lambda w=widget: w.palette().color(QPalette.ColorRole.Base).name() == DARK.base.lower()
+        )
     assert "#b4b4b4" in win.headline.busy.help_button.styleSheet().lower()
 
     monkeypatch.setattr(theme_module, "system_is_dark", lambda: False)

@@ -12,9 +12,11 @@ from gpuwatch.core.session import SessionState
 from gpuwatch.core.tour import Conductor, Skipped, Stage, TourProgress, plan_tour
 from gpuwatch.qt.tour_controller import TourController
 
-STAGES = [Stage("baseline", {}, "the naive defaults"),
-          Stage("workers", {"num_workers": 2}, "2 worker processes decode while training"),
-          Stage("compile", {"compile": "default"}, "torch.compile fuses kernels")]
+STAGES = [
+    Stage("baseline", {}, "the naive defaults"),
+    Stage("workers", {"num_workers": 2}, "2 worker processes decode while training"),
+    Stage("compile", {"compile": "default"}, "torch.compile fuses kernels"),
+]
 SKIPPED = [Skipped("pinned memory", "needs CUDA")]
 
 
@@ -38,8 +40,15 @@ class ScriptedConductor:
     def tick(self) -> TourProgress:
         self.ticks += 1
         state = "done" if self.done else "steady"
-        return TourProgress(self.index, len(self.stages), self.stages[self.index], state,
-                            3.0, 512.0, f"stage {self.index + 1}: steady 3.0/10 s")
+        return TourProgress(
+            self.index,
+            len(self.stages),
+            self.stages[self.index],
+            state,
+            3.0,
+            512.0,
+            f"stage {self.index + 1}: steady 3.0/10 s",
+        )
 
     def stop(self) -> None:
         self.stopped = True
@@ -57,8 +66,9 @@ def tour(qtbot):
         lines: list[tuple[str, str]] = []
         kwargs.setdefault("plan", lambda knobs, workload, cores: (list(STAGES), list(SKIPPED)))
         kwargs.setdefault("conductor", ScriptedConductor)
-        controller = TourController(session, host, lambda level, text:
-                                    lines.append((level, text)), **kwargs)
+        controller = TourController(
+            session, host, lambda level, text: lines.append((level, text)), **kwargs
+        )
         QVBoxLayout(host).addWidget(controller.caption)
         host.show()
         return controller, lines
@@ -147,8 +157,10 @@ def test_real_plan_and_conductor_send_the_workers_stage(tour):
     assert session.sent == [(1, {"num_workers": 2, "persistent_workers": True}, "workers")]
     assert "Tour 2/6 · workers" in controller.caption.text()
     session.apply(1)
-    session.rows = [row(0, "baseline"), row(1, "workers", live=True, steady=False,
-                                            transition_s=None)]
+    session.rows = [
+        row(0, "baseline"),
+        row(1, "workers", live=True, steady=False, transition_s=None),
+    ]
     controller.tick()
     assert "workers" in controller.caption.text() and controller.active
     controller.stop()
@@ -163,8 +175,9 @@ def test_window_option_starts_the_tour_once_the_run_is_up(qtbot):
 
     session = Session(sample_coarse=False)
     fake = FakeSession()
-    win = MainWindow(session, SimpleNamespace(workload="vision", device="cpu", python=None,
-                                              tour=True))
+    win = MainWindow(
+        session, SimpleNamespace(workload="vision", device="cpu", python=None, tour=True)
+    )
     qtbot.addWidget(win)
     win.show()
     qtbot.waitExposed(win)

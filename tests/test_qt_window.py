@@ -43,15 +43,22 @@ def feed_cpu_run(session: Session, n_steps: int = 100, cpu_pct: float = 150.0) -
     session.hello = {"device": {"kind": "cpu", "name": "synthetic CPU"}, "workload": "vision"}
     session.steps.set_device_is_host(True)
     marks = synthetic_marks(t0 + S // 2, n_steps)
-    session.steps.append(list(range(n_steps)), [0] * n_steps, [SAMPLES] * n_steps,
-                         marks.tolist())
+    session.steps.append(list(range(n_steps)), [0] * n_steps, [SAMPLES] * n_steps, marks.tolist())
     n_samples = (n_steps * STEP_MS) // 1000 + 1
     k = np.arange(n_samples + 1, dtype=np.int64)
     session.coarse.set_status(MetricStatus("proc.cpu", "runner CPU", "%", True, period_s=1.0))
-    session.coarse.set_status(MetricStatus("nvml.gpu_util", "NVML GPU utilization", "%", False,
-                                           reason="NVML Shared Library Not Found"))
-    session.coarse.append_many("proc.cpu", (t0 + k * S).tolist(), (t0 + (k + 1) * S).tolist(),
-                               [cpu_pct] * len(k))
+    session.coarse.set_status(
+        MetricStatus(
+            "nvml.gpu_util",
+            "NVML GPU utilization",
+            "%",
+            False,
+            reason="NVML Shared Library Not Found",
+        )
+    )
+    session.coarse.append_many(
+        "proc.cpu", (t0 + k * S).tolist(), (t0 + (k + 1) * S).tolist(), [cpu_pct] * len(k)
+    )
 
 
 @pytest.fixture
@@ -122,12 +129,12 @@ def test_dense_steps_are_aggregated_per_pixel_column(window, qtbot):
     starts = session.t0_ns + S + np.arange(n, dtype=np.int64) * MS
     # data 0.25 ms, then compute 0.75 ms (h2d..optimizer), empty sync.
     offsets = (np.array([0, 250, 400, 600, 900, 1000, 1000]) * 1000).astype(np.int64)
-    session.steps.append(list(range(n)), [0] * n, [8] * n,
-                         (starts[:, None] + offsets[None, :]).tolist())
+    session.steps.append(
+        list(range(n)), [0] * n, [8] * n, (starts[:, None] + offsets[None, :]).tolist()
+    )
     timeline = window.timeline
 
-    qtbot.waitUntil(lambda: timeline.dense and timeline.dense_lanes.isVisible(),
-                    timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: timeline.dense and timeline.dense_lanes.isVisible(), timeout=WAIT_MS)
     width = timeline.getPlotItem().getViewBox().width()
     assert timeline.dense_lanes.pixels.shape[1] <= width + 2  # one pixel column each
     device = timeline.dense_share(timeline.n_lanes - 1, timeline.device_bars)
@@ -144,9 +151,10 @@ def test_nvml_unavailable_shows_reason_not_zero(window, qtbot):
     feed_cpu_run(window.session, n_steps=20)
     note = window.utilization.note_label
     # The window's first frame (before this run was fed) may show another note already.
-    qtbot.waitUntil(lambda: note.isVisible()
-                    and note.text() == "NVML: n/a — NVML Shared Library Not Found",
-                    timeout=WAIT_MS)
+    qtbot.waitUntil(
+        lambda: note.isVisible() and note.text() == "NVML: n/a — NVML Shared Library Not Found",
+        timeout=WAIT_MS,
+    )
     assert window.headline.coarse.caption.text() == "runner CPU %"
 
 
@@ -161,10 +169,15 @@ def test_cuda_run_shows_nvml_step_series_with_its_period(window, qtbot):
     session.steps.set_device_marks(list(range(n - 10)), (marks[: n - 10] + 2 * MS).tolist())
     period = S // 6
     k = np.arange(40, dtype=np.int64)
-    session.coarse.set_status(MetricStatus("nvml.gpu_util", "NVML GPU utilization", "%", True,
-                                           period_s=1 / 6))
-    session.coarse.append_many("nvml.gpu_util", (t0 + k * period).tolist(),
-                               (t0 + (k + 1) * period).tolist(), [80.0] * len(k))
+    session.coarse.set_status(
+        MetricStatus("nvml.gpu_util", "NVML GPU utilization", "%", True, period_s=1 / 6)
+    )
+    session.coarse.append_many(
+        "nvml.gpu_util",
+        (t0 + k * period).tolist(),
+        (t0 + (k + 1) * period).tolist(),
+        [80.0] * len(k),
+    )
     util = window.utilization
 
     qtbot.waitUntil(lambda: series_point_count(util.busy_curve) > 0, timeout=WAIT_MS)
@@ -177,8 +190,7 @@ def test_cuda_run_shows_nvml_step_series_with_its_period(window, qtbot):
     # Busy % only where our device marks cover the whole NVML period: never a false 0.
     assert bx.min() >= 0.5 and bx.max() <= 0.5 + (n - 10) * 0.1
     assert window.timeline.device_bars.count() == n - 10
-    qtbot.waitUntil(lambda: window.headline.coarse.caption.text() == "NVML util %",
-                    timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: window.headline.coarse.caption.text() == "NVML util %", timeout=WAIT_MS)
     assert window.headline.busy.caption.text() == "stream active %"
     assert "CUDA events" in window.timing_label.text()
 
@@ -201,7 +213,7 @@ def test_grab_shows_the_plots(window, qtbot):
     origin = window.timeline.mapTo(window, QPoint(0, 0))
     x0, y0 = int(origin.x() * ratio), int(origin.y() * ratio)
     w, h = int(window.timeline.width() * ratio), int(window.timeline.height() * ratio)
-    region = pixels[y0:y0 + h, x0:x0 + w].astype(np.float64)
+    region = pixels[y0 : y0 + h, x0 : x0 + w].astype(np.float64)
     assert region.size and region.var() > 0
     # Phase colours are drawn exactly (no antialiasing): the forward lane is really there.
     fwd = QColor(PHASE_COLORS["forward"])
@@ -213,13 +225,13 @@ def test_failed_session_shows_its_error(qtbot, tmp_path):
     """A run that cannot start turns FAILED; the window says why, in a banner, not a dialog."""
     session = Session(sample_coarse=False)
     missing = tmp_path / "no-such-python"
-    win = MainWindow(session, SimpleNamespace(workload="vision", device="cpu",
-                                              python=str(missing)))
+    win = MainWindow(session, SimpleNamespace(workload="vision", device="cpu", python=str(missing)))
     qtbot.addWidget(win)
     win.show()
     win.start_action.trigger()
-    qtbot.waitUntil(lambda: session.state is SessionState.FAILED and win.banner.isVisible(),
-                    timeout=WAIT_MS)
+    qtbot.waitUntil(
+        lambda: session.state is SessionState.FAILED and win.banner.isVisible(), timeout=WAIT_MS
+    )
     assert session.error
     assert session.error in win.banner.text()
     assert win.start_action.text() == "Start"  # can try again

@@ -44,24 +44,32 @@ def recorded_run(tmp_path_factory) -> RecordedRun:
     """A real mlp run on the CPU with one knob change (two segments), recorded."""
     path = tmp_path_factory.mktemp("rec") / "run.gpuwatch"
     session = Session()
-    recorder = Recorder(path, session, spec={"workload": "mlp", "device": "cpu"},
-                        flush_s=0.1)
+    recorder = Recorder(path, session, spec={"workload": "mlp", "device": "cpu"}, flush_s=0.1)
     recorder.start()
     try:
         session.start(LaunchSpec(workload="mlp", device="cpu"))
-        wait_until(lambda: session.hello is not None or session.state is SessionState.FAILED,
-                   120, "the runner's hello")
+        wait_until(
+            lambda: session.hello is not None or session.state is SessionState.FAILED,
+            120,
+            "the runner's hello",
+        )
         assert session.state is SessionState.RUNNING, session.error
         first = session.config_changes()[0]
-        wait_until(lambda: session.steps.count >= first.warmup_steps + 3 * MIN_STEADY_STEPS,
-                   60, "steady baseline steps")
+        wait_until(
+            lambda: session.steps.count >= first.warmup_steps + 3 * MIN_STEADY_STEPS,
+            60,
+            "steady baseline steps",
+        )
         request = session.set_knobs({"num_workers": 1}, label="one worker")
         wait_until(lambda: session.answer(request) is not None, 60, "the runner's answer")
         change = session.answer(request)
         assert change.id == 1, change
         enough = change.first_step + change.warmup_steps + 3 * MIN_STEADY_STEPS
-        wait_until(lambda: session.steps.count and session.steps.snapshot(last=1).step[0]
-                   >= enough, 60, "steady steps under config 1")
+        wait_until(
+            lambda: session.steps.count and session.steps.snapshot(last=1).step[0] >= enough,
+            60,
+            "steady steps under config 1",
+        )
         session.stop()
         assert session.wait_ended(30)
         recorder.close()
@@ -91,8 +99,11 @@ def assert_rows_equal(live: list, replayed: list) -> None:
             if f.name == "live":
                 continue
             if isinstance(x, float):
-                assert y is not None and math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12), \
-                    (f.name, x, y)
+                assert y is not None and math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12), (
+                    f.name,
+                    x,
+                    y,
+                )
             elif isinstance(x, tuple) and x and isinstance(x[0], float):
                 assert np.allclose(x, y, rtol=1e-9), f.name
             else:
@@ -114,8 +125,9 @@ def test_recording_holds_the_whole_run(recorded_run: RecordedRun) -> None:
     assert recorded_run.recorder.steps_written == len(live) == len(recording.steps)
     for name in ("step", "config", "samples", "host", "device", "has_device"):
         assert np.array_equal(getattr(recording.steps, name), getattr(live, name)), name
-    assert [(c.id, c.label, c.t_ns) for c in recording.configs] == \
-        [(c.id, c.label, c.t_ns) for c in session.config_changes()]
+    assert [(c.id, c.label, c.t_ns) for c in recording.configs] == [
+        (c.id, c.label, c.t_ns) for c in session.config_changes()
+    ]
     assert recording.hello == session.hello
     # The outcome as the session saw it (on a loaded machine the polite stop may time out).
     assert (recording.bye or {}).get("reason") == session.bye_reason
@@ -172,8 +184,9 @@ def test_kill_9_leaves_every_committed_step(tmp_path: Path) -> None:
     path = tmp_path / "killed.gpuwatch"
     script = tmp_path / "record.py"
     script.write_text(KILLED_RECORDER)
-    proc = subprocess.Popen([sys.executable, str(script), str(path)], cwd=ROOT,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(path)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
     runner_pid = None
     try:
         assert proc.stdout is not None
@@ -203,18 +216,33 @@ def test_kill_9_leaves_every_committed_step(tmp_path: Path) -> None:
 
 def test_recording_started_mid_run_begins_with_what_the_session_holds(tmp_path: Path) -> None:
     session = Session(sample_coarse=False)
-    hello = {"kind": "hello", "protocol": 1, "pid": 42, "workload": "mlp",
-             "device": {"kind": "cpu", "name": "cpu", "cores": 2}, "versions": {},
-             "knobs": [], "config": {"values": {"num_workers": 0}, "warmup_steps": 2}}
+    hello = {
+        "kind": "hello",
+        "protocol": 1,
+        "pid": 42,
+        "workload": "mlp",
+        "device": {"kind": "cpu", "name": "cpu", "cores": 2},
+        "versions": {},
+        "knobs": [],
+        "config": {"values": {"num_workers": 0}, "warmup_steps": 2},
+    }
     session._dispatch(hello)
     marks = [[i * 10 + k for k in range(7)] for i in range(5)]
-    session._dispatch({"kind": "steps", "step": list(range(5)), "config": [0] * 5,
-                       "samples": [8] * 5, "host": marks})
+    session._dispatch(
+        {
+            "kind": "steps",
+            "step": list(range(5)),
+            "config": [0] * 5,
+            "samples": [8] * 5,
+            "host": marks,
+        }
+    )
     recorder = Recorder(tmp_path / "late.gpuwatch", session, flush_s=0.05)
     recorder.start()
     more = [[i * 10 + k for k in range(7)] for i in range(5, 8)]
-    session._dispatch({"kind": "steps", "step": [5, 6, 7], "config": [0] * 3,
-                       "samples": [8] * 3, "host": more})
+    session._dispatch(
+        {"kind": "steps", "step": [5, 6, 7], "config": [0] * 3, "samples": [8] * 3, "host": more}
+    )
     wait_until(lambda: recorder.steps_written == 8, 10, "8 steps written")
     recorder.close()
     recording = open_recording(tmp_path / "late.gpuwatch")
@@ -227,8 +255,16 @@ def test_a_second_run_ends_the_recording(tmp_path: Path) -> None:
     session = Session(sample_coarse=False)
     recorder = Recorder(tmp_path / "one.gpuwatch", session, flush_s=0.05)
     recorder.start()
-    hello = {"kind": "hello", "protocol": 1, "pid": 1, "workload": "mlp",
-             "device": {"kind": "cpu"}, "versions": {}, "knobs": [], "config": {}}
+    hello = {
+        "kind": "hello",
+        "protocol": 1,
+        "pid": 1,
+        "workload": "mlp",
+        "device": {"kind": "cpu"},
+        "versions": {},
+        "knobs": [],
+        "config": {},
+    }
     session._dispatch(hello)
     session._dispatch({**hello, "pid": 2})
     wait_until(lambda: recorder.error is not None, 10, "the recorder to stop")
@@ -269,12 +305,28 @@ def small_recording(path: Path) -> Path:
     session = Session(sample_coarse=False)
     recorder = Recorder(path, session)
     recorder.start()
-    session._dispatch({"kind": "hello", "protocol": 1, "pid": 7, "workload": "mlp",
-                       "device": {"kind": "cpu"}, "versions": {}, "knobs": [],
-                       "config": {}})
+    session._dispatch(
+        {
+            "kind": "hello",
+            "protocol": 1,
+            "pid": 7,
+            "workload": "mlp",
+            "device": {"kind": "cpu"},
+            "versions": {},
+            "knobs": [],
+            "config": {},
+        }
+    )
     marks = [[i * 10 + k for k in range(7)] for i in range(2000)]
-    session._dispatch({"kind": "steps", "step": list(range(2000)), "config": [0] * 2000,
-                       "samples": [8] * 2000, "host": marks})
+    session._dispatch(
+        {
+            "kind": "steps",
+            "step": list(range(2000)),
+            "config": [0] * 2000,
+            "samples": [8] * 2000,
+            "host": marks,
+        }
+    )
     recorder.close()
     return path
 
@@ -309,19 +361,24 @@ def written(path: Path, data: bytes) -> Path:
 BAD_FILES = {
     "missing": (lambda p: p / "missing.gpuwatch", "no such file"),
     "directory": (lambda p: p, "is a directory, not a gpuwatch recording"),
-    "empty": (lambda p: written(p / "e.gpuwatch", b""),
-              "not a gpuwatch recording (an empty file)"),
-    "text": (lambda p: written(p / "t.gpuwatch", b"step,ms\n1,2\n" * 50),
-             "not a gpuwatch recording (not an SQLite file)"),
+    "empty": (lambda p: written(p / "e.gpuwatch", b""), "not a gpuwatch recording (an empty file)"),
+    "text": (
+        lambda p: written(p / "t.gpuwatch", b"step,ms\n1,2\n" * 50),
+        "not a gpuwatch recording (not an SQLite file)",
+    ),
     "truncated": (lambda p: truncated(small_recording(p / "cut.gpuwatch")), "is damaged ("),
-    "foreign sqlite": (lambda p: foreign_sqlite(p / "f.gpuwatch"),
-                       "not a gpuwatch recording (an SQLite file without gpuwatch tables)"),
-    "older": (lambda p: with_schema_version(small_recording(p / "o.gpuwatch"), 0),
-              f"made by an older gpuwatch (schema 0); this version reads schema "
-              f"{SCHEMA_VERSION}"),
-    "newer": (lambda p: with_schema_version(small_recording(p / "n.gpuwatch"), 99),
-              f"made by a newer gpuwatch (schema 99); this version reads schema "
-              f"{SCHEMA_VERSION}"),
+    "foreign sqlite": (
+        lambda p: foreign_sqlite(p / "f.gpuwatch"),
+        "not a gpuwatch recording (an SQLite file without gpuwatch tables)",
+    ),
+    "older": (
+        lambda p: with_schema_version(small_recording(p / "o.gpuwatch"), 0),
+        f"made by an older gpuwatch (schema 0); this version reads schema {SCHEMA_VERSION}",
+    ),
+    "newer": (
+        lambda p: with_schema_version(small_recording(p / "n.gpuwatch"), 99),
+        f"made by a newer gpuwatch (schema 99); this version reads schema {SCHEMA_VERSION}",
+    ),
 }
 
 
@@ -344,8 +401,9 @@ def test_bench_record_writes_the_whole_run(tmp_path: Path, capsys) -> None:
     from gpuwatch.cli import main
 
     path = tmp_path / "bench.gpuwatch"
-    code = main(["bench", "--workload", "mlp", "--device", "cpu", "--seconds", "1",
-                 "--record", str(path)])
+    code = main(
+        ["bench", "--workload", "mlp", "--device", "cpu", "--seconds", "1", "--record", str(path)]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     recording = open_recording(path)
@@ -356,8 +414,7 @@ def test_bench_record_writes_the_whole_run(tmp_path: Path, capsys) -> None:
     assert rebuild(recording).scoreboard()[0].steady
 
 
-def test_bench_record_refuses_an_existing_file_before_starting(tmp_path: Path,
-                                                               capsys) -> None:
+def test_bench_record_refuses_an_existing_file_before_starting(tmp_path: Path, capsys) -> None:
     from gpuwatch.cli import main
 
     existing = tmp_path / "old.gpuwatch"
@@ -375,12 +432,28 @@ def test_a_full_disk_stops_the_recording_not_the_run(tmp_path: Path) -> None:
     recorder.start()
     pages = recorder._conn.execute("PRAGMA page_count").fetchone()[0]
     recorder._conn.execute(f"PRAGMA max_page_count = {pages + 2}")  # SQLITE_FULL, like a disk
-    session._dispatch({"kind": "hello", "protocol": 1, "pid": 3, "workload": "mlp",
-                       "device": {"kind": "cpu"}, "versions": {}, "knobs": [], "config": {}})
+    session._dispatch(
+        {
+            "kind": "hello",
+            "protocol": 1,
+            "pid": 3,
+            "workload": "mlp",
+            "device": {"kind": "cpu"},
+            "versions": {},
+            "knobs": [],
+            "config": {},
+        }
+    )
     n = 5000
-    session._dispatch({"kind": "steps", "step": list(range(n)), "config": [0] * n,
-                       "samples": [1] * n, "host": [[i * 7 + k for k in range(7)]
-                                                    for i in range(n)]})
+    session._dispatch(
+        {
+            "kind": "steps",
+            "step": list(range(n)),
+            "config": [0] * n,
+            "samples": [1] * n,
+            "host": [[i * 7 + k for k in range(7)] for i in range(n)],
+        }
+    )
     wait_until(lambda: recorder.error is not None, 10, "the recorder to report the error")
     assert "full" in recorder.error and "the run goes on" in recorder.error
     assert not recorder.recording

@@ -58,12 +58,18 @@ class FakeRecording:
 
     def messages(self) -> list[tuple[int, dict[str, Any]]]:
         """Runner messages only: the GUI's own log lines are in ``log`` (as in the reader)."""
-        return [(t, m) for t, m in self.recorded
-                if not (m["kind"] == "log" and m.get("source") == "gpuwatch")]
+        return [
+            (t, m)
+            for t, m in self.recorded
+            if not (m["kind"] == "log" and m.get("source") == "gpuwatch")
+        ]
 
     def __post_init__(self) -> None:
-        self.log = [LogLine(t, m["level"], "gpuwatch", m["text"]) for t, m in self.recorded
-                    if m["kind"] == "log" and m.get("source") == "gpuwatch"]
+        self.log = [
+            LogLine(t, m["level"], "gpuwatch", m["text"])
+            for t, m in self.recorded
+            if m["kind"] == "log" and m.get("source") == "gpuwatch"
+        ]
 
 
 @dataclass
@@ -82,8 +88,13 @@ def _marks(start_ns: int, n: int) -> list[list[int]]:
 
 def script(t0: int, n_batches: int = 40, error: bool = False) -> list[tuple[int, dict]]:
     """A CPU run: hello, step batches, a config change, a refusal, log lines, bye."""
-    hello = {**hello_for(KNOBS), "kind": "hello", "protocol": protocol.PROTOCOL_VERSION,
-             "pid": 4242, "versions": {"python": "3.11", "torch": "2.14"}}
+    hello = {
+        **hello_for(KNOBS),
+        "kind": "hello",
+        "protocol": protocol.PROTOCOL_VERSION,
+        "pid": 4242,
+        "versions": {"python": "3.11", "torch": "2.14"},
+    }
     hello["config"] = {**hello["config"], "warmup_steps": 2}
     out: list[tuple[int, dict]] = [(t0 + 100 * MS, hello)]
     start = t0 + 200 * MS  # of the next step
@@ -94,26 +105,66 @@ def script(t0: int, n_batches: int = 40, error: bool = False) -> list[tuple[int,
         if b == n_batches // 2:
             now += MS
             values = {**hello["config"]["values"], "num_workers": 2}
-            out.append((now, {"kind": "config", "id": 1, "values": values,
-                              "changed": {"num_workers": 2}, "t_ns": now,
-                              "first_step": step, "warmup_steps": 3, "apply_s": 0.4,
-                              "request": 1}))
+            out.append(
+                (
+                    now,
+                    {
+                        "kind": "config",
+                        "id": 1,
+                        "values": values,
+                        "changed": {"num_workers": 2},
+                        "t_ns": now,
+                        "first_step": step,
+                        "warmup_steps": 3,
+                        "apply_s": 0.4,
+                        "request": 1,
+                    },
+                )
+            )
             config = 1
             start = now + 400 * MS
         if b == n_batches // 4:
-            out.append((now + MS, {"kind": "refused", "values": {"amp": "fp16"},
-                                   "message": "fp16 needs CUDA", "request": 2}))
+            out.append(
+                (
+                    now + MS,
+                    {
+                        "kind": "refused",
+                        "values": {"amp": "fp16"},
+                        "message": "fp16 needs CUDA",
+                        "request": 2,
+                    },
+                )
+            )
             out.append((now + 2 * MS, {"kind": "log", "level": "info", "text": f"epoch {b}"}))
         ids = list(range(step, step + BATCH))
         now = start + BATCH * STEP_MS * MS + 3 * MS
-        out.append((now, {"kind": "steps", "step": ids, "config": [config] * BATCH,
-                          "samples": [32] * BATCH, "host": _marks(start, BATCH)}))
+        out.append(
+            (
+                now,
+                {
+                    "kind": "steps",
+                    "step": ids,
+                    "config": [config] * BATCH,
+                    "samples": [32] * BATCH,
+                    "host": _marks(start, BATCH),
+                },
+            )
+        )
         step += BATCH
         start += BATCH * STEP_MS * MS
     if error:
         now += MS
-        out.append((now, {"kind": "error", "type": "RuntimeError", "message": "boom",
-                          "traceback": "Traceback: ..."}))
+        out.append(
+            (
+                now,
+                {
+                    "kind": "error",
+                    "type": "RuntimeError",
+                    "message": "boom",
+                    "traceback": "Traceback: ...",
+                },
+            )
+        )
     out.append((now + MS, {"kind": "bye", "reason": "error" if error else "done"}))
     return out
 
@@ -128,14 +179,22 @@ def snapshot_of(session: Session) -> dict[str, Any]:
     steps = session.steps.snapshot()
     return {
         "hello": session.hello,
-        "steps": (steps.step.tolist(), steps.config.tolist(), steps.host.tolist(),
-                  steps.device.tolist(), steps.has_device.tolist()),
+        "steps": (
+            steps.step.tolist(),
+            steps.config.tolist(),
+            steps.host.tolist(),
+            steps.device.tolist(),
+            steps.has_device.tolist(),
+        ),
         "changes": session.config_changes(),
         "values": session.config_values(),
         "knobs": session.knobs,
         "refusal": session.last_refusal,
-        "coarse": {n: session.coarse.snapshot(n).value.tolist() for n in session.coarse.names()
-                   if len(session.coarse.snapshot(n))},
+        "coarse": {
+            n: session.coarse.snapshot(n).value.tolist()
+            for n in session.coarse.names()
+            if len(session.coarse.snapshot(n))
+        },
         "statuses": session.coarse.statuses(),
         "device_kind": session.device_kind,
         "t0_ns": session.t0_ns,
@@ -162,18 +221,32 @@ def live_run(monkeypatch, n_batches: int = 40, error: bool = False) -> LiveRun:
             fed += 1
         live._dispatch(message)
         # Running from the hello until the runner leaves after its bye.
-        live._state = SessionState.FINISHED if message["kind"] == "bye" else \
-            SessionState.RUNNING
-        checkpoints.append((t_ns, {**snapshot_of(live), "rows": live.scoreboard(),
-                                   "log": [dataclasses.astuple(x) for x in live.drain_log()]}))
+        live._state = SessionState.FINISHED if message["kind"] == "bye" else SessionState.RUNNING
+        checkpoints.append(
+            (
+                t_ns,
+                {
+                    **snapshot_of(live),
+                    "rows": live.scoreboard(),
+                    "log": [dataclasses.astuple(x) for x in live.drain_log()],
+                },
+            )
+        )
     monkeypatch.undo()
     coarse = SeriesStore()
     coarse.set_status(MetricStatus("proc.cpu", "runner CPU", "%", True, period_s=1.0))
     coarse.append_many("proc.cpu", all_t0, all_t1, all_v)
-    rec = FakeRecording(path=Path("/recordings/run.gpuwatch"), hello=live.hello,
-                        steps=live.steps.snapshot(), configs=live.config_changes(),
-                        coarse=coarse, t0_ns=T0, t1_ns=all_t1[-1], recorded=recorded,
-                        error="RuntimeError: boom" if error else None)
+    rec = FakeRecording(
+        path=Path("/recordings/run.gpuwatch"),
+        hello=live.hello,
+        steps=live.steps.snapshot(),
+        configs=live.config_changes(),
+        coarse=coarse,
+        t0_ns=T0,
+        t1_ns=all_t1[-1],
+        recorded=recorded,
+        error="RuntimeError: boom" if error else None,
+    )
     return LiveRun(rec, checkpoints)
 
 
@@ -213,16 +286,17 @@ def test_stores_after_a_seek_equal_the_live_data_up_to_then(monkeypatch):
 def test_scoreboard_equals_the_live_one_mid_run_and_at_the_end(monkeypatch):
     run = live_run(monkeypatch)
     replay = ReplaySession(run.recording)
-    for i in (len(run.checkpoints) // 2 + 3, len(run.checkpoints) - 2, 5,
-              len(run.checkpoints) - 1):
+    for i in (len(run.checkpoints) // 2 + 3, len(run.checkpoints) - 2, 5, len(run.checkpoints) - 1):
         t_ns, live = run.checkpoints[i]
         replay.seek(seconds(t_ns))
         rows = replay.scoreboard()
-        assert [dataclasses.replace(r, coarse_util=None) for r in rows] == \
-            [dataclasses.replace(r, coarse_util=None) for r in live["rows"]]
+        assert [dataclasses.replace(r, coarse_util=None) for r in rows] == [
+            dataclasses.replace(r, coarse_util=None) for r in live["rows"]
+        ]
         # The live board froze row 0 before the 1 s CPU sample over its end had arrived.
         assert [r.coarse_util for r in rows] == pytest.approx(
-            [r.coarse_util for r in live["rows"]], abs=0.02)
+            [r.coarse_util for r in live["rows"]], abs=0.02
+        )
     replay.seek(replay.duration_s)
     rows = replay.scoreboard()
     assert [r.config_id for r in rows] == [0, 1]
@@ -257,8 +331,11 @@ def test_play_follows_the_clock_times_the_speed_and_stops_at_the_end(monkeypatch
     replay.tick()
     assert replay.position_s == pytest.approx(1.75)
     count = replay.steps.count
-    assert count == sum(len(m["step"]) for t, m in run.recording.recorded
-                        if m["kind"] == "steps" and t <= T0 + 1.75 * S)
+    assert count == sum(
+        len(m["step"])
+        for t, m in run.recording.recorded
+        if m["kind"] == "steps" and t <= T0 + 1.75 * S
+    )
     replay.pause()
     now[0] += 10.0
     assert not replay.tick() and replay.position_s == pytest.approx(1.75)
@@ -299,8 +376,13 @@ def test_a_failed_run_replays_as_failed_with_its_error(monkeypatch):
 
 def test_rebuild_from_the_start_is_fast_for_an_hour_long_file():
     """An hour at 50 steps/s in 50 ms batches (72,000 step messages, 180,000 steps)."""
-    hello = {**hello_for(KNOBS), "kind": "hello", "protocol": protocol.PROTOCOL_VERSION, "pid": 1,
-             "versions": {}}
+    hello = {
+        **hello_for(KNOBS),
+        "kind": "hello",
+        "protocol": protocol.PROTOCOL_VERSION,
+        "pid": 1,
+        "versions": {},
+    }
     messages: list[tuple[int, dict]] = [(T0, hello)]
     per_batch, batch_ns = 2, 50 * MS
     n = 3600 * S // batch_ns
@@ -309,12 +391,24 @@ def test_rebuild_from_the_start_is_fast_for_an_hour_long_file():
         start = T0 + b * batch_ns
         ids = [b * per_batch, b * per_batch + 1]
         host = [[start + o for o in offsets], [start + 25 * MS + o for o in offsets]]
-        messages.append((start + batch_ns, {"kind": "steps", "step": ids, "config": [0, 0],
-                                            "samples": [32, 32], "host": host}))
+        messages.append(
+            (
+                start + batch_ns,
+                {"kind": "steps", "step": ids, "config": [0, 0], "samples": [32, 32], "host": host},
+            )
+        )
     coarse = SeriesStore()
     steps = [None] * (n * per_batch)
-    rec = FakeRecording(path=Path("hour.gpuwatch"), hello=hello, steps=steps, configs=[],
-                        coarse=coarse, t0_ns=T0, t1_ns=messages[-1][0], recorded=messages)
+    rec = FakeRecording(
+        path=Path("hour.gpuwatch"),
+        hello=hello,
+        steps=steps,
+        configs=[],
+        coarse=coarse,
+        t0_ns=T0,
+        t1_ns=messages[-1][0],
+        recorded=messages,
+    )
     replay = ReplaySession(rec)
     assert replay.steps.count == n * per_batch
     started = time.perf_counter()

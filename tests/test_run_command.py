@@ -26,7 +26,7 @@ RUN_TIMEOUT_S = 150
 
 #: An endless loop over a spawn-started DataLoader with 2 workers; its ``finally`` and its
 #: workers leave files behind so the test can see a clean stop and look for orphans.
-ENDLESS_LOOP = '''
+ENDLESS_LOOP = """
 import os, sys
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -59,11 +59,11 @@ if __name__ == "__main__":
                 opt.step()
     finally:
         open(os.path.join(OUT, "finally-ran"), "w").close()
-'''
+"""
 
 #: A finite loop without a DataLoader (the optimizer delimits steps); it records its argv
 #: and working directory so the test sees them as ``python SCRIPT ARGS`` would set them.
-FINITE_LOOP = '''
+FINITE_LOOP = """
 import json, os, sys
 import torch
 
@@ -78,7 +78,7 @@ if __name__ == "__main__":
         opt.zero_grad()
         loss.backward()
         opt.step()
-'''
+"""
 
 
 def _script(tmp_path: Path, text: str, name: str = "train.py") -> Path:
@@ -88,10 +88,15 @@ def _script(tmp_path: Path, text: str, name: str = "train.py") -> Path:
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuwatch", "run", "--headless", *args],
-                          check=False, cwd=cwd, capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    return subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "run", "--headless", *args],
+        check=False,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
 
 
 def _steps(stdout: str) -> int:
@@ -107,16 +112,17 @@ def test_seconds_stops_an_endless_dataloader_loop_cleanly_and_records_it(tmp_pat
     out.mkdir()
     script = _script(tmp_path, ENDLESS_LOOP)
     record = tmp_path / "run.gpuwatch"
-    done = _run(["--seconds", "5", "--device", "cpu", "--record", str(record), str(script),
-                 "--", str(out)], cwd=tmp_path)
+    done = _run(
+        ["--seconds", "5", "--device", "cpu", "--record", str(record), str(script), "--", str(out)],
+        cwd=tmp_path,
+    )
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "train.py was stopped after 5 s" in done.stdout
     assert "(trained on the CPU)" in done.stdout
     steps = _steps(done.stdout)
     assert steps > 0
-    figures = re.search(r"samples/s: ([\d,.]+) .*busy: (\d+) % · input wait: (\d+) %",
-                        done.stdout)
+    figures = re.search(r"samples/s: ([\d,.]+) .*busy: (\d+) % · input wait: (\d+) %", done.stdout)
     assert figures, done.stdout
     assert float(figures.group(1).replace(",", "")) > 0
     assert f"recording: {record}" in done.stdout
@@ -125,8 +131,11 @@ def test_seconds_stops_an_endless_dataloader_loop_cleanly_and_records_it(tmp_pat
     workers = [int(p.name.split("-")[1]) for p in out.glob("worker-*")]
     assert len(workers) >= 2, "the DataLoader's spawned workers ran"
     pids = [int((out / "main-pid").read_text()), *workers]
-    assert not [p for p in pids if psutil.pid_exists(p) and
-                psutil.Process(p).status() != psutil.STATUS_ZOMBIE], "no process left behind"
+    assert not [
+        p
+        for p in pids
+        if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+    ], "no process left behind"
 
     recording = open_recording(record)
     assert len(recording.steps) == steps
@@ -149,17 +158,32 @@ def test_a_finite_loop_gets_its_argv_cwd_and_a_cpu_summary(tmp_path) -> None:
     assert f'"cwd": "{work}"' in seen
 
 
-@pytest.mark.parametrize(("body", "code", "says"), [
-    ("import sys\nsys.exit(3)\n", 3, "train.py exited with code 3 after 0 steps: no training "
-                                     "step was seen"),
-    ("raise ValueError('learning rate must be positive')\n", 1,
-     "train.py raised ValueError: learning rate must be positive"),
-    ("def broken(:\n    pass\n", 1, "train.py has a syntax error: "),
-    ("print('nothing to train')\n", 0, "train.py ended after 0 steps: no training step was "
-                                       "seen — gpuwatch detects steps from DataLoader"),
-], ids=["sys-exit-3", "raises", "syntax-error", "exits-at-once"])
-def test_bad_scripts_get_their_message_and_exit_code(tmp_path, body: str, code: int,
-                                                     says: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "code", "says"),
+    [
+        (
+            "import sys\nsys.exit(3)\n",
+            3,
+            "train.py exited with code 3 after 0 steps: no training step was seen",
+        ),
+        (
+            "raise ValueError('learning rate must be positive')\n",
+            1,
+            "train.py raised ValueError: learning rate must be positive",
+        ),
+        ("def broken(:\n    pass\n", 1, "train.py has a syntax error: "),
+        (
+            "print('nothing to train')\n",
+            0,
+            "train.py ended after 0 steps: no training step was "
+            "seen — gpuwatch detects steps from DataLoader",
+        ),
+    ],
+    ids=["sys-exit-3", "raises", "syntax-error", "exits-at-once"],
+)
+def test_bad_scripts_get_their_message_and_exit_code(
+    tmp_path, body: str, code: int, says: str
+) -> None:
     script = _script(tmp_path, body)
     done = _run([str(script)], cwd=tmp_path)
     assert done.returncode == code, done.stdout + done.stderr
@@ -174,12 +198,16 @@ def test_a_raising_script_shows_its_traceback(tmp_path) -> None:
     assert "line 2, in f" in done.stderr, "the traceback reaches the user"
 
 
-@pytest.mark.parametrize(("make", "says"), [
-    (lambda p: p / "missing.py", "no such script: "),
-    (lambda p: p, "is a directory, not a Python script"),
-])
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda p: p / "missing.py", "no such script: "),
+        (lambda p: p, "is a directory, not a Python script"),
+    ],
+)
 def test_a_script_that_cannot_be_run_is_refused_before_anything_starts(
-        tmp_path, capsys, make, says: str) -> None:
+    tmp_path, capsys, make, says: str
+) -> None:
     target = make(tmp_path)
     assert main(["run", "--headless", str(target)]) == 2
     captured = capsys.readouterr()
@@ -193,11 +221,14 @@ def test_no_step_notice_while_a_script_never_reaches_a_step(tmp_path) -> None:
     session = Session(sample_coarse=False, no_step_notice_s=1.0)
     try:
         session.start(LaunchSpec(script=str(script), cwd=str(tmp_path), device="cpu"))
-        wait_until(lambda: session.notice is not None or session.wait_ended(0),
-                   60, "the no-step notice")
+        wait_until(
+            lambda: session.notice is not None or session.wait_ended(0), 60, "the no-step notice"
+        )
         assert session.notice is not None
-        assert session.notice.startswith("no training step yet after 1 s: gpuwatch detects "
-                                          "steps from DataLoader iteration and optimizer.step()")
+        assert session.notice.startswith(
+            "no training step yet after 1 s: gpuwatch detects "
+            "steps from DataLoader iteration and optimizer.step()"
+        )
         assert session.wait_ended(60)
     finally:
         session.close()
@@ -211,11 +242,19 @@ def test_window_shows_the_script_and_its_steps(qtbot, tmp_path) -> None:
     # An endless loop that declares a probe knob: the knob panel grows with the schema.
     body = FINITE_LOOP.replace("range(30)", "range(10**9)").replace(
         "        x = torch.randn(16, 8)",
-        "        x = torch.randn(gw.knob('batch', default=16, choices=[16, 32]), 8)")
+        "        x = torch.randn(gw.knob('batch', default=16, choices=[16, 32]), 8)",
+    )
     script = _script(tmp_path, "import gpuwatch.probe as gw\n" + body, name="my_train.py")
     session = Session(sample_coarse=False)
-    options = Namespace(workload="vision", device="cpu", python=None, script=str(script),
-                        script_args=(), cwd=str(tmp_path), seconds=4.0)
+    options = Namespace(
+        workload="vision",
+        device="cpu",
+        python=None,
+        script=str(script),
+        script_args=(),
+        cwd=str(tmp_path),
+        seconds=4.0,
+    )
     window = MainWindow(session, options)
     qtbot.addWidget(window)
     window.show()

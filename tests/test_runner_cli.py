@@ -15,13 +15,20 @@ from gpuwatch.protocol import AUTHKEY_ENV, PROTOCOL_VERSION
 REPO = Path(__file__).resolve().parents[1]
 
 
-def runner(*args: str, env: dict[str, str] | None = None, pythonpath: str = str(REPO),
-           timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def runner(
+    *args: str, env: dict[str, str] | None = None, pythonpath: str = str(REPO), timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k != AUTHKEY_ENV}
     environ.update(env or {})
     environ["PYTHONPATH"] = pythonpath
-    return subprocess.run([sys.executable, "-m", "gpuwatch.runner", *args], env=environ,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuwatch.runner", *args],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def one_line(stderr: str) -> str:
@@ -57,23 +64,29 @@ def test_probe_without_torch_still_exits_0(tmp_path: Path) -> None:
     assert info["python"] and info["cuda_available"] is None
 
 
-@pytest.mark.parametrize("args", [
-    (),
-    ("--connect", "x", "--device", "gpu"),
-    ("--connect", "x", "--max-steps", "0"),
-    ("--connect", "x", "--workload", "nope"),
-    ("--connect", "x", "--probe"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        (),
+        ("--connect", "x", "--device", "gpu"),
+        ("--connect", "x", "--max-steps", "0"),
+        ("--connect", "x", "--workload", "nope"),
+        ("--connect", "x", "--probe"),
+    ],
+)
 def test_bad_arguments_exit_2(args: tuple[str, ...]) -> None:
     result = runner(*args)
     assert result.returncode == 2
     assert "usage:" in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize(("key", "expected"), [
-    (None, "GPUWATCH_AUTHKEY is not set"),
-    ("not-hex", "GPUWATCH_AUTHKEY is not a hex string"),
-])
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        (None, "GPUWATCH_AUTHKEY is not set"),
+        ("not-hex", "GPUWATCH_AUTHKEY is not a hex string"),
+    ],
+)
 def test_missing_or_invalid_authkey_exits_3(key: str | None, expected: str) -> None:
     result = runner("--connect", "/nonexistent/sock", env={} if key is None else {AUTHKEY_ENV: key})
     assert result.returncode == 3

@@ -40,9 +40,11 @@ from gpuwatch.runner.workloads.demo_dials import DemoDials, burn_cpu
 CPU = torch.device("cpu")
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding:DeprecationWarning")
 #: Small data: vision has 2 steps per epoch (batch 32), mlp 1 (batch 128), gpt 4 (batch 8).
-SMALL: dict[str, dict[str, int]] = {"vision": {"dataset_images": 64},
-                                    "mlp": {"dataset_images": 160},
-                                    "gpt": {"dataset_sequences": 32}}
+SMALL: dict[str, dict[str, int]] = {
+    "vision": {"dataset_images": 64},
+    "mlp": {"dataset_images": 160},
+    "gpt": {"dataset_sequences": 32},
+}
 Plan = dict[int, list[Any]]
 
 
@@ -91,8 +93,11 @@ class RecordingLink:
 
     def steps(self) -> list[tuple[int, int, int, list[int]]]:
         """(step id, config id, samples, host marks) of every step sent."""
-        return [row for m in self.of("steps")
-                for row in zip(m["step"], m["config"], m["samples"], m["host"], strict=True)]
+        return [
+            row
+            for m in self.of("steps")
+            for row in zip(m["step"], m["config"], m["samples"], m["host"], strict=True)
+        ]
 
 
 def setting(request: int | None = None, **values: Any) -> dict[str, Any]:
@@ -115,19 +120,34 @@ def prepared() -> Callable[[str], DatasetWorkload]:
     return get
 
 
-def make_loop(work: DatasetWorkload, plan: Plan, max_steps: int,
-              ) -> tuple[TrainingLoop, RecordingLink]:
+def make_loop(
+    work: DatasetWorkload,
+    plan: Plan,
+    max_steps: int,
+) -> tuple[TrainingLoop, RecordingLink]:
     link = RecordingLink(plan)
     model = work.build_model(CPU)
-    state = TrainingState(work, model=model, optimizer=work.build_optimizer(model),
-                          device=CPU, values=work.knob_values())
-    loop = TrainingLoop(work, state=state, schema=knob_schema(torch, work, CPU),
-                        backend=HostBackend(), link=link, max_steps=max_steps)
+    state = TrainingState(
+        work,
+        model=model,
+        optimizer=work.build_optimizer(model),
+        device=CPU,
+        values=work.knob_values(),
+    )
+    loop = TrainingLoop(
+        work,
+        state=state,
+        schema=knob_schema(torch, work, CPU),
+        backend=HostBackend(),
+        link=link,
+        max_steps=max_steps,
+    )
     link.controls.steps_done = lambda: loop.steps_done
     return loop, link
 
 
 # --- the schema -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(("name", "batch"), [("vision", 32), ("mlp", 128), ("gpt", 8)])
 def test_schema_lists_every_knob_with_its_naive_default(name: str, batch: int) -> None:
@@ -148,8 +168,16 @@ def test_schema_lists_every_knob_with_its_naive_default(name: str, batch: int) -
         assert knob["enabled"] == (knob["reason"] is None)
         expected = batch if knob["name"] == "batch_size" else NAIVE_DEFAULTS[knob["name"]]
         assert default == expected
-    encode("hello", protocol=PROTOCOL_VERSION, pid=1, workload=name, device={}, versions={},
-           knobs=knobs, config={"id": 0, "values": work.knob_values()})
+    encode(
+        "hello",
+        protocol=PROTOCOL_VERSION,
+        pid=1,
+        workload=name,
+        device={},
+        versions={},
+        knobs=knobs,
+        config={"id": 0, "values": work.knob_values()},
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU's reasons")
@@ -169,7 +197,8 @@ def test_what_cannot_work_on_a_cpu_is_disabled_with_its_reason(name: str) -> Non
 
 
 def test_availability_reports_a_missing_compiler_and_a_failing_bf16(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("CXX", "no-such-compiler-gpuwatch")
 
     def no_bf16(*_args: Any, **_kwargs: Any) -> Any:
@@ -177,31 +206,37 @@ def test_availability_reports_a_missing_compiler_and_a_failing_bf16(
 
     monkeypatch.setattr(torch, "autocast", no_bf16)
     found = check_availability(torch, CPU, optimizer_cls=torch.optim.SGD, channels_last=True)
-    assert found.disabled["compile"] == ("no C++ compiler found (inductor needs "
-                                         "no-such-compiler-gpuwatch; set CXX)")
+    assert found.disabled["compile"] == (
+        "no C++ compiler found (inductor needs no-such-compiler-gpuwatch; set CXX)"
+    )
     assert found.disabled_choices["amp"]["bf16"].startswith("bf16 autocast fails here")
 
 
 # --- validation -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("values", "message"), [
-    ({"workers": 2}, "unknown knob 'workers'; the knobs are: num_workers, pin_memory, "),
-    ({"num_workers": "two"}, "num_workers must be an integer from 0 to 16, got 'two'"),
-    ({"num_workers": 1.5}, "num_workers must be an integer from 0 to 16, got 1.5"),
-    ({"num_workers": True}, "num_workers must be an integer from 0 to 16, got True"),
-    ({"num_workers": 17}, "num_workers must be an integer from 0 to 16, got 17"),
-    ({"zero_grad_set_to_none": "yes"}, "zero_grad_set_to_none must be true or false, "
-                                       "got 'yes'"),
-    ({"storage_latency_ms": -1}, "storage_latency_ms must be a number from 0 to 200, got -1"),
-    ({"batch_size": 100}, "batch_size must be an integer from 1 to 64, got 100"),  # 64 images
-    ({"amp": "fp8"}, "amp must be one of off, fp16, bf16, got 'fp8'"),
-    ({"amp": "fp16"}, "amp=fp16 is not available here: needs CUDA"),
-    ({"pin_memory": True}, "pin_memory cannot be changed here: needs CUDA"),
-    ({"log_every": 5, "tf32": True}, "tf32 cannot be changed here: needs CUDA"),
-])
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"workers": 2}, "unknown knob 'workers'; the knobs are: num_workers, pin_memory, "),
+        ({"num_workers": "two"}, "num_workers must be an integer from 0 to 16, got 'two'"),
+        ({"num_workers": 1.5}, "num_workers must be an integer from 0 to 16, got 1.5"),
+        ({"num_workers": True}, "num_workers must be an integer from 0 to 16, got True"),
+        ({"num_workers": 17}, "num_workers must be an integer from 0 to 16, got 17"),
+        (
+            {"zero_grad_set_to_none": "yes"},
+            "zero_grad_set_to_none must be true or false, got 'yes'",
+        ),
+        ({"storage_latency_ms": -1}, "storage_latency_ms must be a number from 0 to 200, got -1"),
+        ({"batch_size": 100}, "batch_size must be an integer from 1 to 64, got 100"),  # 64 images
+        ({"amp": "fp8"}, "amp must be one of off, fp16, bf16, got 'fp8'"),
+        ({"amp": "fp16"}, "amp=fp16 is not available here: needs CUDA"),
+        ({"pin_memory": True}, "pin_memory cannot be changed here: needs CUDA"),
+        ({"log_every": 5, "tf32": True}, "tf32 cannot be changed here: needs CUDA"),
+    ],
+)
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU availability")
-def test_a_bad_set_is_refused_whole_with_one_sentence(values: dict[str, Any],
-                                                      message: str) -> None:
+def test_a_bad_set_is_refused_whole_with_one_sentence(values: dict[str, Any], message: str) -> None:
     work = load_workload("vision")(seed=0, torch_threads=1, **SMALL["vision"])
     schema = knob_schema(torch, work, CPU)
     with pytest.raises(KnobError) as refused:
@@ -212,28 +247,39 @@ def test_a_bad_set_is_refused_whole_with_one_sentence(values: dict[str, Any],
 def test_validation_cleans_numbers_and_allows_a_disabled_knob_at_its_value() -> None:
     work = load_workload("mlp")(seed=0, torch_threads=1)
     schema = knob_schema(torch, work, CPU)
-    clean = schema.validate({"num_workers": 2.0, "storage_latency_ms": 3, "pin_memory": False},
-                            work.knob_values())
+    clean = schema.validate(
+        {"num_workers": 2.0, "storage_latency_ms": 3, "pin_memory": False}, work.knob_values()
+    )
     assert clean == {"num_workers": 2, "storage_latency_ms": 3.0, "pin_memory": False}
     assert type(clean["num_workers"]) is int and type(clean["storage_latency_ms"]) is float
 
 
 def test_refused_set_keeps_training_on_the_old_config(
-        prepared: Callable[[str], DatasetWorkload]) -> None:
-    loop, link = make_loop(prepared("mlp"), {
-        1: [setting(3, num_workers="two", log_every=5)],
-        2: [setting(4, amp="fp16")] if not torch.cuda.is_available() else []}, max_steps=4)
+    prepared: Callable[[str], DatasetWorkload],
+) -> None:
+    loop, link = make_loop(
+        prepared("mlp"),
+        {
+            1: [setting(3, num_workers="two", log_every=5)],
+            2: [setting(4, amp="fp16")] if not torch.cuda.is_available() else [],
+        },
+        max_steps=4,
+    )
     assert loop.run() == "max_steps"
     refusals = link.of("refused")
-    assert refusals[0] == {"kind": "refused", "request": 3,
-                           "values": {"num_workers": "two", "log_every": 5},
-                           "message": "num_workers must be an integer from 0 to 16, got 'two'"}
+    assert refusals[0] == {
+        "kind": "refused",
+        "request": 3,
+        "values": {"num_workers": "two", "log_every": 5},
+        "message": "num_workers must be an integer from 0 to 16, got 'two'",
+    }
     assert link.of("config") == [] and loop.state.values["log_every"] == 1  # all or nothing
     assert [config for _, config, _, _ in link.steps()] == [0, 0, 0, 0]
     assert loop.batches.workers() == []
 
 
 # --- the config message and the warm-up rule ---------------------------------------------
+
 
 def test_warmup_rule() -> None:
     values = dict(NAIVE_DEFAULTS, num_workers=4, prefetch_factor=3, log_every=50)
@@ -243,17 +289,25 @@ def test_warmup_rule() -> None:
     assert warmup_steps({"compile": "off"}, values) == 1
     assert warmup_steps({"amp": "bf16"}, values) == 3
     assert warmup_steps({"log_every": 50}, values) == 50
-    assert warmup_steps({"zero_grad_set_to_none": True, "optimizer_impl": "foreach"},
-                        values) == 1
+    assert warmup_steps({"zero_grad_set_to_none": True, "optimizer_impl": "foreach"}, values) == 1
     assert initial_warmup(NAIVE_DEFAULTS) == 5
 
 
 def test_config_messages_number_changes_and_steps_carry_the_new_id(
-        prepared: Callable[[str], DatasetWorkload]) -> None:
-    loop, link = make_loop(prepared("mlp"), {
-        2: [setting(7, batch_size=16)],
-        4: [setting(8, log_every=2), setting(9, zero_grad_set_to_none=True),
-            setting(10, log_every=2)]}, max_steps=7)
+    prepared: Callable[[str], DatasetWorkload],
+) -> None:
+    loop, link = make_loop(
+        prepared("mlp"),
+        {
+            2: [setting(7, batch_size=16)],
+            4: [
+                setting(8, log_every=2),
+                setting(9, zero_grad_set_to_none=True),
+                setting(10, log_every=2),
+            ],
+        },
+        max_steps=7,
+    )
     assert loop.run() == "max_steps"
     configs = link.of("config")
     first, second, third = configs
@@ -268,20 +322,30 @@ def test_config_messages_number_changes_and_steps_carry_the_new_id(
     assert "nothing to change: log_every=2 is already in effect" in link.texts("info")
     steps = link.steps()
     assert [(step, config, samples) for step, config, samples, _ in steps] == [
-        (0, 0, 128), (1, 0, 128), (2, 1, 16), (3, 1, 16), (4, 3, 16), (5, 3, 16), (6, 3, 16)]
+        (0, 0, 128),
+        (1, 0, 128),
+        (2, 1, 16),
+        (3, 1, 16),
+        (4, 3, 16),
+        (5, 3, 16),
+        (6, 3, 16),
+    ]
     # The steps before a change are sent before its config message, the later ones after it.
 
     def sent_at(step_id: int) -> int:
-        return next(i for i, m in enumerate(link.messages)
-                    if m["kind"] == "steps" and step_id in m["step"])
+        return next(
+            i for i, m in enumerate(link.messages) if m["kind"] == "steps" and step_id in m["step"]
+        )
 
     assert sent_at(1) < link.messages.index(first) < sent_at(2)
 
 
 # --- each knob really changes what the runner does --------------------------------------
 
+
 def test_workers_start_after_a_change_persist_across_epochs_and_are_gone_after(
-        prepared: Callable[[str], DatasetWorkload]) -> None:
+    prepared: Callable[[str], DatasetWorkload],
+) -> None:
     seen: dict[str, list[tuple[int, bool]]] = {}
     processes: list[Any] = []
 
@@ -290,13 +354,19 @@ def test_workers_start_after_a_change_persist_across_epochs_and_are_gone_after(
             workers = loop.batches.workers()
             processes.extend(workers)
             seen[label] = [(worker.pid, worker.is_alive()) for worker in workers]
+
         return probe
 
-    loop, link = make_loop(prepared("vision"), {
-        1: [setting(1, num_workers=2, persistent_workers=True)],
-        3: [record("epoch 2")],  # 2 steps per epoch: step 3 starts the next epoch
-        5: [record("epoch 3"), setting(2, num_workers=0)],
-        6: [record("after")]}, max_steps=7)
+    loop, link = make_loop(
+        prepared("vision"),
+        {
+            1: [setting(1, num_workers=2, persistent_workers=True)],
+            3: [record("epoch 2")],  # 2 steps per epoch: step 3 starts the next epoch
+            5: [record("epoch 3"), setting(2, num_workers=0)],
+            6: [record("after")],
+        },
+        max_steps=7,
+    )
     assert loop.run() == "max_steps"
     started = seen["epoch 2"]
     assert len(started) == 2 and all(alive for _pid, alive in started)
@@ -309,10 +379,14 @@ def test_workers_start_after_a_change_persist_across_epochs_and_are_gone_after(
 
 
 def test_channels_last_changes_the_layout_the_model_sees(
-        prepared: Callable[[str], DatasetWorkload]) -> None:
+    prepared: Callable[[str], DatasetWorkload],
+) -> None:
     layouts: list[bool] = []
-    loop, link = make_loop(prepared("vision"), {2: [setting(channels_last=True)],
-                                                4: [setting(channels_last=False)]}, max_steps=6)
+    loop, link = make_loop(
+        prepared("vision"),
+        {2: [setting(channels_last=True)], 4: [setting(channels_last=False)]},
+        max_steps=6,
+    )
 
     def remember(_module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
         layouts.append(args[0].is_contiguous(memory_format=torch.channels_last))
@@ -327,7 +401,8 @@ def test_channels_last_changes_the_layout_the_model_sees(
 
 
 def test_log_every_sets_how_often_the_loss_is_read(
-        prepared: Callable[[str], DatasetWorkload], monkeypatch: pytest.MonkeyPatch) -> None:
+    prepared: Callable[[str], DatasetWorkload], monkeypatch: pytest.MonkeyPatch
+) -> None:
     reads: list[int] = []
     item = torch.Tensor.item
 
@@ -342,21 +417,31 @@ def test_log_every_sets_how_often_the_loss_is_read(
     assert reads == [0, 1, 2, 3, 7, 11]  # every step, then every 4th
 
 
-@pytest.mark.parametrize(("name", "state_key"), [("mlp", "momentum_buffer"),
-                                                 ("gpt", "exp_avg")])
+@pytest.mark.parametrize(("name", "state_key"), [("mlp", "momentum_buffer"), ("gpt", "exp_avg")])
 def test_optimizer_impl_rebuilds_the_optimizer_and_keeps_its_state(
-        prepared: Callable[[str], DatasetWorkload], name: str, state_key: str) -> None:
+    prepared: Callable[[str], DatasetWorkload], name: str, state_key: str
+) -> None:
     seen: list[tuple[bool, bool, torch.Tensor]] = []
 
     def record() -> None:
         optimizer = loop.state.optimizer
         first = optimizer.param_groups[0]["params"][0]
-        seen.append((optimizer.param_groups[0]["foreach"], optimizer.param_groups[0]["fused"],
-                     optimizer.state[first][state_key].clone()))
+        seen.append(
+            (
+                optimizer.param_groups[0]["foreach"],
+                optimizer.param_groups[0]["fused"],
+                optimizer.state[first][state_key].clone(),
+            )
+        )
 
-    loop, link = make_loop(prepared(name), {2: [record, setting(optimizer_impl="foreach"), record],
-                                            3: [setting(optimizer_impl="fused"), record]},
-                           max_steps=4)
+    loop, link = make_loop(
+        prepared(name),
+        {
+            2: [record, setting(optimizer_impl="foreach"), record],
+            3: [setting(optimizer_impl="fused"), record],
+        },
+        max_steps=4,
+    )
     original = loop.state.optimizer
     assert loop.run() == "max_steps"
     before, foreach, fused = seen
@@ -371,15 +456,23 @@ def test_optimizer_impl_rebuilds_the_optimizer_and_keeps_its_state(
 
 
 def test_zero_grad_set_to_none_leaves_grads_none_instead_of_zero(
-        prepared: Callable[[str], DatasetWorkload]) -> None:
+    prepared: Callable[[str], DatasetWorkload],
+) -> None:
     grads: list[list[str]] = []
 
     def record() -> None:
-        grads.append(["none" if p.grad is None else "zero" if not p.grad.any() else "set"
-                      for p in loop.state.base_model.parameters()])
+        grads.append(
+            [
+                "none" if p.grad is None else "zero" if not p.grad.any() else "set"
+                for p in loop.state.base_model.parameters()
+            ]
+        )
 
-    loop, _link = make_loop(prepared("mlp"), {1: [record, setting(zero_grad_set_to_none=True)],
-                                              2: [record]}, max_steps=3)
+    loop, _link = make_loop(
+        prepared("mlp"),
+        {1: [record, setting(zero_grad_set_to_none=True)], 2: [record]},
+        max_steps=3,
+    )
     assert loop.run() == "max_steps"
     zeroed, dropped = grads
     assert set(zeroed) == {"zero"} and set(dropped) == {"none"}
@@ -387,8 +480,9 @@ def test_zero_grad_set_to_none_leaves_grads_none_instead_of_zero(
 
 def test_amp_bf16_runs_the_forward_in_bf16(prepared: Callable[[str], DatasetWorkload]) -> None:
     dtypes: list[torch.dtype] = []
-    loop, link = make_loop(prepared("mlp"), {1: [setting(amp="bf16")],
-                                             3: [setting(amp="off")]}, max_steps=4)
+    loop, link = make_loop(
+        prepared("mlp"), {1: [setting(amp="bf16")], 3: [setting(amp="off")]}, max_steps=4
+    )
     first_linear = next(m for m in loop.state.base_model.modules() if isinstance(m, nn.Linear))
     first_linear.register_forward_hook(lambda _m, _a, out: dtypes.append(out.dtype))
     assert loop.run() == "max_steps"
@@ -401,8 +495,13 @@ def test_amp_fp16_steps_through_a_grad_scaler() -> None:
     work = load_workload("mlp")(seed=0, torch_threads=1, **SMALL["mlp"])
     work.prepare(lambda _text: None)
     model = work.build_model(CPU)
-    state = TrainingState(work, model=model, optimizer=work.build_optimizer(model), device=CPU,
-                          values=work.knob_values())
+    state = TrainingState(
+        work,
+        model=model,
+        optimizer=work.build_optimizer(model),
+        device=CPU,
+        values=work.knob_values(),
+    )
     state.apply(dict(state.values, amp="fp16"), ["amp"])  # fp16 autocast does run on a CPU
     assert state.scaler is not None
     before = [p.detach().clone() for p in model.parameters()]
@@ -417,9 +516,13 @@ def test_amp_fp16_steps_through_a_grad_scaler() -> None:
 
 
 def test_storage_latency_lengthens_the_data_phase_per_sample(
-        prepared: Callable[[str], DatasetWorkload]) -> None:
-    loop, link = make_loop(prepared("mlp"), {0: [setting(batch_size=16)],
-                                             2: [setting(storage_latency_ms=5)]}, max_steps=4)
+    prepared: Callable[[str], DatasetWorkload],
+) -> None:
+    loop, link = make_loop(
+        prepared("mlp"),
+        {0: [setting(batch_size=16)], 2: [setting(storage_latency_ms=5)]},
+        max_steps=4,
+    )
     assert loop.run() == "max_steps"
     data_ms = [(host[1] - host[0]) / 1e6 for _, _, _, host in link.steps()]
     assert all(ms >= 16 * 5 for ms in data_ms[2:])  # 16 samples × 5 ms of sleep each
@@ -427,9 +530,11 @@ def test_storage_latency_lengthens_the_data_phase_per_sample(
 
 
 def test_augment_cost_adds_cpu_work_to_the_data_phase(
-        prepared: Callable[[str], DatasetWorkload]) -> None:
-    loop, link = make_loop(prepared("mlp"), {0: [setting(batch_size=16)],
-                                             2: [setting(augment_cost=20)]}, max_steps=4)
+    prepared: Callable[[str], DatasetWorkload],
+) -> None:
+    loop, link = make_loop(
+        prepared("mlp"), {0: [setting(batch_size=16)], 2: [setting(augment_cost=20)]}, max_steps=4
+    )
     assert loop.run() == "max_steps"
     data_ms = [(host[1] - host[0]) / 1e6 for _, _, _, host in link.steps()]
     # An in-memory index is a fraction of a millisecond; 16 samples × 20 units of fixed CPU
@@ -441,29 +546,30 @@ def test_an_epoch_is_epoch_samples_long_whatever_the_dataset_size() -> None:
     work = load_workload("mlp")(seed=0, torch_threads=1, dataset_images=40)
     work.prepare(lambda _text: None)
     work.config["epoch_samples"] = 100
-    labels = torch.cat([labels for _, labels in work.build_loader(
-        dict(work.knob_values(), batch_size=10))])
+    labels = torch.cat(
+        [labels for _, labels in work.build_loader(dict(work.knob_values(), batch_size=10))]
+    )
     assert labels.numel() == 100  # two full reshuffled passes and part of a third
     counts = torch.bincount(labels, minlength=10)
     assert counts.sum() == 100 and counts.min() >= 8  # 4 per class per pass
 
 
-def test_demo_dials_wrap_the_dataset_picklably(prepared: Callable[[str], DatasetWorkload]
-                                               ) -> None:
+def test_demo_dials_wrap_the_dataset_picklably(prepared: Callable[[str], DatasetWorkload]) -> None:
     work = prepared("mlp")
-    loader = work.build_loader(dict(work.knob_values(), augment_cost=2,
-                                    storage_latency_ms=0.5))
+    loader = work.build_loader(dict(work.knob_values(), augment_cost=2, storage_latency_ms=0.5))
     dials = loader.dataset.dataset  # inside the sample stream's positions
     assert isinstance(dials, DemoDials) and dials.augment_cost == 2
     copy = pickle.loads(pickle.dumps(dials))  # what a spawned worker receives
-    assert all(torch.equal(a, b) for a, b in zip(copy[3], work.dataset(work.config)[3],
-                                                 strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(copy[3], work.dataset(work.config)[3], strict=True)
+    )
     assert burn_cpu(1) == burn_cpu(1)  # fixed work: the same result every time
     assert not isinstance(work.build_loader(work.knob_values()).dataset.dataset, DemoDials)
 
 
 def test_worker_only_loader_options_are_left_out_without_workers(
-        prepared: Callable[[str], DatasetWorkload]) -> None:
+    prepared: Callable[[str], DatasetWorkload],
+) -> None:
     """DataLoader refuses prefetch_factor/persistent_workers without workers: they wait."""
     work = prepared("gpt")
     values = dict(work.knob_values(), prefetch_factor=4, persistent_workers=True)
@@ -475,12 +581,18 @@ def test_worker_only_loader_options_are_left_out_without_workers(
 
 
 def test_compile_wraps_the_model_and_reuses_it_per_mode(
-        prepared: Callable[[str], DatasetWorkload]) -> None:
+    prepared: Callable[[str], DatasetWorkload],
+) -> None:
     """No compiled forward runs here: inductor on this CPU takes ~30 s for the first one."""
     work = prepared("mlp")
     model = work.build_model(CPU)
-    state = TrainingState(work, model=model, optimizer=work.build_optimizer(model), device=CPU,
-                          values=work.knob_values())
+    state = TrainingState(
+        work,
+        model=model,
+        optimizer=work.build_optimizer(model),
+        device=CPU,
+        values=work.knob_values(),
+    )
     modes = []
     for mode in ("default", "off", "default", "max-autotune"):
         state.apply(dict(state.values, compile=mode), ["compile"])
@@ -497,9 +609,11 @@ def test_compile_wraps_the_model_and_reuses_it_per_mode(
 
 
 def test_compile_change_is_announced_at_the_boundary(
-        prepared: Callable[[str], DatasetWorkload]) -> None:
-    loop, link = make_loop(prepared("mlp"), {1: [setting(11, compile="default"),
-                                                 {"kind": "stop"}]}, max_steps=3)
+    prepared: Callable[[str], DatasetWorkload],
+) -> None:
+    loop, link = make_loop(
+        prepared("mlp"), {1: [setting(11, compile="default"), {"kind": "stop"}]}, max_steps=3
+    )
     assert loop.run() == "stopped"
     (config,) = link.of("config")
     assert config["changed"] == {"compile": "default"} and config["rebuilt"] == ["model"]
@@ -513,12 +627,18 @@ def test_backend_flags_start_at_the_naive_baseline() -> None:
         torch.backends.cudnn.allow_tf32 = True  # torch's own default
         work = load_workload("mlp")(seed=0, torch_threads=1)
         model = work.build_model(CPU)
-        state = TrainingState(work, model=model, optimizer=work.build_optimizer(model),
-                              device=CPU, values=work.knob_values())
+        state = TrainingState(
+            work,
+            model=model,
+            optimizer=work.build_optimizer(model),
+            device=CPU,
+            values=work.knob_values(),
+        )
         assert torch.backends.cudnn.allow_tf32 is False
         assert torch.backends.cuda.matmul.allow_tf32 is False
-        state.apply(dict(state.values, tf32=True, cudnn_benchmark=True),
-                    ["tf32", "cudnn_benchmark"])
+        state.apply(
+            dict(state.values, tf32=True, cudnn_benchmark=True), ["tf32", "cudnn_benchmark"]
+        )
         assert torch.backends.cudnn.allow_tf32 and torch.backends.cudnn.benchmark
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved
@@ -526,6 +646,7 @@ def test_backend_flags_start_at_the_naive_baseline() -> None:
 
 
 # --- applying never crashes the run ----------------------------------------------------------
+
 
 class FragileMlp:
     """Wraps the prepared mlp workload: its forward fails under bf16, its loader at batch 7."""
@@ -548,23 +669,31 @@ class FragileMlp:
 
 
 def test_a_change_that_fails_at_the_boundary_is_refused_and_undone(
-        prepared: Callable[[str], DatasetWorkload]) -> None:
-    loop, link = make_loop(FragileMlp(prepared("mlp")),  # type: ignore[arg-type]
-                           {1: [setting(5, batch_size=7, log_every=3)]}, max_steps=3)
+    prepared: Callable[[str], DatasetWorkload],
+) -> None:
+    loop, link = make_loop(
+        FragileMlp(prepared("mlp")),  # type: ignore[arg-type]
+        {1: [setting(5, batch_size=7, log_every=3)]},
+        max_steps=3,
+    )
     assert loop.run() == "max_steps"
     (refused,) = link.of("refused")
     assert refused["request"] == 5 and refused["message"] == (
-        "could not apply batch_size=7, log_every=3: ValueError: a loader option this torch "
-        "rejects")
+        "could not apply batch_size=7, log_every=3: ValueError: a loader option this torch rejects"
+    )
     assert any(t.startswith("could not apply batch_size=7") for t in link.texts("error"))
     assert link.of("config") == [] and loop.state.values["batch_size"] == 128
     assert [(c, n) for _, c, n, _ in link.steps()] == [(0, 128)] * 3
 
 
 def test_a_change_whose_first_step_fails_is_reverted_with_a_config(
-        prepared: Callable[[str], DatasetWorkload]) -> None:
-    loop, link = make_loop(FragileMlp(prepared("mlp")),  # type: ignore[arg-type]
-                           {2: [setting(6, amp="bf16", log_every=2)]}, max_steps=4)
+    prepared: Callable[[str], DatasetWorkload],
+) -> None:
+    loop, link = make_loop(
+        FragileMlp(prepared("mlp")),  # type: ignore[arg-type]
+        {2: [setting(6, amp="bf16", log_every=2)]},
+        max_steps=4,
+    )
     assert loop.run() == "max_steps"
     applied, reverted = link.of("config")
     assert applied["id"] == 1 and applied["request"] == 6 and applied["first_step"] == 2
@@ -572,13 +701,16 @@ def test_a_change_whose_first_step_fails_is_reverted_with_a_config(
     assert reverted["changed"] == {"amp": "off", "log_every": 1}
     assert reverted["values"] == dict(applied["values"], amp="off", log_every=1)
     (error,) = link.texts("error")
-    assert error == ("step 2 failed under config 1: RuntimeError: this backend cannot run the "
-                     "model in bf16; going back to amp=off, log_every=1")
+    assert error == (
+        "step 2 failed under config 1: RuntimeError: this backend cannot run the "
+        "model in bf16; going back to amp=off, log_every=1"
+    )
     assert [(s, c) for s, c, _, _ in link.steps()] == [(0, 0), (1, 0), (2, 2), (3, 2)]
 
 
 def test_a_compile_that_fails_in_its_first_step_is_reverted_and_forgotten(
-        prepared: Callable[[str], DatasetWorkload], monkeypatch: pytest.MonkeyPatch) -> None:
+    prepared: Callable[[str], DatasetWorkload], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Stands in for an inductor failure, which surfaces lazily in the first forward."""
     compiled: list[str | None] = []
 
@@ -591,21 +723,27 @@ def test_a_compile_that_fails_in_its_first_step_is_reverted_and_forgotten(
         return Uncompilable()
 
     monkeypatch.setattr(torch, "compile", failing_compile)
-    loop, link = make_loop(prepared("mlp"), {1: [setting(1, compile="max-autotune")],
-                                             2: [setting(2, compile="max-autotune")]},
-                           max_steps=4)
+    loop, link = make_loop(
+        prepared("mlp"),
+        {1: [setting(1, compile="max-autotune")], 2: [setting(2, compile="max-autotune")]},
+        max_steps=4,
+    )
     assert loop.run() == "max_steps"
     assert compiled == ["max-autotune", "max-autotune"]  # the failed one was not reused
     assert [(c["id"], c["request"], c["changed"]) for c in link.of("config")] == [
-        (1, 1, {"compile": "max-autotune"}), (2, None, {"compile": "off"}),
-        (3, 2, {"compile": "max-autotune"}), (4, None, {"compile": "off"})]
+        (1, 1, {"compile": "max-autotune"}),
+        (2, None, {"compile": "off"}),
+        (3, 2, {"compile": "max-autotune"}),
+        (4, None, {"compile": "off"}),
+    ]
     assert len(link.texts("error")) == 2 and "InductorError" in link.texts("error")[0]
     assert [c for _, c, _, _ in link.steps()] == [0, 2, 4, 4]
     assert loop.state.model is loop.state.base_model
 
 
 def test_a_failure_outside_a_changes_trial_ends_the_run(
-        prepared: Callable[[str], DatasetWorkload]) -> None:
+    prepared: Callable[[str], DatasetWorkload],
+) -> None:
     work = FragileMlp(prepared("mlp"))
     loop, _link = make_loop(work, {}, max_steps=3)  # type: ignore[arg-type]
     loop.state.values["amp"] = "bf16"  # not a change: as if the run had started in bf16
@@ -614,9 +752,13 @@ def test_a_failure_outside_a_changes_trial_ends_the_run(
 
 
 def test_when_going_back_fails_too_the_run_fails_with_both_reasons(
-        prepared: Callable[[str], DatasetWorkload], monkeypatch: pytest.MonkeyPatch) -> None:
-    loop, _link = make_loop(FragileMlp(prepared("mlp")),  # type: ignore[arg-type]
-                            {1: [setting(amp="bf16")]}, max_steps=3)
+    prepared: Callable[[str], DatasetWorkload], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop, _link = make_loop(
+        FragileMlp(prepared("mlp")),  # type: ignore[arg-type]
+        {1: [setting(amp="bf16")]},
+        max_steps=3,
+    )
 
     def broken(*_args: Any) -> None:
         raise OSError("the device went away")
@@ -627,6 +769,7 @@ def test_when_going_back_fails_too_the_run_fails_with_both_reasons(
 
 
 # --- hello -----------------------------------------------------------------------------------
+
 
 class SessionLink(RecordingLink):
     def __init__(self) -> None:
@@ -640,12 +783,24 @@ class SessionLink(RecordingLink):
 
 
 def test_hello_carries_schema_config_workload_config_cores_and_os(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(session, "load_workload", lambda _name: lambda **kw: load_workload(
-        "gpt")(dataset_sequences=32, **kw))
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(
+        session,
+        "load_workload",
+        lambda _name: lambda **kw: load_workload("gpt")(dataset_sequences=32, **kw),
+    )
     link = SessionLink()
-    assert session.run(link, workload_name="gpt", device_spec="cpu",  # type: ignore[arg-type]
-                       max_steps=2, seed=0) == 0
+    assert (
+        session.run(
+            link,
+            workload_name="gpt",
+            device_spec="cpu",  # type: ignore[arg-type]
+            max_steps=2,
+            seed=0,
+        )
+        == 0
+    )
     hello = link.messages[0]
     assert hello["kind"] == "hello"
     assert [k["name"] for k in hello["knobs"]] == list(KNOB_NAMES)

@@ -30,6 +30,7 @@ Message = dict[str, Any]
 
 # --- in-process: the Link class over a Pipe ------------------------------------------------
 
+
 def read_all(conn: Connection, out: list[Message]) -> None:
     """Collect every message until the other end closes."""
     while True:
@@ -49,8 +50,9 @@ def test_slow_gui_never_blocks_sending_and_drops_are_counted() -> None:
     try:
         start = time.perf_counter()
         for _ in range(300):  # nobody reads: the socket buffer and then the queue fill up
-            link.send_batch("steps", step=list(range(2000)), config=[0] * 2000,
-                            samples=[1] * 2000, host=rows)
+            link.send_batch(
+                "steps", step=list(range(2000)), config=[0] * 2000, samples=[1] * 2000, host=rows
+            )
             sent += 1
         assert time.perf_counter() - start < 10  # enqueueing never waited for the GUI
         drain.start()  # the GUI catches up; the next batch reports what was dropped
@@ -106,6 +108,7 @@ def test_authkey_and_address_parsing() -> None:
 
 # --- a real runner subprocess --------------------------------------------------------------
 
+
 @contextmanager
 def listening(key: bytes = KEY) -> Iterator[tuple[Listener, str]]:
     with tempfile.TemporaryDirectory(prefix="gw-") as private:  # 0700, short AF_UNIX path
@@ -121,8 +124,12 @@ def listening(key: bytes = KEY) -> Iterator[tuple[Listener, str]]:
 def runner(address: str, *args: str, key: bytes = KEY) -> Iterator[subprocess.Popen[str]]:
     env = dict(os.environ, PYTHONPATH=str(REPO), **{AUTHKEY_ENV: key.hex()})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuwatch.runner", "--connect", address, "--device", "cpu",
-         *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        [sys.executable, "-m", "gpuwatch.runner", "--connect", address, "--device", "cpu", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         yield proc
     finally:
@@ -217,8 +224,7 @@ def test_round_trip_hello_steps_controls_and_stop() -> None:
         config = inbox.until(is_kind("config"))
         assert config["id"] == 1 and config["request"] == 5
         assert config["changed"] == {"batch_size": 16} and config["rebuilt"] == ["loader"]
-        later = inbox.until(lambda m: m["kind"] == "steps" and m["step"][-1] > config[
-            "first_step"])
+        later = inbox.until(lambda m: m["kind"] == "steps" and m["step"][-1] > config["first_step"])
         assert later["samples"][-1] == 16 and later["config"][-1] == 1
 
         inbox.conn.send_bytes(encode("pause"))

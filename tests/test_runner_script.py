@@ -50,9 +50,14 @@ class Run:
         return rows
 
 
-def run_script(tmp_path: Path, source: str | None, *args: str,
-               drive: Callable[[Connection, list[Message], subprocess.Popen[bytes]], None]
-               | None = None, script: str = "train.py", timeout: float = 60) -> Run:
+def run_script(
+    tmp_path: Path,
+    source: str | None,
+    *args: str,
+    drive: Callable[[Connection, list[Message], subprocess.Popen[bytes]], None] | None = None,
+    script: str = "train.py",
+    timeout: float = 60,
+) -> Run:
     """Write ``source`` as ``tmp_path/script`` and run it watched; ``drive`` plays the GUI."""
     if source is not None:
         (tmp_path / script).write_text(textwrap.dedent(source))
@@ -62,9 +67,24 @@ def run_script(tmp_path: Path, source: str | None, *args: str,
         listener = Listener(address, family="AF_UNIX", authkey=KEY)
         env = dict(os.environ, PYTHONPATH=str(REPO), **{AUTHKEY_ENV: KEY.hex()})
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuwatch.runner", "--connect", address, "--device", "cpu",
-             "--script", script, "--", *args],
-            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            [
+                sys.executable,
+                "-m",
+                "gpuwatch.runner",
+                "--connect",
+                address,
+                "--device",
+                "cpu",
+                "--script",
+                script,
+                "--",
+                *args,
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         try:
             conn = listener.accept()
             reader = threading.Thread(target=_read_all, args=(conn, messages), daemon=True)
@@ -142,8 +162,11 @@ def test_plain_loop_with_spawned_workers_yields_ordered_steps(tmp_path: Path) ->
     assert run.returncode == 0, run.stderr
     hello = run.messages[0]
     assert hello["kind"] == "hello" and hello["workload"] == "train.py"
-    assert hello["script"] == {"path": str(tmp_path / "train.py"), "args": ["--epochs", "2"],
-                               "cwd": str(tmp_path)}
+    assert hello["script"] == {
+        "path": str(tmp_path / "train.py"),
+        "args": ["--epochs", "2"],
+        "cwd": str(tmp_path),
+    }
     assert hello["knobs"] == [] and hello["config"]["id"] == 0
     assert hello["timing"] == "host" and hello["instrumentation"] == "auto"
     steps = run.steps()
@@ -152,13 +175,21 @@ def test_plain_loop_with_spawned_workers_yields_ordered_steps(tmp_path: Path) ->
     totals = phase_totals(run)
     for name in ("data", "h2d", "forward", "backward", "optimizer"):
         assert totals[name] > 0, totals
-    assert run.bye == {"kind": "bye", "reason": "script_exit", "code": 0, "steps": 12,
-                       "cuda_used": False, "instrumentation": "auto",
-                       "interrupted": False}
+    assert run.bye == {
+        "kind": "bye",
+        "reason": "script_exit",
+        "code": 0,
+        "steps": 12,
+        "cuda_used": False,
+        "instrumentation": "auto",
+        "interrupted": False,
+    }
 
 
 def test_loop_without_dataloader_is_delimited_by_the_optimizer(tmp_path: Path) -> None:
-    run = run_script(tmp_path, """
+    run = run_script(
+        tmp_path,
+        """
         import torch
 
         model = torch.nn.Linear(8, 1)
@@ -171,7 +202,8 @@ def test_loop_without_dataloader_is_delimited_by_the_optimizer(tmp_path: Path) -
             opt.zero_grad()
         with torch.no_grad():
             model(torch.randn(2, 8))  # after the last step: no step of its own
-    """)
+    """,
+    )
     assert run.returncode == 0, run.stderr
     steps = run.steps()
     assert len(steps) == 5 and run.bye["steps"] == 5
@@ -180,7 +212,9 @@ def test_loop_without_dataloader_is_delimited_by_the_optimizer(tmp_path: Path) -
 
 
 def test_eval_loop_steps_collapse_missing_boundaries(tmp_path: Path) -> None:
-    run = run_script(tmp_path, """
+    run = run_script(
+        tmp_path,
+        """
         import torch
         from torch.utils.data import DataLoader, TensorDataset
 
@@ -189,7 +223,8 @@ def test_eval_loop_steps_collapse_missing_boundaries(tmp_path: Path) -> None:
         with torch.no_grad():
             for (x,) in loader:
                 model(x).argmax(1).tolist()
-    """)
+    """,
+    )
     assert run.returncode == 0, run.stderr
     steps = run.steps()
     assert len(steps) == 4 and all(samples == 10 for _, samples, _ in steps)
@@ -227,8 +262,11 @@ PROBE_SCRIPT = """
 
 def test_probe_knob_change_reaches_the_script(tmp_path: Path) -> None:
     def drive(conn: Connection, messages: list[Message], proc: Any) -> None:
-        wait_until(lambda: count(messages, "knobs") and steps_seen(messages) >= 3, 60,
-                   "the knob and some steps")
+        wait_until(
+            lambda: count(messages, "knobs") and steps_seen(messages) >= 3,
+            60,
+            "the knob and some steps",
+        )
         conn.send_bytes(encode("set", values={"amp": "bf16"}, request=1))
         conn.send_bytes(encode("set", values={"num_workers": 3}, request=2))
         conn.send_bytes(encode("set", values={"num_workers": 2}, request=3))
@@ -243,7 +281,8 @@ def test_probe_knob_change_reaches_the_script(tmp_path: Path) -> None:
     refusals = {m["request"]: m["message"] for m in run.kinds("refused")}
     assert refusals == {
         1: "unknown knob 'amp': this script declares num_workers",
-        2: "num_workers must be one of 0, 1, 2, 4, got 3"}
+        2: "num_workers must be one of 0, 1, 2, 4, got 3",
+    }
     (config,) = run.kinds("config")
     assert config["id"] == 1 and config["request"] == 3
     assert config["changed"] == {"num_workers": 2} and config["values"] == {"num_workers": 2}
@@ -301,8 +340,11 @@ def test_stop_ends_an_endless_script_cleanly(tmp_path: Path) -> None:
     assert run.bye["reason"] == "stopped" and run.bye["steps"] >= 5
     assert (tmp_path / "finally.txt").read_text() == "ran"
     assert len(family) >= 3  # the runner and its two workers
-    wait_until(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-                               for p in family), 10, "every process of the run to end")
+    wait_until(
+        lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in family),
+        10,
+        "every process of the run to end",
+    )
 
 
 def test_missing_script_is_script_not_found(tmp_path: Path) -> None:
@@ -327,12 +369,15 @@ def test_syntax_error_names_the_line(tmp_path: Path) -> None:
 
 
 def test_raising_script_sends_its_own_traceback(tmp_path: Path) -> None:
-    run = run_script(tmp_path, """
+    run = run_script(
+        tmp_path,
+        """
         def configure(lr):
             raise ValueError(f"bad learning rate {lr}")
 
         configure(-1)
-    """)
+    """,
+    )
     assert run.returncode == 1
     (error,) = run.kinds("error")
     assert error["type"] == "ValueError" and error["message"] == "bad learning rate -1"
@@ -344,14 +389,23 @@ def test_raising_script_sends_its_own_traceback(tmp_path: Path) -> None:
     assert "gpuwatch runner: the script failed: ValueError: bad learning rate -1" in run.stderr
 
 
-@pytest.mark.parametrize(("source", "code"), [
-    ("import sys\nsys.exit(3)\n", 3),
-    ("import sys\nprint(sys.argv)\n", 0),
-])
+@pytest.mark.parametrize(
+    ("source", "code"),
+    [
+        ("import sys\nsys.exit(3)\n", 3),
+        ("import sys\nprint(sys.argv)\n", 0),
+    ],
+)
 def test_exit_codes_and_scripts_without_steps(tmp_path: Path, source: str, code: int) -> None:
     run = run_script(tmp_path, source)
     assert run.returncode == code, run.stderr
     assert run.messages[0]["kind"] == "hello"
-    assert run.bye == {"kind": "bye", "reason": "script_exit", "code": code, "steps": 0,
-                       "cuda_used": False, "instrumentation": "auto",
-                       "interrupted": False}
+    assert run.bye == {
+        "kind": "bye",
+        "reason": "script_exit",
+        "code": code,
+        "steps": 0,
+        "cuda_used": False,
+        "instrumentation": "auto",
+        "interrupted": False,
+    }

@@ -56,12 +56,18 @@ def small(cls: type[VisionWorkload]) -> Any:
     return functools.partial(cls, dataset_images=64)
 
 
-def run(monkeypatch: pytest.MonkeyPatch, workload: Any, device: str = "cpu",
-        max_steps: int | None = 3) -> tuple[int, SessionLink]:
+def run(
+    monkeypatch: pytest.MonkeyPatch, workload: Any, device: str = "cpu", max_steps: int | None = 3
+) -> tuple[int, SessionLink]:
     monkeypatch.setattr(session, "load_workload", lambda _name: workload)
     link = SessionLink()
-    code = session.run(link, workload_name="vision", device_spec=device,  # type: ignore[arg-type]
-                       max_steps=max_steps, seed=0)
+    code = session.run(
+        link,
+        workload_name="vision",
+        device_spec=device,  # type: ignore[arg-type]
+        max_steps=max_steps,
+        seed=0,
+    )
     assert link.closed and link.is_finished
     return code, link
 
@@ -77,7 +83,8 @@ def test_max_steps_ends_with_bye(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_training_exception_sends_its_traceback_and_exits_1(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, link = run(monkeypatch, small(BrokenWorkload))
     assert code == 1
     error = next(m for m in link.messages if m["kind"] == "error")
@@ -85,13 +92,13 @@ def test_training_exception_sends_its_traceback_and_exits_1(
     assert "in loss" in error["traceback"] and "Traceback" in error["traceback"]
     assert link.messages[-1] == {"kind": "bye", "reason": "error"}
     stderr = capsys.readouterr().err
-    assert stderr == ("gpuwatch runner: training failed: ValueError: "
-                      "the user's model exploded\n")
+    assert stderr == ("gpuwatch runner: training failed: ValueError: the user's model exploded\n")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-def test_unavailable_cuda_device_exits_2(monkeypatch: pytest.MonkeyPatch,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_unavailable_cuda_device_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, link = run(monkeypatch, small(VisionWorkload), device="cuda:1")
     assert code == 2
     assert link.kinds() == ["error", "bye"]

@@ -69,14 +69,26 @@ def workload() -> VisionWorkload:
     return work
 
 
-def make_loop(work: VisionWorkload, link: RecordingLink, max_steps: int | None,
-              **config: Any) -> TrainingLoop:
+def make_loop(
+    work: VisionWorkload, link: RecordingLink, max_steps: int | None, **config: Any
+) -> TrainingLoop:
     work.config.update(config)
     model = work.build_model(CPU)
-    state = TrainingState(work, model=model, optimizer=work.build_optimizer(model), device=CPU,
-                          values=work.knob_values())
-    return TrainingLoop(work, state=state, schema=knob_schema(torch, work, CPU),
-                        backend=HostBackend(), link=link, max_steps=max_steps)
+    state = TrainingState(
+        work,
+        model=model,
+        optimizer=work.build_optimizer(model),
+        device=CPU,
+        values=work.knob_values(),
+    )
+    return TrainingLoop(
+        work,
+        state=state,
+        schema=knob_schema(torch, work, CPU),
+        backend=HostBackend(),
+        link=link,
+        max_steps=max_steps,
+    )
 
 
 def test_synthetic_jpegs_are_deterministic_per_seed() -> None:
@@ -141,8 +153,9 @@ def test_augmentation_crops_flips_and_jitters_each_sample_differently() -> None:
 def test_hue_shift_rotates_colours_and_keeps_greys() -> None:
     red = torch.tensor([1.0, 0.0, 0.0])[:, None, None].expand(3, 2, 2)
     green = shift_hue(red, 1 / 3)
-    assert torch.allclose(green, torch.tensor([0.0, 1.0, 0.0])[:, None, None].expand(3, 2, 2),
-                          atol=1e-6)
+    assert torch.allclose(
+        green, torch.tensor([0.0, 1.0, 0.0])[:, None, None].expand(3, 2, 2), atol=1e-6
+    )
     image = torch.rand(3, 8, 8, generator=torch.Generator().manual_seed(3))
     assert torch.allclose(shift_hue(image, 0.0), image, atol=1e-6)
     assert torch.allclose(shift_hue(shift_hue(image, 0.2), -0.2), image, atol=1e-5)
@@ -162,10 +175,17 @@ def test_a_spawned_vision_worker_never_imports_torchvision(workload: VisionWorkl
     finally:
         iterator._shutdown_workers()  # type: ignore[attr-defined]
     assert images.shape == (32, 3, 64, 64) and labels.shape == (32,)
-    assert {"torch", "gpuwatch.runner.workloads.vision_data",
-            "gpuwatch.runner.workloads.demo_dials", "PIL.JpegImagePlugin"} <= set(modules)
-    heavy = [name for name in modules
-             if name.split(".")[0] == "torchvision" or name.startswith("torch._dynamo")]
+    assert {
+        "torch",
+        "gpuwatch.runner.workloads.vision_data",
+        "gpuwatch.runner.workloads.demo_dials",
+        "PIL.JpegImagePlugin",
+    } <= set(modules)
+    heavy = [
+        name
+        for name in modules
+        if name.split(".")[0] == "torchvision" or name.startswith("torch._dynamo")
+    ]
     assert heavy == []
     assert "gpuwatch.runner.workloads.vision" not in modules  # the model side stays home
 
@@ -213,11 +233,14 @@ def test_controls_pause_warn_and_stop_between_steps(workload: VisionWorkload) ->
     assert loop.run() == "stopped"
     timer.join()
     texts = [m["text"] for m in link.of("log") if m["level"] == "warning"]
-    assert ("kernel capture refused: capture needs a whole number of steps from 1 to 50, "
-            "not 0") in texts
+    assert (
+        "kernel capture refused: capture needs a whole number of steps from 1 to 50, not 0"
+    ) in texts
     assert [m["status"] for m in link.of("kernels")] == ["refused"]
     assert [m["text"] for m in link.of("log") if m["level"] == "info"][:2] == [
-        "paused after 0 step(s)", "resumed"]
+        "paused after 0 step(s)",
+        "resumed",
+    ]
     assert loop.steps_done == 0  # stop was already queued when the loop resumed
 
 
@@ -249,7 +272,15 @@ def test_device_resolution_and_hello_fields() -> None:
     assert configure_threads(torch, CPU) >= 1
     assert "vision" in WORKLOAD_NAMES and load_workload("vision") is VisionWorkload
     work = VisionWorkload(seed=0, torch_threads=1)
-    encode("hello", protocol=PROTOCOL_VERSION, pid=1, workload="vision", device=info,
-           versions={}, knobs=[], config={"id": 0, "values": work.config})
+    encode(
+        "hello",
+        protocol=PROTOCOL_VERSION,
+        pid=1,
+        workload="vision",
+        device=info,
+        versions={},
+        knobs=[],
+        config={"id": 0, "values": work.config},
+    )
     assert work.config["num_workers"] == 0 and work.config["log_every"] == 1
     assert work.config["pin_memory"] is False

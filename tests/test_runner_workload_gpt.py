@@ -54,4 +54,3 @@ def test_one_step_starts_near_uniform_and_trains() -> None:
     loss.backward()
     opt.step()
     assert work.loss(model, batch).item() < loss.item()  # same batch: one step must help
-

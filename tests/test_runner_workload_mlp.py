@@ -52,4 +52,3 @@ def test_digits_are_learnable() -> None:
     chance = float(np.log(NUM_CLASSES))
     assert losses[0] > 0.8 * chance
     assert np.mean(losses[-5:]) < 0.5 * chance, losses
-

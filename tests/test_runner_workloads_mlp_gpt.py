@@ -21,8 +21,10 @@ from gpuwatch.runner.workloads.gpt import GptWorkload
 from gpuwatch.runner.workloads.mlp import NUM_CLASSES, SIDE, MlpWorkload, build_digits
 
 #: Small data so each test builds it in well under a second.
-SMALL: dict[str, dict[str, int]] = {"mlp": {"dataset_images": 160},
-                                    "gpt": {"dataset_sequences": 32}}
+SMALL: dict[str, dict[str, int]] = {
+    "mlp": {"dataset_images": 160},
+    "gpt": {"dataset_sequences": 32},
+}
 
 
 def prepared(name: str, seed: int = 0) -> DatasetWorkload:
@@ -58,8 +60,16 @@ def test_hello_config_describes_the_naive_baseline(name: str, cls: type[Any]) ->
     assert work.name == name
     assert values["num_workers"] == 0 and values["log_every"] == 1
     assert values["pin_memory"] is False and values["batch_size"] >= 1
-    encode("hello", protocol=PROTOCOL_VERSION, pid=1, workload=name, device={},
-           versions={}, knobs=[], config={"id": 0, "values": values})  # JSON-safe scalars
+    encode(
+        "hello",
+        protocol=PROTOCOL_VERSION,
+        pid=1,
+        workload=name,
+        device={},
+        versions={},
+        knobs=[],
+        config={"id": 0, "values": values},
+    )  # JSON-safe scalars
 
 
 @pytest.mark.parametrize("name", ["mlp", "gpt"])

@@ -53,8 +53,9 @@ PARENT = textwrap.dedent(f"""
 """)
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 15.0,
-               what: str = "condition") -> None:
+def wait_until(
+    condition: Callable[[], bool], timeout: float = 15.0, what: str = "condition"
+) -> None:
     """Poll ``condition`` until it holds; fail with ``what`` at the deadline."""
     deadline = time.monotonic() + timeout
     while not condition():
@@ -65,8 +66,9 @@ def wait_until(condition: Callable[[], bool], timeout: float = 15.0,
 
 @pytest.fixture
 def runner() -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen([sys.executable, "-c", PARENT], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     yield proc
     if proc.poll() is None:
@@ -82,7 +84,8 @@ def _send(proc: subprocess.Popen[str], line: str) -> str:
 
 
 def test_process_tree_sampler_follows_children_and_stops_itself(
-        runner: subprocess.Popen[str]) -> None:
+    runner: subprocess.Popen[str],
+) -> None:
     store = SeriesStore()
     sampler = ProcessTreeSampler(store, runner.pid, interval_s=0.2, rng=random.Random(1))
     sampler.start()
@@ -97,16 +100,24 @@ def test_process_tree_sampler_follows_children_and_stops_itself(
 
         child_pid = int(_send(runner, "spawn"))  # a worker appears after sampling began
         assert child_pid != runner.pid
-        wait_until(lambda: (store.snapshot(PROC_CPU).value > 50).any()
-                   and (store.snapshot(PROC_RSS).value > CHILD_MB * 2**20).any(),
-                   what="the busy child's CPU and memory in the tree's figures")
+        wait_until(
+            lambda: (
+                (store.snapshot(PROC_CPU).value > 50).any()
+                and (store.snapshot(PROC_RSS).value > CHILD_MB * 2**20).any()
+            ),
+            what="the busy child's CPU and memory in the tree's figures",
+        )
 
         n_before = len(store.snapshot(PROC_CPU))
         assert _send(runner, "kill") == "killed"  # the worker disappears
-        wait_until(lambda: len(store.snapshot(PROC_CPU)) >= n_before + 3
-                   and store.snapshot(PROC_CPU).value[-1] < 30
-                   and store.snapshot(PROC_RSS).value[-1] < CHILD_MB * 2**20,
-                   what="figures to drop after the child was killed")
+        wait_until(
+            lambda: (
+                len(store.snapshot(PROC_CPU)) >= n_before + 3
+                and store.snapshot(PROC_CPU).value[-1] < 30
+                and store.snapshot(PROC_RSS).value[-1] < CHILD_MB * 2**20
+            ),
+            what="figures to drop after the child was killed",
+        )
         assert sampler.running
 
         assert runner.stdin is not None

@@ -277,7 +277,13 @@ def test_boot_code_runs_the_runner_from_its_root_without_pythonpath(tmp_path, mo
     else:
         command = launcher.runner_command(sys.executable, address, "mlp", "cpu", root=str(root))
     done = subprocess.run(
-        command, env=env, cwd=tmp_path, capture_output=True, text=True, check=True, timeout=60,
+        command,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
         stdin=subprocess.DEVNULL,  # no key on stdin
     )
     seen = json.loads(done.stdout.strip().splitlines()[-1])

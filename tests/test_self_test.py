@@ -15,11 +15,20 @@ from gpuwatch.core import interpreters, self_test
 
 
 def run_cli(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen",
-               GPUWATCH_SETTINGS_DIR=str(tmp_path / "settings"),
-               GPUWATCH_LOG_DIR=str(tmp_path / "logs"))
-    return subprocess.run([sys.executable, "-m", "gpuwatch", "--self-test", *args], env=env,
-                          capture_output=True, text=True, timeout=240, check=False)
+    env = dict(
+        os.environ,
+        QT_QPA_PLATFORM="offscreen",
+        GPUWATCH_SETTINGS_DIR=str(tmp_path / "settings"),
+        GPUWATCH_LOG_DIR=str(tmp_path / "logs"),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "--self-test", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
 
 
 def test_self_test_passes_with_a_torch_interpreter(tmp_path):
@@ -39,8 +48,9 @@ def test_self_test_passes_with_a_torch_interpreter(tmp_path):
 @pytest.mark.skipif(sys.platform == "win32", reason="the fake interpreter is sh")
 def test_self_test_fails_with_the_fix_when_the_interpreter_has_no_torch(tmp_path):
     fake = tmp_path / "python"
-    fake.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\n"
-                    "exit 1\n")
+    fake.write_text(
+        "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n"
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     result = tmp_path / "result.json"
     done = run_cli("--python", str(fake), "--result", str(result), tmp_path=tmp_path)
@@ -56,8 +66,7 @@ def test_frozen_without_any_torch_python_says_how_to_get_torch(tmp_path, monkeyp
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     monkeypatch.setattr(interpreters, "discover", lambda: [])
     opened = []
-    result = self_test.run_self_test(None, None, tmp_path / "r.json",
-                                     opened.append)
+    result = self_test.run_self_test(None, None, tmp_path / "r.json", opened.append)
     assert not result.ok and not opened  # nothing to launch, so no window either
     assert "No Python with torch was found" in result.message
     assert json.loads((tmp_path / "r.json").read_text())["frozen"] is True

@@ -24,8 +24,11 @@ def session():
 
 def test_cpu_run_streams_steps_and_stop_ends_the_whole_tree(session: Session) -> None:
     session.start(LaunchSpec(workload="vision", device="cpu"))
-    wait_until(lambda: session.hello is not None or session.state is SessionState.FAILED,
-               120, "the runner's hello")
+    wait_until(
+        lambda: session.hello is not None or session.state is SessionState.FAILED,
+        120,
+        "the runner's hello",
+    )
     assert session.state is SessionState.RUNNING, session.error
     assert session.device_kind == "cpu"
     wait_until(lambda: session.steps.count >= 8, 120, "8 steps")
@@ -61,8 +64,9 @@ def test_cpu_run_streams_steps_and_stop_ends_the_whole_tree(session: Session) ->
 
 def test_runner_killed_from_outside_is_reported(session: Session) -> None:
     session.start(LaunchSpec(device="cpu"))
-    wait_until(lambda: session.steps.count >= 2 or session.state is SessionState.FAILED,
-               120, "first steps")
+    wait_until(
+        lambda: session.steps.count >= 2 or session.state is SessionState.FAILED, 120, "first steps"
+    )
     before = session.steps.count
     psutil.Process(session.pid).kill()
     assert session.wait_ended(30)
@@ -109,7 +113,8 @@ def test_gui_process_killed_runner_exits_by_itself(tmp_path) -> None:
     import textwrap
 
     script = tmp_path / "gui.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import sys, time
         from gpuwatch.core.session import LaunchSpec, Session
         s = Session()
@@ -118,7 +123,8 @@ def test_gui_process_killed_runner_exits_by_itself(tmp_path) -> None:
             time.sleep(0.05)
         print(s.pid, flush=True)
         time.sleep(600)
-    """))
+    """)
+    )
     gui = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         runner_pid = int(gui.stdout.readline())

@@ -37,11 +37,18 @@ print("RESULT " + json.dumps(report))
 
 def run_fresh(code: str) -> dict[str, object]:
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=180, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert line is not None, done.stdout + done.stderr
-    result: dict[str, object] = json.loads(line[len("RESULT "):])
+    result: dict[str, object] = json.loads(line[len("RESULT ") :])
     return result
 
 
@@ -52,8 +59,10 @@ def test_window_modules_import_neither_pynvml_nor_cuda_bindings_nor_torch() -> N
     assert report["torch"] is False
     assert report["cuda_runtime"] is False and report["raw_image_cuda"] is False
     assert report["blocker_left"] is False
-    if importlib.util.find_spec("cuda") is not None and \
-            importlib.util.find_spec("cuda.bindings") is not None:
+    if (
+        importlib.util.find_spec("cuda") is not None
+        and importlib.util.find_spec("cuda.bindings") is not None
+    ):
         assert report["later_import"] == "ok"
 
 

@@ -24,8 +24,9 @@ def test_cpu_breakdown_per_category_and_sum() -> None:
     wall_ms = phase_durations(v).sum() / 1e6 / 4
     assert b.wall_ms == pytest.approx(wall_ms)
     assert sum(b.categories.values()) == pytest.approx(b.wall_ms)
-    assert b.categories == pytest.approx({"kernel": 12, "memcpy": 1, "data_loading": 10,
-                                          "cpu_launch": 0, "sync": 3, "other": 3})
+    assert b.categories == pytest.approx(
+        {"kernel": 12, "memcpy": 1, "data_loading": 10, "cpu_launch": 0, "sync": 3, "other": 3}
+    )
     assert b.idle_causes["input"] == pytest.approx(10) and b.idle_ms == pytest.approx(16)
     assert b.host_phases["forward"] == pytest.approx(5)
 
@@ -57,7 +58,7 @@ def test_random_timelines_always_sum_to_the_wall_time(seed: int) -> None:
     device = np.maximum.accumulate((host + lag).reshape(-1)).reshape(n, 7)
     has = rng.random(n) > 0.1
     steps = np.arange(n)
-    steps[n // 2:] += 3  # a hole
+    steps[n // 2 :] += 3  # a hole
     v = StepsView(steps, np.zeros(n, np.int32), np.ones(n, np.int32), host, device, has)
     b = step_breakdown(v)
     assert sum(b.categories.values()) == pytest.approx(phase_durations(v).sum() / 1e6 / n)
@@ -70,14 +71,17 @@ def test_empty_and_summaries() -> None:
     assert b.steps == 0 and b.wall_ms == 0 and set(b.categories) == set(CATEGORIES)
     text = summary(step_breakdown(cpu_steps(3)).categories, "cpu")
     assert text.startswith("of ") and "compute" in text and "data loading" in text
-    assert idle_summary({"input": 30.2, "sync": 0.8, "other": 0.0}) == \
-        "of 31.0 ms idle per step: 30.2 input, 0.8 sync"
+    assert (
+        idle_summary({"input": 30.2, "sync": 0.8, "other": 0.0})
+        == "of 31.0 ms idle per step: 30.2 input, 0.8 sync"
+    )
 
 
 def test_segment_rows_carry_idle_causes_and_breakdown_without_transition() -> None:
     v = cpu_steps(12)
-    change = ConfigChange(id=0, values={}, changed={}, t_ns=0, first_step=0, warmup_steps=2,
-                          label="baseline")
+    change = ConfigChange(
+        id=0, values={}, changed={}, t_ns=0, first_step=0, warmup_steps=2, label="baseline"
+    )
     row = segment_stats(v, change, None)
     assert row.idle_causes is not None and row.breakdown is not None
     assert row.idle_causes["input"] == pytest.approx(10)

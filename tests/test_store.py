@@ -122,8 +122,9 @@ def test_series_wrap_and_since() -> None:
     assert view.t0.tolist() == [20, 30, 40, 50]
     assert view.t1.tolist() == [30, 40, 50, 60]
     assert series.snapshot("m", since_ns=45).value.tolist() == [4.0, 5.0]
-    series.append_many("m", [60, 70, 80, 90, 100], [70, 80, 90, 100, 110],
-                       [6.0, 7.0, 8.0, 9.0, 10.0])
+    series.append_many(
+        "m", [60, 70, 80, 90, 100], [70, 80, 90, 100, 110], [6.0, 7.0, 8.0, 9.0, 10.0]
+    )
     assert series.snapshot("m").value.tolist() == [7.0, 8.0, 9.0, 10.0]
 
 

@@ -37,13 +37,27 @@ def marks(n: int, step_ns: float, seed: int = 0) -> np.ndarray:
 
 
 def change(cid: int, first_step: int, warmup: int = 5) -> ConfigChange:
-    return ConfigChange(id=cid, values={"num_workers": cid}, changed={"num_workers": cid},
-                        t_ns=0, first_step=first_step, warmup_steps=warmup)
+    return ConfigChange(
+        id=cid,
+        values={"num_workers": cid},
+        changed={"num_workers": cid},
+        t_ns=0,
+        first_step=first_step,
+        warmup_steps=warmup,
+    )
 
 
-def feed(store: StepStore, host: np.ndarray, bins: TimelineBins, *, cuda: bool,
-         batch: int = 50, window_ns: int = 2_000 * MS, columns: int = 400,
-         change_at: int | None = None) -> list[ConfigChange]:
+def feed(
+    store: StepStore,
+    host: np.ndarray,
+    bins: TimelineBins,
+    *,
+    cuda: bool,
+    batch: int = 50,
+    window_ns: int = 2_000 * MS,
+    columns: int = 400,
+    change_at: int | None = None,
+) -> list[ConfigChange]:
     """Append ``host`` in batches (device marks one batch late on "CUDA"), updating the bins
     after each batch over a window that follows the newest step, as the window does."""
     lag = 300_000  # the simulated device runs 0.3 ms behind the host
@@ -60,8 +74,9 @@ def feed(store: StepStore, host: np.ndarray, bins: TimelineBins, *, cuda: bool,
         if change_at is not None and lo - 2 * batch <= change_at < lo - batch:
             changes.append(change(1, change_at))  # its config message comes late
         hi_ns = int(host[ids[-1], -1])
-        bins.update(store, changes, ORIGIN, lo_ns=hi_ns - window_ns, hi_ns=hi_ns,
-                    px_ns=window_ns / columns)
+        bins.update(
+            store, changes, ORIGIN, lo_ns=hi_ns - window_ns, hi_ns=hi_ns, px_ns=window_ns / columns
+        )
     if cuda and pending is not None:
         store.set_device_marks(pending[0], (pending[1] + lag).tolist())
     return changes
@@ -78,8 +93,7 @@ def test_incremental_bins_equal_the_figures_computed_in_one_go(cuda: bool) -> No
     hi = int(host[-1, -1])
     # One more update once the last device marks are in; then compare over column edges that
     # fall on bin edges, where reading the bins is exact.
-    bins.update(store, changes, ORIGIN, lo_ns=hi - window_ns, hi_ns=hi,
-                px_ns=window_ns / columns)
+    bins.update(store, changes, ORIGIN, lo_ns=hi - window_ns, hi_ns=hi, px_ns=window_ns / columns)
     width = bins.width_ns
     assert width == bin_width_ns(window_ns / columns) and width <= window_ns / columns / 4
     lo = ORIGIN + ((hi - window_ns - ORIGIN) // width + 1) * width
@@ -94,7 +108,8 @@ def test_incremental_bins_equal_the_figures_computed_in_one_go(cuda: bool) -> No
     assert got["idle:input"].sum() > 0 and got.n_steps > 0
     assert got["idle:reconfigure"].sum() > 0
     assert got["steps"].sum() == pytest.approx(
-        ((host[:, 0] >= lo) & (host[:, 0] < lo + span)).sum())
+        ((host[:, 0] >= lo) & (host[:, 0] < lo + span)).sum()
+    )
 
 
 def test_a_frame_reprices_only_the_newest_bins() -> None:
@@ -175,7 +190,7 @@ def test_dense_lane_image_stacks_shares_from_the_bottom_with_visible_minimum() -
     assert (bar[12:, 0] == 9).all()  # the pale backing above the bars
     assert (bar[:, 2] == CLEAR).all()  # nothing happened in that column
     assert (bar[:, 3] == 1).sum() == 1  # 1 % of a column is still one pixel
-    assert (pixels[rows + 2:rows + 18] == 3).all() and len(ROWS) == ROW["steps"] + 1
+    assert (pixels[rows + 2 : rows + 18] == 3).all() and len(ROWS) == ROW["steps"] + 1
 
 
 def test_a_view_parked_in_the_past_holds_few_bins_and_catches_up_when_followed() -> None:
@@ -187,8 +202,7 @@ def test_a_view_parked_in_the_past_holds_few_bins_and_catches_up_when_followed()
     park = {"lo_ns": ORIGIN, "hi_ns": ORIGIN + 500 * MS, "px_ns": 500 * MS / 100}
     bins.update(store, [], ORIGIN, **park)
     for lo in range(1000, 6000, 500):  # the run goes on; the view stays where it is
-        store.append(list(range(lo, lo + 500)), [0] * 500, [8] * 500,
-                     host[lo:lo + 500].tolist())
+        store.append(list(range(lo, lo + 500)), [0] * 500, [8] * 500, host[lo : lo + 500].tolist())
         bins.update(store, [], ORIGIN, **park)
     assert bins.last_repriced == 0  # nothing visible changed: no work
     held_ns = bins.final_before_ns - ORIGIN
@@ -197,7 +211,8 @@ def test_a_view_parked_in_the_past_holds_few_bins_and_catches_up_when_followed()
     follow = {"lo_ns": hi - 500 * MS, "hi_ns": hi, "px_ns": 500 * MS / 100}
     bins.update(store, [], ORIGIN, **follow)
     assert bins.columns(hi - 400 * MS, hi - 100 * MS, 30)["data"].mean() == pytest.approx(
-        0.30, abs=0.03)
+        0.30, abs=0.03
+    )
 
 
 def test_sample_busy_one_sample_at_a_time_is_never_left_unknown() -> None:

@@ -43,16 +43,23 @@ class Run:
 class Rig:
     """A backend on a simulated stream, plus a loop that drives it like runner/loop.py."""
 
-    def __init__(self, *, depth: int = 64,
-                 latency: int | Callable[[SimulatedStream], int] = 500) -> None:
+    def __init__(
+        self, *, depth: int = 64, latency: int | Callable[[SimulatedStream], int] = 500
+    ) -> None:
         self.clock = FakeClock()
         self.stream = SimulatedStream(self.clock, latency_ns=latency)
         self.syncs = 0
-        self.backend = CudaEventBackend(depth=depth, event_factory=self.stream.event,
-                                        clock=self.clock, synchronize=self._synchronize)
+        self.backend = CudaEventBackend(
+            depth=depth,
+            event_factory=self.stream.event,
+            clock=self.clock,
+            synchronize=self._synchronize,
+        )
         self.start_ns = self.clock.now_ns
-        self.run = Run(anchors=[(self.clock.now_ns, self.backend.anchor_host_ns)],
-                       calibrated_at=[self.clock.now_ns])
+        self.run = Run(
+            anchors=[(self.clock.now_ns, self.backend.anchor_host_ns)],
+            calibrated_at=[self.clock.now_ns],
+        )
 
     def _synchronize(self) -> None:
         self.syncs += 1
@@ -66,7 +73,8 @@ class Rig:
     def step(self, step_id: int, plan: Plan) -> None:
         clock, stream, backend = self.clock, self.stream, self.backend
         if plan.queue_limit_ns is not None and (
-                stream.busy_until_ns - clock.now_ns > plan.queue_limit_ns):
+            stream.busy_until_ns - clock.now_ns > plan.queue_limit_ns
+        ):
             clock.now_ns = stream.busy_until_ns - plan.queue_limit_ns
         skipped = backend.skipped
         backend.begin(step_id)
@@ -95,11 +103,13 @@ class Rig:
         if self.backend.calibrations > len(self.run.calibrated_at):
             self.run.calibrated_at.append(self.clock.now_ns)
 
-    def run_for(self, plan: Callable[[int], Plan], *, steps: int | None = None,
-                seconds: float | None = None) -> Run:
+    def run_for(
+        self, plan: Callable[[int], Plan], *, steps: int | None = None, seconds: float | None = None
+    ) -> Run:
         step_id = 0
         while (steps is None or step_id < steps) and (
-                seconds is None or self.clock.now_ns - self.start_ns < seconds * S):
+            seconds is None or self.clock.now_ns - self.start_ns < seconds * S
+        ):
             self.step(step_id, plan(step_id))
             step_id += 1
         self.collect(self.backend.poll(wait=True))
@@ -124,15 +134,23 @@ def jitter(step_id: int, phase: int) -> int:
 def gpu_bound(step_id: int) -> Plan:
     """The device is the bottleneck; the host stays ~2 steps ahead (never drained at a poll)."""
     work = (500_000, 8 * MS, 16 * MS, 3 * MS)
-    return Plan(data_ns=1 * MS, launch_ns=100_000,
-                gpu_ns=tuple(w + jitter(step_id, p) for p, w in enumerate(work)),  # type: ignore[arg-type]
-                sync=False, queue_limit_ns=55 * MS)
+    return Plan(
+        data_ns=1 * MS,
+        launch_ns=100_000,
+        gpu_ns=tuple(w + jitter(step_id, p) for p, w in enumerate(work)),  # type: ignore[arg-type]
+        sync=False,
+        queue_limit_ns=55 * MS,
+    )
 
 
 def input_bound(step_id: int) -> Plan:
     """Naive loop: long data waits, short device work, ``.item()`` every step."""
-    return Plan(data_ns=(5 + step_id % 7) * MS, launch_ns=20_000,
-                gpu_ns=(100_000, 1 * MS, 2 * MS, 300_000), sync=True)
+    return Plan(
+        data_ns=(5 + step_id % 7) * MS,
+        launch_ns=20_000,
+        gpu_ns=(100_000, 1 * MS, 2 * MS, 300_000),
+        sync=True,
+    )
 
 
 def test_harvest_in_order_with_sub_microsecond_conversion_error() -> None:
@@ -148,8 +166,7 @@ def test_harvest_in_order_with_sub_microsecond_conversion_error() -> None:
 def test_empty_pool_skips_steps_instead_of_blocking() -> None:
     rig = Rig(depth=4)
     rig.stream.launch(10 * S)  # a long kernel: nothing recorded after it completes for 10 s
-    plan = Plan(data_ns=1 * MS, launch_ns=10_000, gpu_ns=(1_000, 1_000, 1_000, 1_000),
-                sync=False)
+    plan = Plan(data_ns=1 * MS, launch_ns=10_000, gpu_ns=(1_000, 1_000, 1_000, 1_000), sync=False)
     host_start = rig.clock.now_ns
     for step_id in range(10):
         rig.step(step_id, plan)
@@ -204,8 +221,11 @@ def test_chains_without_drained_moments_and_beats_float32_drift() -> None:
     assert len(late) > 500
     assert max(abs(e) for e in errors(run, late)) < 2_000
     # What a conversion against the first anchor, never re-anchored, would have produced:
-    naive = [round(1e6 * float32((t - reference) / 1e6)) - (t - reference)
-             for s in late for t in run.truth[s]]
+    naive = [
+        round(1e6 * float32((t - reference) / 1e6)) - (t - reference)
+        for s in late
+        for t in run.truth[s]
+    ]
     assert max(abs(e) for e in naive) > 2_000
 
 

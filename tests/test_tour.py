@@ -15,9 +15,18 @@ NEEDS_CUDA = "needs CUDA"
 
 
 def knob(name: str, kind: str, default: Any, **extra: Any) -> dict[str, Any]:
-    base = {"name": name, "type": kind, "default": default, "min": None, "max": None,
-            "choices": None, "enabled": True, "reason": None, "disabled_choices": {},
-            "help": f"what {name} does"}
+    base = {
+        "name": name,
+        "type": kind,
+        "default": default,
+        "min": None,
+        "max": None,
+        "choices": None,
+        "enabled": True,
+        "reason": None,
+        "disabled_choices": {},
+        "help": f"what {name} does",
+    }
     return {**base, **extra}
 
 
@@ -31,13 +40,22 @@ def schema(*, cuda: bool, **overrides: dict[str, Any]) -> list[dict[str, Any]]:
         knob("prefetch_factor", "int", 2, min=1, max=16),
         knob("batch_size", "int", 64, min=1, max=4096),
         knob("non_blocking", "bool", False, **off_cpu),
-        knob("amp", "choice", "off", choices=["off", "fp16", "bf16"],
-             disabled_choices={} if cuda else {"fp16": NEEDS_CUDA}),
+        knob(
+            "amp",
+            "choice",
+            "off",
+            choices=["off", "fp16", "bf16"],
+            disabled_choices={} if cuda else {"fp16": NEEDS_CUDA},
+        ),
         knob("tf32", "bool", False, **off_cpu),
         knob("channels_last", "bool", False),
         knob("cudnn_benchmark", "bool", False, **off_cpu),
-        knob("compile", "choice", "off",
-             choices=["off", "default", "reduce-overhead", "max-autotune"]),
+        knob(
+            "compile",
+            "choice",
+            "off",
+            choices=["off", "default", "reduce-overhead", "max-autotune"],
+        ),
         knob("log_every", "int", 1, min=1, max=1000),
         knob("zero_grad_set_to_none", "bool", False),
         knob("optimizer_impl", "choice", "for-loop", choices=["for-loop", "foreach", "fused"]),
@@ -52,8 +70,14 @@ def schema(*, cuda: bool, **overrides: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_cpu_tour_skips_pinned_memory_and_uses_bf16() -> None:
     stages, skipped = plan_tour(schema(cuda=False), "vision", cores=2)
-    assert [s.label for s in stages] == ["baseline", "workers", "batched logging", "AMP",
-                                         "channels_last", "compile"]
+    assert [s.label for s in stages] == [
+        "baseline",
+        "workers",
+        "batched logging",
+        "AMP",
+        "channels_last",
+        "compile",
+    ]
     assert skipped == [Skipped("pinned memory", NEEDS_CUDA)]
     by_label = {s.label: s for s in stages}
     assert by_label["baseline"].values["num_workers"] == 0
@@ -70,8 +94,15 @@ def test_cpu_tour_skips_pinned_memory_and_uses_bf16() -> None:
 
 def test_cuda_tour_runs_every_stage() -> None:
     stages, skipped = plan_tour(schema(cuda=True), "vision", cores=32)
-    assert [s.label for s in stages] == ["baseline", "workers", "pinned memory",
-                                         "batched logging", "AMP", "channels_last", "compile"]
+    assert [s.label for s in stages] == [
+        "baseline",
+        "workers",
+        "pinned memory",
+        "batched logging",
+        "AMP",
+        "channels_last",
+        "compile",
+    ]
     assert skipped == []
     assert stages[1].changes["num_workers"] == 8
     assert stages[2].changes == {"pin_memory": True, "non_blocking": True}
@@ -79,10 +110,12 @@ def test_cuda_tour_runs_every_stage() -> None:
 
 
 def test_tour_skips_with_the_schemas_reasons() -> None:
-    knobs = schema(cuda=True, amp={"disabled_choices": {"bf16": "bf16 is not supported by this "
-                                                                "GPU"}},
-                   compile={"enabled": False, "reason": "Triton is not installed"},
-                   log_every={"default": 50})
+    knobs = schema(
+        cuda=True,
+        amp={"disabled_choices": {"bf16": "bf16 is not supported by this GPU"}},
+        compile={"enabled": False, "reason": "Triton is not installed"},
+        log_every={"default": 50},
+    )
     stages, skipped = plan_tour(knobs, "gpt", cores=4)
     labels = [s.label for s in stages]
     assert labels == ["baseline", "workers", "pinned memory", "AMP"]
@@ -95,18 +128,19 @@ def test_tour_skips_with_the_schemas_reasons() -> None:
 
 
 def test_tour_skips_amp_when_no_precision_works_here() -> None:
-    knobs = schema(cuda=False, amp={"disabled_choices": {"fp16": NEEDS_CUDA,
-                                                         "bf16": "bf16 is not supported"}})
+    knobs = schema(
+        cuda=False, amp={"disabled_choices": {"fp16": NEEDS_CUDA, "bf16": "bf16 is not supported"}}
+    )
     _, skipped = plan_tour(knobs, "mlp", cores=1)
     reasons = {s.label: s.reason for s in skipped}
     assert reasons["AMP"] == "bf16: bf16 is not supported; fp16: needs CUDA"
 
 
 def test_plan_stages_from_set_and_then_groups() -> None:
-    stages = plan_stages(schema(cuda=False), [["num_workers=0"], ["num_workers=2"],
-                                              ["log_every=50", "amp=bf16"]])
-    assert [s.label for s in stages] == ["num_workers=0", "num_workers=2",
-                                         "log_every=50, amp=bf16"]
+    stages = plan_stages(
+        schema(cuda=False), [["num_workers=0"], ["num_workers=2"], ["log_every=50", "amp=bf16"]]
+    )
+    assert [s.label for s in stages] == ["num_workers=0", "num_workers=2", "log_every=50, amp=bf16"]
     assert stages[1].changes == {"num_workers": 2}
     assert stages[2].values["num_workers"] == 2 and stages[2].values["amp"] == "bf16"
     assert stages[2].caption == "log_every: what log_every does; amp: what amp does"
@@ -151,8 +185,9 @@ class FakeSession:
         self.error: str | None = None
         self.bye_reason: str | None = None
         self.baseline_id: int | None = None
-        self.changes = [ConfigChange(0, {k["name"]: k["default"] for k in knobs}, {}, 0, 0, 3,
-                                     label="baseline")]
+        self.changes = [
+            ConfigChange(0, {k["name"]: k["default"] for k in knobs}, {}, 0, 0, 3, label="baseline")
+        ]
         self.sent: list[tuple[int, dict[str, Any], str | None]] = []
         self.answers: dict[int, ConfigChange | Refusal] = {}
         self.rows: dict[int, SegmentStats] = {}
@@ -175,9 +210,14 @@ class FakeSession:
         return self.answers.get(request)
 
     def label_segment(self, config_id: int, label: str) -> None:
-        self.changes = [ConfigChange(c.id, c.values, c.changed, c.t_ns, c.first_step,
-                                     c.warmup_steps, label=label) if c.id == config_id else c
-                        for c in self.changes]
+        self.changes = [
+            ConfigChange(
+                c.id, c.values, c.changed, c.t_ns, c.first_step, c.warmup_steps, label=label
+            )
+            if c.id == config_id
+            else c
+            for c in self.changes
+        ]
 
     def scoreboard(self) -> list[SegmentStats]:
         return [self.rows[c.id] for c in self.changes if c.id in self.rows]
@@ -185,8 +225,16 @@ class FakeSession:
     # The runner's side, played by the tests.
     def apply(self, request: int) -> int:
         _, values, label = self.sent[request - 1]
-        change = ConfigChange(len(self.changes), {**self.config_values(), **values}, values,
-                              0, 100, 3, request=request, label=label or "")
+        change = ConfigChange(
+            len(self.changes),
+            {**self.config_values(), **values},
+            values,
+            0,
+            100,
+            3,
+            request=request,
+            label=label or "",
+        )
         self.changes.append(change)
         self.answers[request] = change
         return change.id
@@ -194,19 +242,29 @@ class FakeSession:
     def refuse(self, request: int, message: str) -> None:
         self.answers[request] = Refusal(request, self.sent[request - 1][1], message, 0)
 
-    def measure(self, config_id: int, *, steps: int, steady_s: float = 0.0,
-                rates: tuple[float, ...] = ()) -> None:
+    def measure(
+        self, config_id: int, *, steps: int, steady_s: float = 0.0, rates: tuple[float, ...] = ()
+    ) -> None:
         steady = bool(rates)
         self.rows[config_id] = SegmentStats(
-            config_id=config_id, label="", settings={}, changed={}, t_ns=0, steps=steps,
+            config_id=config_id,
+            label="",
+            settings={},
+            changed={},
+            t_ns=0,
+            steps=steps,
             steady_steps=steps if steady else 0,
             samples_per_s=sorted(rates)[len(rates) // 2] if steady else None,
-            window_rates=rates, steady_since_ns=0 if steady else None,
-            steady_until_ns=int(steady_s * 1e9) if steady else None, live=True)
+            window_rates=rates,
+            steady_since_ns=0 if steady else None,
+            steady_until_ns=int(steady_s * 1e9) if steady else None,
+            live=True,
+        )
 
 
-def conductor_for(session: FakeSession, groups: list[list[str]], clock: FakeClock,
-                  **kwargs: Any) -> Conductor:
+def conductor_for(
+    session: FakeSession, groups: list[list[str]], clock: FakeClock, **kwargs: Any
+) -> Conductor:
     stages = plan_stages(session.hello["knobs"], groups)  # type: ignore[index]
     return Conductor(session, stages, min_steady_s=4.0, clock=clock, **kwargs)
 
@@ -240,8 +298,10 @@ def test_conductor_relabels_the_baseline_and_moves_on_only_when_steady_and_stabl
     session.measure(config_id, steps=30, steady_s=4.5, rates=(200.0, 205.0, 199.0))
     progress = conductor.tick()
     assert conductor.done and progress.state == "done" and conductor.failed is None
-    assert [(s.label, c) for s, c in conductor.stage_configs()] == [("baseline", 0),
-                                                                    ("num_workers=2", 1)]
+    assert [(s.label, c) for s, c in conductor.stage_configs()] == [
+        ("baseline", 0),
+        ("num_workers=2", 1),
+    ]
     assert session.baseline_id == 0
 
 
@@ -279,8 +339,7 @@ def test_a_refusal_fails_the_tour_with_the_runners_message() -> None:
     progress = conductor.tick()
     assert progress.state == "failed"
     assert conductor.refusal is not None
-    assert conductor.failed == "stage 'num_workers=3' was refused: num_workers=3 would need " \
-                               "3 cores"
+    assert conductor.failed == "stage 'num_workers=3' was refused: num_workers=3 would need 3 cores"
 
 
 def test_no_answer_times_out_and_compile_gets_a_generous_allowance() -> None:
@@ -304,10 +363,13 @@ def test_no_answer_times_out_and_compile_gets_a_generous_allowance() -> None:
     assert "within 630 s" in (conductor.failed or "")
 
 
-@pytest.mark.parametrize(("request_id", "needle"), [
-    (None, "failed in its first steps and the runner went back to the previous settings"),
-    (99, "the knobs were changed from elsewhere (batch_size=32) while it was measured"),
-])
+@pytest.mark.parametrize(
+    ("request_id", "needle"),
+    [
+        (None, "failed in its first steps and the runner went back to the previous settings"),
+        (99, "the knobs were changed from elsewhere (batch_size=32) while it was measured"),
+    ],
+)
 def test_a_newer_config_during_a_stage_fails_it(request_id: int | None, needle: str) -> None:
     session, clock = FakeSession(schema(cuda=False)), FakeClock()
     conductor = conductor_for(session, [[], ["compile=default"]], clock)
@@ -316,9 +378,18 @@ def test_a_newer_config_during_a_stage_fails_it(request_id: int | None, needle: 
     conductor.tick()
     config_id = session.apply(1)
     assert conductor.tick().state == "transition"
-    session.changes.append(ConfigChange(config_id + 1, session.changes[0].values,
-                                        {"batch_size": 32}, 0, 130, 1, request=request_id,
-                                        label="batch_size=32"))
+    session.changes.append(
+        ConfigChange(
+            config_id + 1,
+            session.changes[0].values,
+            {"batch_size": 32},
+            0,
+            130,
+            1,
+            request=request_id,
+            label="batch_size=32",
+        )
+    )
     assert conductor.tick().state == "failed"
     assert needle in (conductor.failed or "")
     assert conductor.refusal is None

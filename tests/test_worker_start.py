@@ -46,12 +46,17 @@ SCRIPT = textwrap.dedent(f"""
 
 @pytest.mark.skipif(start_method() != "forkserver", reason="no forkserver here: workers spawn")
 def test_workers_fork_from_a_server_that_imported_torch_before_any_loader() -> None:
-    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                          timeout=180, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=180, check=False
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     facts = json.loads(done.stdout.strip().splitlines()[-1])
-    assert facts == {"context": "forkserver", "server_started_first": True,
-                     "worker_is_not_our_child": True, "server_has_torch": True}
+    assert facts == {
+        "context": "forkserver",
+        "server_started_first": True,
+        "worker_is_not_our_child": True,
+        "server_has_torch": True,
+    }
 
 
 def test_the_start_method_keeps_spawn_semantics_everywhere() -> None:
@@ -59,6 +64,5 @@ def test_the_start_method_keeps_spawn_semantics_everywhere() -> None:
     copy the runner's threads and state into each worker."""
     import multiprocessing
 
-    expected = ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
-                else "spawn")
+    expected = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     assert start_method() == expected != "fork"

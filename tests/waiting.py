@@ -6,8 +6,9 @@ import time
 from collections.abc import Callable
 
 
-def wait_until(condition: Callable[[], object], timeout: float, what: str,
-               interval: float = 0.05) -> None:
+def wait_until(
+    condition: Callable[[], object], timeout: float, what: str, interval: float = 0.05
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:

@@ -146,8 +146,9 @@ def busy_fraction(s: np.ndarray, e: np.ndarray, w0: np.ndarray, w1: np.ndarray) 
     return out
 
 
-def busy_percent_over(active: tuple[np.ndarray, np.ndarray], w0: np.ndarray, w1: np.ndarray
-                      ) -> np.ndarray:
+def busy_percent_over(
+    active: tuple[np.ndarray, np.ndarray], w0: np.ndarray, w1: np.ndarray
+) -> np.ndarray:
     """Busy % from merged ``active`` spans over given windows (e.g. NVML's sample periods).
 
     Windows not fully covered by the spans we hold (before the first one, or past the last
@@ -237,11 +238,16 @@ def headline(view: StepsView, now_ns: int, window_ns: int) -> Headline:
     shares = None
     if total > 0:
         per_phase = rows.sum(axis=0)
-        shares = {name: float(v) / total
-                  for name, v in zip(ALL_PHASES, per_phase, strict=True)}
-    return Headline(n_steps=n, samples_per_s=samples_per_s, steps_per_s=steps_per_s,
-                    step_ms_p50=float(p50), step_ms_p95=float(p95),
-                    busy_share=busy_share(view, sel), phase_shares=shares)
+        shares = {name: float(v) / total for name, v in zip(ALL_PHASES, per_phase, strict=True)}
+    return Headline(
+        n_steps=n,
+        samples_per_s=samples_per_s,
+        steps_per_s=steps_per_s,
+        step_ms_p50=float(p50),
+        step_ms_p95=float(p95),
+        busy_share=busy_share(view, sel),
+        phase_shares=shares,
+    )
 
 
 def busy_share(view: StepsView, sel: np.ndarray) -> float | None:

@@ -53,8 +53,7 @@ def setup_logging(directory: Path | None = None, level: int = logging.INFO) -> P
             handler.close()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handler = _AppLogHandler(path, maxBytes=MAX_BYTES, backupCount=BACKUPS,
-                                 encoding="utf-8")
+        handler = _AppLogHandler(path, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8")
     except OSError:
         return None
     handler.setFormatter(logging.Formatter(_FORMAT))

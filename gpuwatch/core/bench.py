@@ -64,9 +64,14 @@ class _Failure(Exception):
         self.exit_code = exit_code
 
 
-def run_bench(options: BenchOptions, *, progress: TextIO | None = None,
-              session: Session | None = None, hello_timeout_s: float = HELLO_TIMEOUT_S,
-              tick_s: float = TICK_S) -> BenchOutcome:
+def run_bench(
+    options: BenchOptions,
+    *,
+    progress: TextIO | None = None,
+    session: Session | None = None,
+    hello_timeout_s: float = HELLO_TIMEOUT_S,
+    tick_s: float = TICK_S,
+) -> BenchOutcome:
     """Run the stages and return what was measured; Ctrl-C ends early with a partial report."""
     logging.getLogger("gpuwatch").addHandler(logging.NullHandler())  # errors come back to us
     out = ProgressLine(progress if progress is not None else sys.stderr)
@@ -76,8 +81,11 @@ def run_bench(options: BenchOptions, *, progress: TextIO | None = None,
     outcome = BenchOutcome(EXIT_OK)
     recorder = None
     if options.record is not None:
-        recorder = Recorder(options.record, session, spec={
-            "command": "bench", "workload": options.workload, "device": options.device})
+        recorder = Recorder(
+            options.record,
+            session,
+            spec={"command": "bench", "workload": options.workload, "device": options.device},
+        )
         try:
             recorder.start()
         except RecordingError as exc:
@@ -128,20 +136,26 @@ def _wait_for_hello(session: Session, timeout_s: float, out: ProgressLine) -> di
     started = time.monotonic()
     while session.hello is None:
         if session.state in (SessionState.FAILED, SessionState.FINISHED):
-            raise _Failure(f"the run failed: {session.error or 'the runner ended at start'}",
-                           EXIT_FAILED)
+            raise _Failure(
+                f"the run failed: {session.error or 'the runner ended at start'}", EXIT_FAILED
+            )
         waited = time.monotonic() - started
         if waited > timeout_s:
-            raise _Failure(f"the runner did not start within {timeout_s:.0f} s (importing "
-                           f"torch?); try `gpuwatch doctor`", EXIT_FAILED)
-        out.show("start", f"starting the runner (it imports torch first)… {waited:.0f} s",
-                 tty_only=True)
+            raise _Failure(
+                f"the runner did not start within {timeout_s:.0f} s (importing "
+                f"torch?); try `gpuwatch doctor`",
+                EXIT_FAILED,
+            )
+        out.show(
+            "start", f"starting the runner (it imports torch first)… {waited:.0f} s", tty_only=True
+        )
         time.sleep(0.1)
     return session.hello
 
 
-def _plan(session: Session, options: BenchOptions, hello: dict[str, Any]
-          ) -> tuple[list[Stage], list[Skipped]]:
+def _plan(
+    session: Session, options: BenchOptions, hello: dict[str, Any]
+) -> tuple[list[Stage], list[Skipped]]:
     knobs = session.knobs
     try:
         if options.tour:
@@ -152,17 +166,29 @@ def _plan(session: Session, options: BenchOptions, hello: dict[str, Any]
         raise _Failure(str(exc), EXIT_USAGE) from None
 
 
-def _announce(out: ProgressLine, hello: dict[str, Any], stages: Sequence[Stage],
-              skipped: Sequence[Skipped], seconds: float) -> None:
+def _announce(
+    out: ProgressLine,
+    hello: dict[str, Any],
+    stages: Sequence[Stage],
+    skipped: Sequence[Skipped],
+    seconds: float,
+) -> None:
     device = hello.get("device", {})
-    out.line(f"bench: {hello.get('workload')} on {device.get('name')} ({device.get('kind')}), "
-             f"{len(stages)} stage(s) of at least {seconds:g} s steady each")
+    out.line(
+        f"bench: {hello.get('workload')} on {device.get('name')} ({device.get('kind')}), "
+        f"{len(stages)} stage(s) of at least {seconds:g} s steady each"
+    )
     for item in skipped:
         out.line(f"  skipped {item.label}: {item.reason}")
 
 
-def _conduct(session: Session, conductor: Conductor, out: ProgressLine, tick_s: float,
-             options: BenchOptions | None = None) -> list[str]:
+def _conduct(
+    session: Session,
+    conductor: Conductor,
+    out: ProgressLine,
+    tick_s: float,
+    options: BenchOptions | None = None,
+) -> list[str]:
     """Tick until the tour ends; returns the runner's error lines (first line of each)."""
     announced = -1
     errors: list[str] = []
@@ -171,21 +197,34 @@ def _conduct(session: Session, conductor: Conductor, out: ProgressLine, tick_s: 
         progress = conductor.tick()
         if options is not None and options.capture:
             _capture_when_steady(session, conductor, options, captured, out)
-        errors += [line.text.splitlines()[0] for line in session.drain_log()
-                   if line.level == "error" and line.source == "runner" and line.text]
-        if progress.index != announced and progress.state not in ("done", "failed") \
-                and progress.stage is not None:
+        errors += [
+            line.text.splitlines()[0]
+            for line in session.drain_log()
+            if line.level == "error" and line.source == "runner" and line.text
+        ]
+        if (
+            progress.index != announced
+            and progress.state not in ("done", "failed")
+            and progress.stage is not None
+        ):
             announced = progress.index
-            out.line(f"stage {progress.index + 1}/{progress.n_stages} {progress.stage.label}: "
-                     f"{progress.stage.caption}")
+            out.line(
+                f"stage {progress.index + 1}/{progress.n_stages} {progress.stage.label}: "
+                f"{progress.stage.caption}"
+            )
         if conductor.done or conductor.failed is not None:
             return errors[-5:]
         out.show((progress.index, progress.state), progress.message)
         time.sleep(tick_s)
 
 
-def _capture_when_steady(session: Session, conductor: Conductor, options: BenchOptions,
-                         captured: set[int], out: ProgressLine) -> None:
+def _capture_when_steady(
+    session: Session,
+    conductor: Conductor,
+    options: BenchOptions,
+    captured: set[int],
+    out: ProgressLine,
+) -> None:
     """Ask for the current stage's kernel window once it has been steady for half a stage."""
     stages = conductor.stage_configs()
     if not stages or session.capturing or options.capture is None:
@@ -217,12 +256,17 @@ def stage_windows(session: Session) -> dict[int, KernelWindow]:
 def window_json(window: KernelWindow) -> dict[str, Any]:
     """The ``kernel_window`` object of a bench segment (docs/knobs.md §5)."""
     summary = window.summary()
-    return {"steps": list(window.steps), "device": window.device, **summary.to_json(),
-            "text": describe(summary, window.device)}
+    return {
+        "steps": list(window.steps),
+        "device": window.device,
+        **summary.to_json(),
+        "text": describe(summary, window.device),
+    }
 
 
-def build_report(session: Session, conductor: Conductor, skipped: Sequence[Skipped],
-                 options: BenchOptions) -> BenchReport:
+def build_report(
+    session: Session, conductor: Conductor, skipped: Sequence[Skipped], options: BenchOptions
+) -> BenchReport:
     """The scoreboard rows of the stages reached, in stage order, labelled by stage, and the
     advisor's findings on the last of them (what to try next)."""
     hello = session.hello or {}
@@ -233,14 +277,21 @@ def build_report(session: Session, conductor: Conductor, skipped: Sequence[Skipp
     windows = stage_windows(session) if options.capture else {}
     for stage, config_id in conductor.stage_configs():
         row = rows.get(config_id)
-        segment = row.to_json() if row is not None else {
-            "settings": stage.values, "changed": stage.changes, "steps": 0, "steady_steps": 0}
+        segment = (
+            row.to_json()
+            if row is not None
+            else {"settings": stage.values, "changed": stage.changes, "steps": 0, "steady_steps": 0}
+        )
         segment["label"] = stage.label
         if config_id in windows:
             segment["kernel_window"] = window_json(windows[config_id])
         segments.append(clean_segment(segment))
     return BenchReport(
-        machine=machine_from_hello(hello), workload=hello.get("workload", options.workload),
-        seconds_per_stage=options.seconds, segments=segments,
+        machine=machine_from_hello(hello),
+        workload=hello.get("workload", options.workload),
+        seconds_per_stage=options.seconds,
+        segments=segments,
         skipped=[{"label": s.label, "reason": s.reason} for s in skipped],
-        baseline=segments[0]["label"] if segments else None, findings=findings)
+        baseline=segments[0]["label"] if segments else None,
+        findings=findings,
+    )

@@ -25,17 +25,51 @@ from gpuwatch.core.step_breakdown import CATEGORIES, idle_summary, summary
 SCHEMA_VERSION = 1
 FORMATS = ("md", "csv", "json")
 
-MACHINE_KEYS = ("device", "device_kind", "os", "python", "torch", "cuda", "driver_model",
-                "cores", "timing")
-SEGMENT_KEYS = ("label", "settings", "changed", "samples_per_s", "step_ms_p50", "step_ms_p95",
-                "busy_share", "input_wait_share", "coarse_util", "coarse_source",
-                "energy_j_per_step", "speedup", "steps", "steady_steps", "transition_s",
-                "idle_causes", "breakdown")
+MACHINE_KEYS = (
+    "device",
+    "device_kind",
+    "os",
+    "python",
+    "torch",
+    "cuda",
+    "driver_model",
+    "cores",
+    "timing",
+)
+SEGMENT_KEYS = (
+    "label",
+    "settings",
+    "changed",
+    "samples_per_s",
+    "step_ms_p50",
+    "step_ms_p95",
+    "busy_share",
+    "input_wait_share",
+    "coarse_util",
+    "coarse_source",
+    "energy_j_per_step",
+    "speedup",
+    "steps",
+    "steady_steps",
+    "transition_s",
+    "idle_causes",
+    "breakdown",
+)
 #: ms per steady step, keyed by cause / category (docs/advisor.md); null when not steady.
 _MS_DICT_KEYS = {"idle_causes": CAUSES, "breakdown": CATEGORIES}
-_FLOAT_KEYS = frozenset({"samples_per_s", "step_ms_p50", "step_ms_p95", "busy_share",
-                         "input_wait_share", "coarse_util", "energy_j_per_step", "speedup",
-                         "transition_s"})
+_FLOAT_KEYS = frozenset(
+    {
+        "samples_per_s",
+        "step_ms_p50",
+        "step_ms_p95",
+        "busy_share",
+        "input_wait_share",
+        "coarse_util",
+        "energy_j_per_step",
+        "speedup",
+        "transition_s",
+    }
+)
 
 #: Table columns: (header, segment key, how a value is shown in Markdown, in CSV).
 COLUMNS: tuple[tuple[str, str, str, str], ...] = (
@@ -70,7 +104,8 @@ class BenchReport:
     def to_json(self) -> dict[str, Any]:
         seconds = self.seconds_per_stage
         return {
-            "schema": SCHEMA_VERSION, "gpuwatch": self.gpuwatch,
+            "schema": SCHEMA_VERSION,
+            "gpuwatch": self.gpuwatch,
             "machine": {key: self.machine.get(key) for key in MACHINE_KEYS},
             "workload": self.workload,
             "seconds_per_stage": int(seconds) if float(seconds).is_integer() else seconds,
@@ -87,8 +122,9 @@ def clean_segment(segment: Mapping[str, Any]) -> dict[str, Any]:
     for key in SEGMENT_KEYS:
         value = segment.get(key)
         if key in _FLOAT_KEYS:
-            value = float(value) if isinstance(value, int | float) and \
-                math.isfinite(value) else None
+            value = (
+                float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+            )
         elif key in _MS_DICT_KEYS:
             value = _ms_dict(value, _MS_DICT_KEYS[key])
         out[key] = value
@@ -113,11 +149,17 @@ def machine_from_hello(hello: Mapping[str, Any]) -> dict[str, Any]:
     """The ``machine`` object from the runner's ``hello`` (the OS is this machine's own)."""
     device = hello.get("device") or {}
     versions = hello.get("versions") or {}
-    return {"device": device.get("name"), "device_kind": device.get("kind"),
-            "os": platform.platform(terse=True), "python": versions.get("python"),
-            "torch": versions.get("torch"), "cuda": versions.get("cuda"),
-            "driver_model": device.get("driver_model"), "cores": device.get("cores"),
-            "timing": hello.get("timing", "host")}
+    return {
+        "device": device.get("name"),
+        "device_kind": device.get("kind"),
+        "os": platform.platform(terse=True),
+        "python": versions.get("python"),
+        "torch": versions.get("torch"),
+        "cuda": versions.get("cuda"),
+        "driver_model": device.get("driver_model"),
+        "cores": device.get("cores"),
+        "timing": hello.get("timing", "host"),
+    }
 
 
 def render(report: BenchReport, fmt: str) -> str:
@@ -153,14 +195,19 @@ def note_lines(report: BenchReport) -> list[str]:
     """What the busy and coarse columns mean on this device, and what was skipped."""
     lines = []
     if report.skipped:
-        lines.append("skipped: " + "; ".join(f"{s['label']} ({s['reason']})"
-                                             for s in report.skipped))
+        lines.append(
+            "skipped: " + "; ".join(f"{s['label']} ({s['reason']})" for s in report.skipped)
+        )
     if report.machine.get("device_kind") == "cuda":
-        lines.append("busy % is stream-active time from CUDA events (an upper bound); "
-                     "coarse % is NVML GPU utilization")
+        lines.append(
+            "busy % is stream-active time from CUDA events (an upper bound); "
+            "coarse % is NVML GPU utilization"
+        )
     else:
-        lines.append("busy % is the share of time in compute phases (host timing); "
-                     "coarse % is the runner's CPU use")
+        lines.append(
+            "busy % is the share of time in compute phases (host timing); "
+            "coarse % is the runner's CPU use"
+        )
     return lines
 
 
@@ -191,14 +238,18 @@ def render_markdown(report: BenchReport) -> str:
     if why:
         out += ["", "## Where the time goes (ms per steady step)", ""]
         out += [f"- {line}" for line in why]
-    kernels = [f"{s['label']}: {s['kernel_window']['text']}" for s in report.segments
-               if isinstance(s.get("kernel_window"), Mapping)]
+    kernels = [
+        f"{s['label']}: {s['kernel_window']['text']}"
+        for s in report.segments
+        if isinstance(s.get("kernel_window"), Mapping)
+    ]
     if kernels:
         out += ["", "## Kernel windows (profiled steps, left out of the figures above)", ""]
         out += [f"- {line}" for line in kernels]
     out += ["", "## Advisor", ""]
-    out += [f"{i}. {line}" for i, line in enumerate(finding_lines(report), 1)] or \
-        ["- no finding: no stage was steady long enough"]
+    out += [f"{i}. {line}" for i, line in enumerate(finding_lines(report), 1)] or [
+        "- no finding: no stage was steady long enough"
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -210,8 +261,7 @@ def why_lines(report: BenchReport) -> list[str]:
         split, idle = segment["breakdown"], segment["idle_causes"]
         if split is None or idle is None:
             continue
-        lines.append(f"{segment['label']}: {summary(split, kind)}; "
-                     f"{idle_summary(idle)}")
+        lines.append(f"{segment['label']}: {summary(split, kind)}; {idle_summary(idle)}")
     return lines
 
 
@@ -231,10 +281,10 @@ def render_csv(report: BenchReport) -> str:
     for line in finding_lines(report):
         buffer.write(f"# finding: {line}\n")
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow((*HEADERS, *(f"idle {c} ms" for c in CAUSES),
-                     *(f"{c} ms" for c in CATEGORIES)))
-    for cells, segment in zip(table_rows(report, for_csv=True),
-                              (clean_segment(s) for s in report.segments), strict=True):
+    writer.writerow((*HEADERS, *(f"idle {c} ms" for c in CAUSES), *(f"{c} ms" for c in CATEGORIES)))
+    for cells, segment in zip(
+        table_rows(report, for_csv=True), (clean_segment(s) for s in report.segments), strict=True
+    ):
         extra = []
         for key, names in _MS_DICT_KEYS.items():
             figures = segment[key]

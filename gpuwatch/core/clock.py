@@ -42,17 +42,21 @@ def epoch_offset_ns(tries: int = 5) -> tuple[int, int]:
 
 def candidate_clocks() -> dict[str, Callable[[], int]]:
     """The host clocks (ns) a foreign timestamp may be counted on, by name."""
-    clocks: dict[str, Callable[[], int]] = {"epoch": time.time_ns,
-                                            "perf_counter": time.perf_counter_ns,
-                                            "monotonic": time.monotonic_ns}
+    clocks: dict[str, Callable[[], int]] = {
+        "epoch": time.time_ns,
+        "perf_counter": time.perf_counter_ns,
+        "monotonic": time.monotonic_ns,
+    }
     boottime = getattr(time, "CLOCK_BOOTTIME", None)
     if boottime is not None:
         clocks["boottime"] = functools.partial(time.clock_gettime_ns, boottime)
     return clocks
 
 
-def guess_clock(stamp_ns: int, clocks: dict[str, Callable[[], int]] | None = None,
-                ) -> tuple[str, int]:
+def guess_clock(
+    stamp_ns: int,
+    clocks: dict[str, Callable[[], int]] | None = None,
+) -> tuple[str, int]:
     """The clock whose current reading is nearest to a *recent* stamp, and that distance (ns).
 
     Epoch time (~1.7e18 ns) and time since boot (days: ~1e14 ns) are orders of magnitude

@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 import sys
 
-NO_DISPLAY = ("no display found (DISPLAY and WAYLAND_DISPLAY are unset): start gpuwatch from "
-              "a desktop session, or run it headless with QT_QPA_PLATFORM=offscreen and "
-              "--demo-seconds N --screenshot PNG")
+NO_DISPLAY = (
+    "no display found (DISPLAY and WAYLAND_DISPLAY are unset): start gpuwatch from "
+    "a desktop session, or run it headless with QT_QPA_PLATFORM=offscreen and "
+    "--demo-seconds N --screenshot PNG"
+)
 
 
 def missing_display_reason() -> str | None:
@@ -19,7 +21,8 @@ def missing_display_reason() -> str | None:
     if os.environ.get("QT_QPA_PLATFORM"):
         return None  # the user chose a platform plugin (offscreen, vnc, ...)
     if sys.platform.startswith("linux") and not (
-            os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    ):
         return NO_DISPLAY
     return None
 

@@ -25,21 +25,32 @@ def probe_interpreter(python: str) -> dict[str, Any]:
     """Run the runner's probe in ``python``; returns its report or ``{"error": ...}``."""
     with tempfile.TemporaryDirectory(prefix="gpuwatch-probe-") as tmp:
         env = launcher.child_env(launcher.runner_pythonpath(python, Path(tmp)))
-        return run_json_probe([python, "-m", "gpuwatch.runner", "--probe"], env,
-                              PROBE_TIMEOUT_S, python)
+        return run_json_probe(
+            [python, "-m", "gpuwatch.runner", "--probe"], env, PROBE_TIMEOUT_S, python
+        )
 
 
-def run_json_probe(cmd: list[str], env: dict[str, str], timeout: float, python: str,
-                   cwd: str | None = None) -> dict[str, Any]:
+def run_json_probe(
+    cmd: list[str], env: dict[str, str], timeout: float, python: str, cwd: str | None = None
+) -> dict[str, Any]:
     """Run a probe command that prints one JSON object; its report or ``{"error": ...}``.
 
     Shared by doctor and the interpreter picker: a hung interpreter is killed after
     ``timeout`` and every failure is one sentence naming ``python``.
     """
     try:
-        done = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL, check=False,
-                              encoding="utf-8", errors="replace")
+        done = subprocess.run(
+            cmd,
+            env=env,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            check=False,
+            encoding="utf-8",
+            errors="replace",
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"{python} did not answer within {timeout:g} s"}
     except OSError as exc:
@@ -77,44 +88,75 @@ def report(python: str) -> tuple[list[tuple[str, str]], bool]:
     from gpuwatch import __version__
 
     probe = probe_interpreter(python)
-    rows = [("gpuwatch", __version__),
-            ("GUI Python", f"{platform.python_version()} ({sys.executable})"),
-            ("OS", platform.platform()),
-            ("PySide6", _dist_version("PySide6-Essentials") if _dist_version(
-                "PySide6-Essentials") != "not installed" else _dist_version("PySide6")),
-            ("pyqtgraph", _dist_version("pyqtgraph")),
-            ("display", describe_display()),
-            ("training Python", python)]
+    rows = [
+        ("gpuwatch", __version__),
+        ("GUI Python", f"{platform.python_version()} ({sys.executable})"),
+        ("OS", platform.platform()),
+        (
+            "PySide6",
+            _dist_version("PySide6-Essentials")
+            if _dist_version("PySide6-Essentials") != "not installed"
+            else _dist_version("PySide6"),
+        ),
+        ("pyqtgraph", _dist_version("pyqtgraph")),
+        ("display", describe_display()),
+        ("training Python", python),
+    ]
     ok = "error" not in probe and bool(probe.get("torch"))
     if "error" in probe:
         rows.append(("torch", f"unusable: {probe['error']}"))
     else:
         rows.append(("training Python version", str(probe.get("python"))))
         rows.append(("torch", str(probe.get("torch") or f"missing: {probe.get('torch_error')}")))
-        rows.append(("torchvision", str(probe.get("torchvision")
-                                        or f"missing: {probe.get('torchvision_error')}")))
+        rows.append(
+            (
+                "torchvision",
+                str(probe.get("torchvision") or f"missing: {probe.get('torchvision_error')}"),
+            )
+        )
         if probe.get("cuda_available"):
             rows.append(("CUDA", f"available (torch built for CUDA {probe.get('cuda')})"))
             for dev in probe.get("devices") or []:
-                rows.append((f"cuda:{dev.get('index')}",
-                             f"{dev.get('name')} (capability {dev.get('capability')}, "
-                             f"uuid {dev.get('uuid')}, PCI {dev.get('pci_bus_id')})"))
+                rows.append(
+                    (
+                        f"cuda:{dev.get('index')}",
+                        f"{dev.get('name')} (capability {dev.get('capability')}, "
+                        f"uuid {dev.get('uuid')}, PCI {dev.get('pci_bus_id')})",
+                    )
+                )
         else:
             built = probe.get("cuda")
-            rows.append(("CUDA", "not available: training runs on the CPU"
-                         + (f" (torch is built for CUDA {built} but finds no GPU)"
-                            if built else " (CPU-only torch build)")))
+            rows.append(
+                (
+                    "CUDA",
+                    "not available: training runs on the CPU"
+                    + (
+                        f" (torch is built for CUDA {built} but finds no GPU)"
+                        if built
+                        else " (CPU-only torch build)"
+                    ),
+                )
+            )
         rows.append(("Triton", "importable" if probe.get("triton") else "not installed"))
     info = nvml.describe()
     if info.get("available"):
         rows.append(("NVML", f"driver {info.get('driver_version')}"))
         for dev in info.get("devices", []):
-            rows.append((f"NVML GPU {dev.get('index')}",
-                         f"{dev.get('name')} ({dev.get('uuid')}, PCI {dev.get('pci_bus_id')}, "
-                         f"driver model {dev.get('driver_model', 'n/a')})"))
+            rows.append(
+                (
+                    f"NVML GPU {dev.get('index')}",
+                    f"{dev.get('name')} ({dev.get('uuid')}, PCI {dev.get('pci_bus_id')}, "
+                    f"driver model {dev.get('driver_model', 'n/a')})",
+                )
+            )
     else:
-        rows.append(("NVML", f"n/a — {info.get('reason')}; the window shows the CPU analog "
-                             "(process CPU %) instead of GPU utilization"))
+        rows.append(
+            (
+                "NVML",
+                f"n/a — {info.get('reason')}; the window shows the CPU analog "
+                "(process CPU %) instead of GPU utilization",
+            )
+        )
     return rows, ok
 
 
@@ -129,7 +171,9 @@ def run_doctor(python: str | None) -> int:
     for topic, finding in rows:
         print(f"{topic.ljust(width)}  {finding}")  # noqa: T201 - the command's output
     if not ok:
-        print("\nTraining cannot start: install torch and torchvision in the training "  # noqa: T201
-              "Python (pip install torch torchvision) or pick another with --python.")
+        print(
+            "\nTraining cannot start: install torch and torchvision in the training "  # noqa: T201
+            "Python (pip install torch torchvision) or pick another with --python."
+        )
         return 1
     return 0

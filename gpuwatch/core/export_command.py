@@ -24,8 +24,13 @@ class ExportError(Exception):
     """An output that cannot be written; ``str(exc)`` is one sentence for the user."""
 
 
-def export_recording(source: str | Path, *, perfetto: str | Path | None = None,
-                     csv: str | Path | None = None, err: TextIO | None = None) -> list[str]:
+def export_recording(
+    source: str | Path,
+    *,
+    perfetto: str | Path | None = None,
+    csv: str | Path | None = None,
+    err: TextIO | None = None,
+) -> list[str]:
     """Write the requested exports of ``source``; returns one line per file written.
 
     ``err`` gets the Perfetto export's progress (a large recording takes a while).
@@ -36,8 +41,9 @@ def export_recording(source: str | Path, *, perfetto: str | Path | None = None,
     for out in outputs:
         _check_output(out, Path(source))
     if len(outputs) == 2 and _same_file(*outputs):
-        raise ExportError(f"--perfetto and --csv name the same file ({outputs[0]}): give each "
-                          f"its own")
+        raise ExportError(
+            f"--perfetto and --csv name the same file ({outputs[0]}): give each its own"
+        )
     recording = open_recording(source)
     done = []
     progress = ProgressLine(err) if err is not None else None
@@ -48,12 +54,22 @@ def export_recording(source: str | Path, *, perfetto: str | Path | None = None,
             if what == "CSV":
                 write_csv(recording, out)
             else:
-                write_perfetto(recording, out, None if progress is None else (
-                    lambda f, out=out: progress.show(
-                        "perfetto", f"gpuwatch: writing {out}: {100 * f:.0f} %")))
+                write_perfetto(
+                    recording,
+                    out,
+                    None
+                    if progress is None
+                    else (
+                        lambda f, out=out: progress.show(
+                            "perfetto", f"gpuwatch: writing {out}: {100 * f:.0f} %"
+                        )
+                    ),
+                )
         except OSError as exc:
-            raise ExportError(f"cannot write {out}: {exc.strerror or exc} (nothing was "
-                              f"written; a file that was there is unchanged)") from None
+            raise ExportError(
+                f"cannot write {out}: {exc.strerror or exc} (nothing was "
+                f"written; a file that was there is unchanged)"
+            ) from None
         finally:
             if progress is not None:
                 progress.clear()

@@ -19,9 +19,16 @@ from gpuwatch.core.recording_reader import Recording
 from gpuwatch.protocol import ACTIVE_FIRST, ACTIVE_LAST, ALL_PHASES
 
 COLUMNS: tuple[str, ...] = (
-    "step", "config", "config_label", "samples", "start_ms",
+    "step",
+    "config",
+    "config_label",
+    "samples",
+    "start_ms",
     *(f"{phase}_ms" for phase in ALL_PHASES),
-    "step_ms", "device_active_start_ms", "device_active_end_ms", "transition",
+    "step_ms",
+    "device_active_start_ms",
+    "device_active_end_ms",
+    "transition",
 )
 
 
@@ -44,12 +51,23 @@ def write_csv_to(recording: Recording, stream: TextIO) -> None:
         step, config = int(view.step[i]), int(view.config[i])
         device = ["", ""]
         if view.has_device[i]:
-            device = [_ms(int(view.device[i, ACTIVE_FIRST]) - t0),
-                      _ms(int(view.device[i, ACTIVE_LAST]) - t0)]
-        writer.writerow([
-            step, config, labels.get(config, ""), int(view.samples[i]),
-            _ms(int(view.host[i, 0]) - t0), *(_fmt(v) for v in durations[i]),
-            _fmt(step_ms[i]), *device, int(step < warm_until.get(config, 0))])
+            device = [
+                _ms(int(view.device[i, ACTIVE_FIRST]) - t0),
+                _ms(int(view.device[i, ACTIVE_LAST]) - t0),
+            ]
+        writer.writerow(
+            [
+                step,
+                config,
+                labels.get(config, ""),
+                int(view.samples[i]),
+                _ms(int(view.host[i, 0]) - t0),
+                *(_fmt(v) for v in durations[i]),
+                _fmt(step_ms[i]),
+                *device,
+                int(step < warm_until.get(config, 0)),
+            ]
+        )
 
 
 def _ms(ns: int) -> str:

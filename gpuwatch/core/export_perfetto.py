@@ -68,25 +68,29 @@ def perfetto_trace(recording: Recording) -> dict[str, Any]:
     return json.loads(buffer.getvalue())
 
 
-def write_perfetto(recording: Recording, out: str | Path,
-                   progress: Progress | None = None) -> int:
+def write_perfetto(recording: Recording, out: str | Path, progress: Progress | None = None) -> int:
     """Write the trace to ``out`` whole or not at all (an existing file stays until the new
     one is complete); returns the number of events written."""
     with atomic_output(out) as stream:
         return write_perfetto_to(recording, stream, progress)
 
 
-def write_perfetto_to(recording: Recording, stream: TextIO,
-                      progress: Progress | None = None) -> int:
+def write_perfetto_to(
+    recording: Recording, stream: TextIO, progress: Progress | None = None
+) -> int:
     """Stream the trace into ``stream``; returns the number of events written."""
     t0 = recording.t0_ns
     windows = kernel_windows(recording)
     streams = _kernel_streams(windows)
     head = [_dump(e) for e in (*_metadata(recording), *_kernel_metadata(windows, streams))]
     tracks: list[Timed] = [
-        *_step_events(recording, t0), _segment_events(recording, t0),
-        *_device_events(recording, t0), *_counter_events(recording, t0),
-        _change_instants(recording, t0), *_kernel_events(windows, streams, t0)]
+        *_step_events(recording, t0),
+        _segment_events(recording, t0),
+        *_device_events(recording, t0),
+        *_counter_events(recording, t0),
+        _change_instants(recording, t0),
+        *_kernel_events(windows, streams, t0),
+    ]
     stream.write('{"traceEvents":[')
     stream.write(",".join(head))
     written = len(head)
@@ -128,18 +132,35 @@ def _metadata(recording: Recording) -> list[dict[str, Any]]:
     what = hello.get("workload") or recording.meta.get("spec", {}).get("workload") or "run"
     name = f"gpuwatch: {what} on {device.get('name') or device.get('kind') or 'unknown device'}"
     events: list[dict[str, Any]] = [
-        {"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "ts": 0,
-         "args": {"name": name}}]
+        {"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "ts": 0, "args": {"name": name}}
+    ]
     for index, (tid, label) in enumerate(TRACKS):
-        events.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": tid, "ts": 0,
-                       "args": {"name": label}})
-        events.append({"ph": "M", "name": "thread_sort_index", "pid": PID, "tid": tid, "ts": 0,
-                       "args": {"sort_index": index}})
+        events.append(
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": PID,
+                "tid": tid,
+                "ts": 0,
+                "args": {"name": label},
+            }
+        )
+        events.append(
+            {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": PID,
+                "tid": tid,
+                "ts": 0,
+                "args": {"sort_index": index},
+            }
+        )
     return events
 
 
-def _cut(starts: np.ndarray, ends: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray,
-                                                              np.ndarray]]:
+def _cut(
+    starts: np.ndarray, ends: np.ndarray
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per chunk: (begins, ends, row indices) of the spans kept on one track, in order.
 
     A span is cut to begin where the previous kept one ended and dropped if nothing is left.
@@ -148,8 +169,8 @@ def _cut(starts: np.ndarray, ends: np.ndarray) -> Iterator[tuple[np.ndarray, np.
     """
     last_end = np.iinfo(np.int64).min
     for lo in range(0, len(starts), CHUNK):
-        s = np.asarray(starts[lo:lo + CHUNK], np.int64)
-        e = np.asarray(ends[lo:lo + CHUNK], np.int64)
+        s = np.asarray(starts[lo : lo + CHUNK], np.int64)
+        e = np.asarray(ends[lo : lo + CHUNK], np.int64)
         rows = np.flatnonzero(e > s)
         s, e = s[rows], e[rows]
         if not len(s):
@@ -170,23 +191,41 @@ def _us_texts(ns: np.ndarray) -> list[str]:
     return [f"{w}.{f:03d}" for w, f in zip(whole.tolist(), frac.tolist(), strict=True)]
 
 
-def _step_spans(tid: int, cat: str, name: str | None, starts: np.ndarray, ends: np.ndarray,
-                *, step: np.ndarray, config: np.ndarray, t0: int) -> Timed:
+def _step_spans(
+    tid: int,
+    cat: str,
+    name: str | None,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    *,
+    step: np.ndarray,
+    config: np.ndarray,
+    t0: int,
+) -> Timed:
     """``X`` events with ``{"step", "config"}`` args, encoded directly (millions of them);
     ``name`` None names each after its step."""
     head = f'{{"ph":"X","pid":{PID},"tid":{tid},"cat":{json.dumps(cat)},"name":'
     fixed = json.dumps(name) if name is not None else None
     for begin, end, rows in _cut(starts, ends):
         since = begin - t0
-        for key, ts, dur, st, c in zip(since.tolist(), _us_texts(since), _us_texts(end - begin),
-                                       step[rows].tolist(), config[rows].tolist(), strict=True):
+        for key, ts, dur, st, c in zip(
+            since.tolist(),
+            _us_texts(since),
+            _us_texts(end - begin),
+            step[rows].tolist(),
+            config[rows].tolist(),
+            strict=True,
+        ):
             label = fixed if fixed is not None else f'"step {st}"'
-            yield key, (f'{head}{label},"ts":{ts},"dur":{dur},'
-                        f'"args":{{"step":{st},"config":{c}}}}}')
+            yield (
+                key,
+                (f'{head}{label},"ts":{ts},"dur":{dur},"args":{{"step":{st},"config":{c}}}}}'),
+            )
 
 
-def _complete(tid: int, cat: str, name: str, spans: Iterable[tuple[int, int, dict[str, Any]]],
-              t0: int) -> Iterator[dict[str, Any]]:
+def _complete(
+    tid: int, cat: str, name: str, spans: Iterable[tuple[int, int, dict[str, Any]]], t0: int
+) -> Iterator[dict[str, Any]]:
     """``X`` events on one track from ``(start_ns, end_ns, args)`` in time order (few of
     them: segments, kernel windows and kernels), cut as ``_cut`` does."""
     last_end: int | None = None
@@ -195,8 +234,16 @@ def _complete(tid: int, cat: str, name: str, spans: Iterable[tuple[int, int, dic
         if end <= begin:
             continue
         last_end = end
-        yield {"ph": "X", "pid": PID, "tid": tid, "cat": cat, "name": name,
-               "ts": _us(begin - t0), "dur": _us(end - begin), "args": args}
+        yield {
+            "ph": "X",
+            "pid": PID,
+            "tid": tid,
+            "cat": cat,
+            "name": name,
+            "ts": _us(begin - t0),
+            "dur": _us(end - begin),
+            "args": args,
+        }
 
 
 def _encoded(events: Iterable[dict[str, Any]]) -> Timed:
@@ -207,20 +254,47 @@ def _encoded(events: Iterable[dict[str, Any]]) -> Timed:
 def _step_events(recording: Recording, t0: int) -> list[Timed]:
     view = recording.steps
     host = view.host
-    tracks = [_step_spans(PHASE_TIDS[phase], "host", phase, host[:, i], host[:, i + 1],
-                          step=view.step, config=view.config, t0=t0)
-              for i, phase in enumerate(PHASES)]
-    tracks.append(_step_spans(STEPS_TID, "step", None, host[:, 0], host[:, -1],
-                              step=view.step, config=view.config, t0=t0))
+    tracks = [
+        _step_spans(
+            PHASE_TIDS[phase],
+            "host",
+            phase,
+            host[:, i],
+            host[:, i + 1],
+            step=view.step,
+            config=view.config,
+            t0=t0,
+        )
+        for i, phase in enumerate(PHASES)
+    ]
+    tracks.append(
+        _step_spans(
+            STEPS_TID,
+            "step",
+            None,
+            host[:, 0],
+            host[:, -1],
+            step=view.step,
+            config=view.config,
+            t0=t0,
+        )
+    )
     return tracks
 
 
 def _device_events(recording: Recording, t0: int) -> list[Timed]:
     view = recording.steps
     rows = np.flatnonzero(view.has_device)
-    device = _step_spans(DEVICE_TID, "device", "active", view.device[rows, ACTIVE_FIRST],
-                         view.device[rows, ACTIVE_LAST], step=view.step[rows],
-                         config=view.config[rows], t0=t0)
+    device = _step_spans(
+        DEVICE_TID,
+        "device",
+        "active",
+        view.device[rows, ACTIVE_FIRST],
+        view.device[rows, ACTIVE_LAST],
+        step=view.step[rows],
+        config=view.config[rows],
+        t0=t0,
+    )
     return [device, _gap_events(recording, t0)]
 
 
@@ -230,8 +304,9 @@ def _gap_events(recording: Recording, t0: int) -> Timed:
     head = f'{{"ph":"X","pid":{PID},"tid":{GAPS_TID},"cat":"device","name":"gap",'
     for begin, end, _ in _cut(g0, g1):
         since, length = begin - t0, end - begin
-        for key, ts, dur, ns in zip(since.tolist(), _us_texts(since), _us_texts(length),
-                                    length.tolist(), strict=True):
+        for key, ts, dur, ns in zip(
+            since.tolist(), _us_texts(since), _us_texts(length), length.tolist(), strict=True
+        ):
             yield key, f'{head}"ts":{ts},"dur":{dur},"args":{{"ms":{ns / 1e6!r}}}}}'
 
 
@@ -244,47 +319,91 @@ def _kernel_streams(windows: list[KernelWindow]) -> dict[tuple[str, int], int]:
     return streams
 
 
-def _kernel_metadata(windows: list[KernelWindow], streams: dict[tuple[str, int], int]
-                     ) -> list[dict[str, Any]]:
+def _kernel_metadata(
+    windows: list[KernelWindow], streams: dict[tuple[str, int], int]
+) -> list[dict[str, Any]]:
     if not windows:
         return []
     tracks = [(CAPTURE_TID, "kernel capture windows (profiled)")]
-    tracks += [(tid, f"kernels: stream {stream}" if device == "cuda"
-                else f"CPU ops (profiled): thread {stream}")
-               for (device, stream), tid in streams.items()]
+    tracks += [
+        (
+            tid,
+            f"kernels: stream {stream}"
+            if device == "cuda"
+            else f"CPU ops (profiled): thread {stream}",
+        )
+        for (device, stream), tid in streams.items()
+    ]
     events = []
     for index, (tid, label) in enumerate(tracks, start=len(TRACKS)):
-        events.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": tid, "ts": 0,
-                       "args": {"name": label}})
-        events.append({"ph": "M", "name": "thread_sort_index", "pid": PID, "tid": tid, "ts": 0,
-                       "args": {"sort_index": index}})
+        events.append(
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": PID,
+                "tid": tid,
+                "ts": 0,
+                "args": {"name": label},
+            }
+        )
+        events.append(
+            {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": PID,
+                "tid": tid,
+                "ts": 0,
+                "args": {"sort_index": index},
+            }
+        )
     return events
 
 
-def _kernel_events(windows: list[KernelWindow], streams: dict[tuple[str, int], int],
-                   t0: int) -> list[Timed]:
+def _kernel_events(
+    windows: list[KernelWindow], streams: dict[tuple[str, int], int], t0: int
+) -> list[Timed]:
     """Each window as a span, and its events on their stream's track (overlaps cut)."""
-    tracks = [_encoded(_complete(
-        CAPTURE_TID, "kernels", "profiled window",
-        ((w.t0_ns, w.t1_ns, {"steps": list(w.steps), "perturbed": list(w.perturbed)})
-         for w in windows), t0))]
-    tracks += [_encoded(_stream_events(windows, device, stream, tid, t0))
-               for (device, stream), tid in streams.items()]
+    tracks = [
+        _encoded(
+            _complete(
+                CAPTURE_TID,
+                "kernels",
+                "profiled window",
+                (
+                    (w.t0_ns, w.t1_ns, {"steps": list(w.steps), "perturbed": list(w.perturbed)})
+                    for w in windows
+                ),
+                t0,
+            )
+        )
+    ]
+    tracks += [
+        _encoded(_stream_events(windows, device, stream, tid, t0))
+        for (device, stream), tid in streams.items()
+    ]
     return tracks
 
 
-def _stream_events(windows: list[KernelWindow], device: str, stream: int, tid: int,
-                   t0: int) -> Iterator[dict[str, Any]]:
+def _stream_events(
+    windows: list[KernelWindow], device: str, stream: int, tid: int, t0: int
+) -> Iterator[dict[str, Any]]:
     rows = []
     for w in windows:
         if w.device != device:
             continue
         for i in np.flatnonzero(w.device_mask() & (w.stream == stream)).tolist():
-            rows.append((int(w.start[i]), int(w.end[i]), w.names[int(w.name[i])],
-                         KERNEL_KINDS[int(w.kind[i])]))
+            rows.append(
+                (
+                    int(w.start[i]),
+                    int(w.end[i]),
+                    w.names[int(w.name[i])],
+                    KERNEL_KINDS[int(w.kind[i])],
+                )
+            )
     rows.sort()
-    for event in _complete(tid, "kernels", "event",
-                           ((s, e, {"name": n, "kind": k}) for s, e, n, k in rows), t0):
+    for event in _complete(
+        tid, "kernels", "event", ((s, e, {"name": n, "kind": k}) for s, e, n, k in rows), t0
+    ):
         event["name"] = event["args"].pop("name")
         yield event
 
@@ -296,16 +415,25 @@ def _segment_events(recording: Recording, t0: int) -> Timed:
 def _segments(recording: Recording, t0: int) -> Iterator[dict[str, Any]]:
     configs = recording.configs
     ends = [c.t_ns for c in configs[1:]] + [recording.t1_ns]
-    for event in _complete(SEGMENTS_TID, "config", "segment",
-                           ((c.t_ns, end, _config_args(c)) for c, end in
-                            zip(configs, ends, strict=True)), t0):
+    for event in _complete(
+        SEGMENTS_TID,
+        "config",
+        "segment",
+        ((c.t_ns, end, _config_args(c)) for c, end in zip(configs, ends, strict=True)),
+        t0,
+    ):
         event["name"] = event["args"]["label"]
         yield event
 
 
 def _config_args(change: Any) -> dict[str, Any]:
-    return {"config": change.id, "label": change.label, "changed": dict(change.changed),
-            "first_step": change.first_step, "warmup_steps": change.warmup_steps}
+    return {
+        "config": change.id,
+        "label": change.label,
+        "changed": dict(change.changed),
+        "first_step": change.first_step,
+        "warmup_steps": change.warmup_steps,
+    }
 
 
 def _change_instants(recording: Recording, t0: int) -> Timed:
@@ -316,9 +444,16 @@ def _instants(recording: Recording, t0: int) -> Iterator[dict[str, Any]]:
     for change in recording.configs:
         if change.id == 0:
             continue
-        yield {"ph": "i", "s": "g", "pid": PID, "tid": SEGMENTS_TID, "cat": "config",
-               "name": f"config {change.id}: {change.label}", "ts": _us(max(0, change.t_ns - t0)),
-               "args": _config_args(change)}
+        yield {
+            "ph": "i",
+            "s": "g",
+            "pid": PID,
+            "tid": SEGMENTS_TID,
+            "cat": "config",
+            "name": f"config {change.id}: {change.label}",
+            "ts": _us(max(0, change.t_ns - t0)),
+            "args": _config_args(change),
+        }
 
 
 def _counter_events(recording: Recording, t0: int) -> list[Timed]:
@@ -337,8 +472,7 @@ def _counter(recording: Recording, metric: str, name: str, t0: int) -> Timed:
     head = f'{{"ph":"C","pid":{PID},"tid":0,"cat":"coarse","name":{json.dumps(name)},'
     series = recording.coarse.snapshot(metric)
     order = np.argsort(series.t0, kind="stable")
-    for start, value in zip(series.t0[order].tolist(), series.value[order].tolist(),
-                            strict=True):
+    for start, value in zip(series.t0[order].tolist(), series.value[order].tolist(), strict=True):
         if not math.isfinite(value):
             continue
         since = max(0, start - t0)

@@ -54,15 +54,34 @@ N_DEVICE = 4
 
 #: Cause of device idle time per host state (index: host state; value: index in CAUSES).
 _CAUSE_OF_HOST = np.array(
-    [CAUSES.index({"data": "input", "h2d": "copy", "sync": "sync", "forward": "launch",
-                   "backward": "launch", "optimizer": "launch"}.get(name, "other"))
-     for name in ALL_PHASES] + [CAUSES.index("reconfigure"), CAUSES.index("other")],
-    dtype=np.int8)
+    [
+        CAUSES.index(
+            {
+                "data": "input",
+                "h2d": "copy",
+                "sync": "sync",
+                "forward": "launch",
+                "backward": "launch",
+                "optimizer": "launch",
+            }.get(name, "other")
+        )
+        for name in ALL_PHASES
+    ]
+    + [CAUSES.index("reconfigure"), CAUSES.index("other")],
+    dtype=np.int8,
+)
 #: Device state within a step per phase index (``other`` = between steps: idle).
 _DEVICE_OF_PHASE = np.array(
-    [DEVICE_COPY if name == "h2d" else
-     DEVICE_KERNEL if name in ("forward", "backward", "optimizer") else DEVICE_IDLE
-     for name in ALL_PHASES], dtype=np.int8)
+    [
+        DEVICE_COPY
+        if name == "h2d"
+        else DEVICE_KERNEL
+        if name in ("forward", "backward", "optimizer")
+        else DEVICE_IDLE
+        for name in ALL_PHASES
+    ],
+    dtype=np.int8,
+)
 
 assert len(PHASES) + 1 == N_MARKS == len(ALL_PHASES), "one interval per mark, `other` last"
 
@@ -93,8 +112,11 @@ class TimeSplit:
 
     def idle_by_host(self) -> np.ndarray:
         """Idle ns per host state, shape ``(N_HOST,)``."""
-        return np.bincount(self.idle_host.astype(np.int64),
-                           (self.idle_end - self.idle_start).astype(np.float64), N_HOST)
+        return np.bincount(
+            self.idle_host.astype(np.int64),
+            (self.idle_end - self.idle_start).astype(np.float64),
+            N_HOST,
+        )
 
     def idle(self) -> CausedIdle:
         """The device-idle intervals with their causes."""
@@ -114,8 +136,9 @@ class CausedIdle:
 
     def totals_ns(self) -> dict[str, float]:
         """Idle ns per cause, every cause present (0 when it never happened)."""
-        sums = np.bincount(self.cause.astype(np.int64), (self.end - self.start).astype(float),
-                           len(CAUSES))
+        sums = np.bincount(
+            self.cause.astype(np.int64), (self.end - self.start).astype(float), len(CAUSES)
+        )
         return {name: float(v) for name, v in zip(CAUSES, sums, strict=True)}
 
     def spans(self, cause: str) -> tuple[np.ndarray, np.ndarray]:
@@ -124,8 +147,9 @@ class CausedIdle:
         return merge_intervals(self.start[keep], self.end[keep])
 
 
-def host_timeline(view: StepsView, rows: np.ndarray | None = None,
-                  reconfiguring: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def host_timeline(
+    view: StepsView, rows: np.ndarray | None = None, reconfiguring: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Boundaries ``b`` (sorted) and the host state of each interval ``[b[k], b[k+1]]``.
 
     ``rows`` selects steps (a boolean mask, default all); ``reconfiguring`` flags steps of a
@@ -139,7 +163,7 @@ def host_timeline(view: StepsView, rows: np.ndarray | None = None,
     bounds = np.maximum.accumulate(host.reshape(-1))  # clock oddities cannot go back in time
     states = np.tile(np.arange(N_MARKS, dtype=np.int8), n)[:-1]
     if n > 1:
-        between = states[N_MARKS - 1::N_MARKS]  # a view: the loop overhead after each step
+        between = states[N_MARKS - 1 :: N_MARKS]  # a view: the loop overhead after each step
         between[np.diff(view.step[sel]) != 1] = HOST_NONE
     if reconfiguring is not None:
         flagged = np.flatnonzero(np.asarray(reconfiguring, bool)[sel])
@@ -161,7 +185,7 @@ def device_timeline(view: StepsView) -> tuple[np.ndarray, np.ndarray]:
     bounds = np.maximum.accumulate(dev.reshape(-1))
     states = np.tile(_DEVICE_OF_PHASE, n)[:-1]
     if n > 1:
-        between = states[N_MARKS - 1::N_MARKS]
+        between = states[N_MARKS - 1 :: N_MARKS]
         between[np.diff(view.step[has]) != 1] = DEVICE_UNKNOWN  # a step without marks
     return bounds, states
 
@@ -173,8 +197,9 @@ def runs(bounds: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return bounds[first], bounds[stop]
 
 
-def _split_by_host(a: np.ndarray, b: np.ndarray, hb: np.ndarray, hs: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _split_by_host(
+    a: np.ndarray, b: np.ndarray, hb: np.ndarray, hs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cut sorted, disjoint spans at the host boundaries: ``(start, end, host state)`` of
     each part inside a host window (parts outside every window are dropped)."""
     k0 = np.maximum(np.searchsorted(hb, a, side="right") - 1, 0)
@@ -188,8 +213,9 @@ def _split_by_host(a: np.ndarray, b: np.ndarray, hb: np.ndarray, hs: np.ndarray
     return s[keep], e[keep], state[keep]
 
 
-def time_split(view: StepsView, rows: np.ndarray | None = None,
-               reconfiguring: np.ndarray | None = None) -> TimeSplit:
+def time_split(
+    view: StepsView, rows: np.ndarray | None = None, reconfiguring: np.ndarray | None = None
+) -> TimeSplit:
     """Device state over the selected steps' host windows; idle time cut by host phase.
 
     The device timeline uses every marked step of ``view`` (work of a neighbouring step may
@@ -197,15 +223,18 @@ def time_split(view: StepsView, rows: np.ndarray | None = None,
     Cost: a few passes over the marks and two ``searchsorted`` per idle span; no sort.
     """
     hb, hs = host_timeline(view, rows, reconfiguring)
-    host_ns = np.bincount(hs.astype(np.int64), np.diff(hb).astype(np.float64), N_HOST) \
-        if len(hb) >= 2 else np.zeros(N_HOST)
+    host_ns = (
+        np.bincount(hs.astype(np.int64), np.diff(hb).astype(np.float64), N_HOST)
+        if len(hb) >= 2
+        else np.zeros(N_HOST)
+    )
     host_ns[HOST_NONE] = 0.0
     device_ns = np.zeros(N_DEVICE)
     if len(hb) < 2:
         e = np.empty(0, np.int64)
         return TimeSplit(e, e.copy(), np.empty(0, np.int8), device_ns, host_ns)
     if _device_is_host(view):  # CPU: the host intervals are the device's own
-        device = np.tile(_DEVICE_OF_PHASE, len(hb) // N_MARKS + 1)[:len(hs)]
+        device = np.tile(_DEVICE_OF_PHASE, len(hb) // N_MARKS + 1)[: len(hs)]
         inside = hs != HOST_NONE
         widths = np.diff(hb).astype(np.float64)
         device_ns = np.bincount(device[inside].astype(np.int64), widths[inside], N_DEVICE)
@@ -232,8 +261,9 @@ def _device_is_host(view: StepsView) -> bool:
     return bool(np.all(view.has_device)) and np.array_equal(view.device, view.host)
 
 
-def caused_idle(view: StepsView, rows: np.ndarray | None = None,
-                reconfiguring: np.ndarray | None = None) -> CausedIdle:
+def caused_idle(
+    view: StepsView, rows: np.ndarray | None = None, reconfiguring: np.ndarray | None = None
+) -> CausedIdle:
     """The device's idle time during the selected steps, each interval with its cause."""
     return time_split(view, rows, reconfiguring).idle()
 
@@ -245,6 +275,9 @@ def reconfiguring_steps(view: StepsView, changes: Iterable[ConfigChange]) -> np.
     for change in changes:  # a handful of changes, not steps
         if change.id == 0 or not change.changed:
             continue
-        flags |= (view.config == change.id) & (view.step >= change.first_step) & \
-                 (view.step < change.first_step + change.warmup_steps)
+        flags |= (
+            (view.config == change.id)
+            & (view.step >= change.first_step)
+            & (view.step < change.first_step + change.warmup_steps)
+        )
     return flags

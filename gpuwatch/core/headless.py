@@ -51,13 +51,23 @@ class HeadlessOptions:
     cwd: str = field(default_factory=os.getcwd)
 
     def spec(self) -> LaunchSpec:
-        return LaunchSpec(device=self.device, python=self.python, script=self.script,
-                          script_args=tuple(self.script_args), cwd=self.cwd,
-                          seconds=self.seconds)
+        return LaunchSpec(
+            device=self.device,
+            python=self.python,
+            script=self.script,
+            script_args=tuple(self.script_args),
+            cwd=self.cwd,
+            seconds=self.seconds,
+        )
 
 
-def run_headless(options: HeadlessOptions, *, out: TextIO | None = None,
-                 err: TextIO | None = None, session: Session | None = None) -> int:
+def run_headless(
+    options: HeadlessOptions,
+    *,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    session: Session | None = None,
+) -> int:
     """Run the script to its end (or ``--seconds``, or Ctrl-C); print the summary; exit code."""
     logging.getLogger("gpuwatch").addHandler(logging.NullHandler())  # lines come back to us
     out = out if out is not None else sys.stdout
@@ -95,9 +105,18 @@ def run_headless(options: HeadlessOptions, *, out: TextIO | None = None,
 def _start_recorder(path: str, session: Session, spec: LaunchSpec, err: TextIO) -> Any:
     from gpuwatch.core.recording import Recorder, RecordingError
 
-    recorder = Recorder(path, session, spec={
-        "script": spec.script, "args": list(spec.script_args), "cwd": spec.cwd,
-        "device": spec.device, "python": spec.python, "seconds": spec.seconds})
+    recorder = Recorder(
+        path,
+        session,
+        spec={
+            "script": spec.script,
+            "args": list(spec.script_args),
+            "cwd": spec.cwd,
+            "device": spec.device,
+            "python": spec.python,
+            "seconds": spec.seconds,
+        },
+    )
     try:
         recorder.start()
     except RecordingError as exc:
@@ -118,8 +137,11 @@ def _follow(session: Session, progress: ProgressLine, err: TextIO) -> None:
         wait = 0.0 if len(lines) >= BUSY_LINES else TICK_S
         elapsed = time.monotonic() - started
         if session.hello is None:
-            progress.show("start", f"{name}: starting (the runner imports torch first)… "
-                                   f"{elapsed:.0f} s", tty_only=True)
+            progress.show(
+                "start",
+                f"{name}: starting (the runner imports torch first)… {elapsed:.0f} s",
+                tty_only=True,
+            )
             continue
         view = session.steps.snapshot(last=64)
         rate = ""
@@ -167,11 +189,17 @@ def summary_lines(session: Session, sentence: str, recording: str | None = None)
         lines.append(
             f"steps: {session.steps.count:,} · samples/s: {_fig(h.samples_per_s, '{:,.1f}')} · "
             f"step p50/p95: {_fig(h.step_ms_p50, '{:.1f}')}/{_fig(h.step_ms_p95, '{:.1f}')} ms"
-            f" · busy: {_pct(h.busy_share)} · input wait: {_pct(shares.get('data'))}")
-        lines.append("busy = " + ("CUDA stream active (an upper bound)"
-                                  if session.device_kind == "cuda" else
-                                  "share of time in compute phases (host timing, CPU)")
-                     + "; input wait = time in next(loader)")
+            f" · busy: {_pct(h.busy_share)} · input wait: {_pct(shares.get('data'))}"
+        )
+        lines.append(
+            "busy = "
+            + (
+                "CUDA stream active (an upper bound)"
+                if session.device_kind == "cuda"
+                else "share of time in compute phases (host timing, CPU)"
+            )
+            + "; input wait = time in next(loader)"
+        )
     lines += [f"gpuwatch: {text}" for text in session.instruments_off]
     rows = session.scoreboard()
     if len(rows) > 1:
@@ -185,8 +213,10 @@ def summary_lines(session: Session, sentence: str, recording: str | None = None)
 def scoreboard_lines(rows: Sequence[SegmentStats]) -> list[str]:
     """One Markdown table row per knob configuration (the columns of ``gpuwatch bench``)."""
     headers = ("config", "settings changed", *(c[0] for c in COLUMNS[:5]), "speedup")
-    out = ["| " + " | ".join(headers) + " |",
-           "|" + "|".join(["---", "---"] + ["---:"] * (len(headers) - 2)) + "|"]
+    out = [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join(["---", "---"] + ["---:"] * (len(headers) - 2)) + "|",
+    ]
     for row in rows:
         data = row.to_json()
         cells = [row.label, describe_change(row.changed) if row.changed else "—"]
@@ -201,13 +231,17 @@ def _write_summary(out: TextIO, session: Session, sentence: str, recorder: Any) 
     if recorder is not None:
         recording = f"{recorder.path} ({recorder.steps_written:,} steps written"
         if recorder.dropped:
-            recording += (f"; {recorder.dropped:,} messages dropped, {recorder.dropped_steps:,} "
-                          f"of them steps: they came faster than the disk took them")
+            recording += (
+                f"; {recorder.dropped:,} messages dropped, {recorder.dropped_steps:,} "
+                f"of them steps: they came faster than the disk took them"
+            )
         recording += ")"
     lines = summary_lines(session, sentence, recording)
     if session.log_dropped:
-        lines.append(f"gpuwatch: {session.log_dropped:,} log line(s) were dropped (the "
-                     f"script printed faster than they could be shown)")
+        lines.append(
+            f"gpuwatch: {session.log_dropped:,} log line(s) were dropped (the "
+            f"script printed faster than they could be shown)"
+        )
     out.write("\n".join(lines) + "\n")
     out.flush()
 
@@ -224,4 +258,3 @@ def _fig(value: float | None, fmt: str) -> str:
 
 def _pct(share: float | None) -> str:
     return MISSING if share is None else f"{100.0 * share:.0f} %"
-

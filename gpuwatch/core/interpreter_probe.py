@@ -29,10 +29,15 @@ def collect():
         "python": platform.python_version(),
         "executable": sys.executable,
         "prefix": sys.prefix,
-        "torch": None, "torch_error": None,
-        "torchvision": None, "torchvision_error": None,
-        "cuda": None, "cuda_available": None, "cuda_error": None,
-        "arch_list": [], "capabilities": [],
+        "torch": None,
+        "torch_error": None,
+        "torchvision": None,
+        "torchvision_error": None,
+        "cuda": None,
+        "cuda_available": None,
+        "cuda_error": None,
+        "arch_list": [],
+        "capabilities": [],
     }
     torch, info["torch_error"] = _import("torch")
     if torch is None:
@@ -46,8 +51,9 @@ def collect():
         info["arch_list"] = list(torch.cuda.get_arch_list())
         info["cuda_available"] = bool(torch.cuda.is_available())
         if info["cuda_available"]:
-            info["capabilities"] = [list(torch.cuda.get_device_capability(i))
-                                    for i in range(torch.cuda.device_count())]
+            info["capabilities"] = [
+                list(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())
+            ]
     except Exception as exc:  # a broken driver must not break the probe
         info["cuda_error"] = type(exc).__name__ + ": " + str(exc)
     return info

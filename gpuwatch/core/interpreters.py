@@ -72,10 +72,10 @@ class Probed:
 
 # ---- Discovery --------------------------------------------------------------------------
 
+
 def _env_python(env_dir: Path, windows: bool) -> Path | None:
     """The interpreter of a venv or conda env folder, if it has one."""
-    names = (("python.exe", "Scripts/python.exe") if windows
-             else ("bin/python", "bin/python3"))
+    names = ("python.exe", "Scripts/python.exe") if windows else ("bin/python", "bin/python3")
     for name in names:
         exe = env_dir / name
         if exe.is_file():
@@ -98,17 +98,26 @@ def _py_launcher() -> list[Path]:
     if not py:
         return []
     try:
-        out = subprocess.run([py, "-0p"], capture_output=True, text=True, timeout=10,
-                             stdin=subprocess.DEVNULL, check=False).stdout
+        out = subprocess.run(
+            [py, "-0p"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
-    found = (re.search(r"([A-Za-z]:\\.*?python[w]?\.exe)\s*$", line, re.IGNORECASE)
-             for line in out.splitlines())
+    found = (
+        re.search(r"([A-Za-z]:\\.*?python[w]?\.exe)\s*$", line, re.IGNORECASE)
+        for line in out.splitlines()
+    )
     return [Path(m.group(1)) for m in found if m]
 
 
-def _env_dirs(home: Path, environ: dict[str, str], cwd: Path,
-              windows: bool) -> Iterable[tuple[Path, str]]:
+def _env_dirs(
+    home: Path, environ: dict[str, str], cwd: Path, windows: bool
+) -> Iterable[tuple[Path, str]]:
     """(environment folder, origin) in the order they are offered."""
     for var, origin in (("VIRTUAL_ENV", "active venv"), ("CONDA_PREFIX", "active conda env")):
         if environ.get(var):
@@ -117,12 +126,15 @@ def _env_dirs(home: Path, environ: dict[str, str], cwd: Path,
     here = "venv" if os.path.realpath(cwd) == os.path.realpath(home) else "project venv"
     for name in (".venv", "venv", "env"):
         yield cwd / name, here
-    for pattern, origin in ((".venv*", "venv"), ("venvs/*", "venv"),
-                            (".virtualenvs/*", "virtualenv"), (".pyenv/versions/*", "pyenv")):
+    for pattern, origin in (
+        (".venv*", "venv"),
+        ("venvs/*", "venv"),
+        (".virtualenvs/*", "virtualenv"),
+        (".pyenv/versions/*", "pyenv"),
+    ):
         for path in sorted(home.glob(pattern)):
             yield path, origin
-    for base in ("miniconda3", "anaconda3", "mambaforge", "miniforge3", "micromamba",
-                 ".conda"):
+    for base in ("miniconda3", "anaconda3", "mambaforge", "miniforge3", "micromamba", ".conda"):
         yield home / base, f"conda ({base})"
         for path in sorted((home / base / "envs").glob("*")):
             yield path, f"conda env {path.name}"
@@ -157,13 +169,19 @@ def _key(path: Path) -> tuple[str, str]:
     ``pyvenv.cfg`` is found from the unresolved path), so the folder is part of the key;
     ``/bin/python3`` and ``/usr/bin/python3`` on a merged-/usr system are one.
     """
-    return (os.path.normcase(os.path.realpath(path.parent)),
-            os.path.normcase(os.path.realpath(path)))
+    return (
+        os.path.normcase(os.path.realpath(path.parent)),
+        os.path.normcase(os.path.realpath(path)),
+    )
 
 
-def discover(home: Path | None = None, environ: dict[str, str] | None = None,
-             cwd: Path | None = None, windows: bool | None = None,
-             extra: Sequence[Candidate] = ()) -> list[Candidate]:
+def discover(
+    home: Path | None = None,
+    environ: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    windows: bool | None = None,
+    extra: Sequence[Candidate] = (),
+) -> list[Candidate]:
     """Candidate interpreters, without duplicates, best guesses first.
 
     ``extra`` (e.g. the remembered choice) comes first. ``home``/``environ``/``cwd`` default
@@ -197,6 +215,7 @@ def discover(home: Path | None = None, environ: dict[str, str] | None = None,
 
 # ---- Probe and verdict ------------------------------------------------------------------
 
+
 def looks_like_python(path: str) -> bool:
     """Only files named like an interpreter are run: a browsed ``sh`` or ``import`` would
     execute the probe's text as something else entirely."""
@@ -207,12 +226,15 @@ def looks_like_python(path: str) -> bool:
 def probe(python: str, timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
     """Run the probe in ``python`` (in an empty folder, so nothing there shadows a module)."""
     if not looks_like_python(python):
-        return {"error": f"{Path(python).name} is not a Python interpreter (its name should "
-                         f"start with 'python')"}
+        return {
+            "error": f"{Path(python).name} is not a Python interpreter (its name should "
+            f"start with 'python')"
+        }
     with tempfile.TemporaryDirectory(prefix="gpuwatch-probe-") as tmp:
         source = PROBE_FILE.read_text(encoding="utf-8")
-        return run_json_probe([python, "-c", source], launcher.clean_env(), timeout, python,
-                              cwd=tmp)
+        return run_json_probe(
+            [python, "-c", source], launcher.clean_env(), timeout, python, cwd=tmp
+        )
 
 
 def gpu_capabilities() -> list[tuple[int, int]]:
@@ -255,9 +277,11 @@ def _externally_managed(report: dict[str, Any]) -> bool:
 
 def _venv_with_torch(python: str) -> str:
     """The fix for a Python pip may not touch: a venv where discovery looks by itself."""
-    return (f"this Python belongs to the system and pip refuses to install into it: make a "
-            f"venv with torch, `{command(python, '-m', 'venv')} ~/.venv && ~/.venv/bin/python "
-            f"-m pip install torch torchvision`, then choose ~/.venv/bin/python")
+    return (
+        f"this Python belongs to the system and pip refuses to install into it: make a "
+        f"venv with torch, `{command(python, '-m', 'venv')} ~/.venv && ~/.venv/bin/python "
+        f"-m pip install torch torchvision`, then choose ~/.venv/bin/python"
+    )
 
 
 def _version(text: Any) -> tuple[int, ...]:
@@ -293,79 +317,117 @@ def _cuda_index(capabilities: Sequence[tuple[int, int]]) -> str:
     return "cu126" if capabilities and min(capabilities) < (7, 5) else "cu128"
 
 
-def judge(report: dict[str, Any], python: str,
-          gpus: Sequence[tuple[int, int]] = ()) -> Verdict:
+def judge(report: dict[str, Any], python: str, gpus: Sequence[tuple[int, int]] = ()) -> Verdict:
     """The verdict on one probe report; ``gpus`` are NVML's capabilities (may be empty)."""
     if "error" in report:
         return Verdict(BAD, str(report["error"]), "choose another interpreter")
     py = _version(report.get("python"))
     if py < MIN_PYTHON:
-        return Verdict(BAD, f"Python {report.get('python')} is too old for gpuwatch's runner "
-                            f"(it needs {MIN_PYTHON[0]}.{MIN_PYTHON[1]} or newer)",
-                       "create a newer environment (e.g. `python3.12 -m venv ~/venvs/torch`), "
-                       "install torch into it, then choose it here")
+        return Verdict(
+            BAD,
+            f"Python {report.get('python')} is too old for gpuwatch's runner "
+            f"(it needs {MIN_PYTHON[0]}.{MIN_PYTHON[1]} or newer)",
+            "create a newer environment (e.g. `python3.12 -m venv ~/venvs/torch`), "
+            "install torch into it, then choose it here",
+        )
     torch = report.get("torch")
     error = str(report.get("torch_error") or "")
     if not torch:
         if not error or error.startswith(("ModuleNotFoundError", "ImportError: No module")):
-            fix = (_venv_with_torch(python) if _externally_managed(report)
-                   else f"run `{_pip(python, 'torch', 'torchvision')}`")
+            fix = (
+                _venv_with_torch(python)
+                if _externally_managed(report)
+                else f"run `{_pip(python, 'torch', 'torchvision')}`"
+            )
             return Verdict(BAD, f"Python {report.get('python')}: torch not installed", fix)
         reinstall = _pip(python, "--force-reinstall", "torch", "torchvision")
-        return Verdict(BAD, f"torch is installed but cannot be imported: {error}",
-                       f"reinstall it: `{reinstall}`")
+        return Verdict(
+            BAD,
+            f"torch is installed but cannot be imported: {error}",
+            f"reinstall it: `{reinstall}`",
+        )
     head = f"Python {report.get('python')}, torch {torch}"
     if _version(torch) < MIN_TORCH:
-        return Verdict(BAD, f"{head}: torch is older than gpuwatch needs "
-                            f"({MIN_TORCH[0]}.{MIN_TORCH[1]}+)",
-                       f"run `{_pip(python, '-U', 'torch', 'torchvision')}`")
+        return Verdict(
+            BAD,
+            f"{head}: torch is older than gpuwatch needs ({MIN_TORCH[0]}.{MIN_TORCH[1]}+)",
+            f"run `{_pip(python, '-U', 'torch', 'torchvision')}`",
+        )
     issues: list[Verdict] = []
     cuda = report.get("cuda")
     caps = list(gpus) or [tuple(c) for c in report.get("capabilities") or []]
     index_url = INDEX_URL.format(_cuda_index(caps))
-    cuda_install = _pip(python, "--force-reinstall", "torch", "torchvision", "--index-url",
-                        index_url)
+    cuda_install = _pip(
+        python, "--force-reinstall", "torch", "torchvision", "--index-url", index_url
+    )
     if not caps:
         built = f"CUDA {cuda} build" if cuda else "CPU build"
         issues.append(Verdict(OK, f"{head} ({built}); no NVIDIA GPU found: trains on the CPU"))
     elif not cuda:
-        issues.append(Verdict(WARN, f"{head} is a CPU-only build: the GPU is not used, "
-                                    f"training runs on the CPU",
-                              f"for the GPU run `{cuda_install}`"))
+        issues.append(
+            Verdict(
+                WARN,
+                f"{head} is a CPU-only build: the GPU is not used, training runs on the CPU",
+                f"for the GPU run `{cuda_install}`",
+            )
+        )
     elif not report.get("cuda_available"):
         why = report.get("cuda_error") or "torch.cuda.is_available() is False"
-        issues.append(Verdict(WARN, f"{head} (CUDA {cuda}) cannot use the GPU ({why}): "
-                                    f"training runs on the CPU",
-                              f"update the NVIDIA driver to one that supports CUDA {cuda}, or "
-                              f"install a torch build for the driver's CUDA version"))
+        issues.append(
+            Verdict(
+                WARN,
+                f"{head} (CUDA {cuda}) cannot use the GPU ({why}): training runs on the CPU",
+                f"update the NVIDIA driver to one that supports CUDA {cuda}, or "
+                f"install a torch build for the driver's CUDA version",
+            )
+        )
     else:
         arch = [str(a) for a in report.get("arch_list") or []]
         unsupported = [c for c in caps if arch and not arch_supports(arch, c)]
         if unsupported:
             built_for = ", ".join(a for a in arch if a.startswith("sm_"))
-            issues.append(Verdict(BAD, f"{head} (CUDA {cuda}) has no kernels for this GPU "
-                                       f"({_sm(unsupported[0])}; it was built for {built_for})",
-                                  f"run `{cuda_install}`"))
+            issues.append(
+                Verdict(
+                    BAD,
+                    f"{head} (CUDA {cuda}) has no kernels for this GPU "
+                    f"({_sm(unsupported[0])}; it was built for {built_for})",
+                    f"run `{cuda_install}`",
+                )
+            )
         else:
-            issues.append(Verdict(OK, f"{head} (CUDA {cuda}); GPU "
-                                      + ", ".join(_sm(c) for c in caps) + " supported"))
+            issues.append(
+                Verdict(
+                    OK,
+                    f"{head} (CUDA {cuda}); GPU " + ", ".join(_sm(c) for c in caps) + " supported",
+                )
+            )
     if not report.get("torchvision"):
-        issues.append(Verdict(WARN, "torchvision missing: the vision workload cannot run "
-                                    "(mlp, gpt and your own scripts can)",
-                              f"run `{_pip(python, 'torchvision')}`"))
+        issues.append(
+            Verdict(
+                WARN,
+                "torchvision missing: the vision workload cannot run "
+                "(mlp, gpt and your own scripts can)",
+                f"run `{_pip(python, 'torchvision')}`",
+            )
+        )
     level = max((v.level for v in issues), key=_LEVEL_RANK.__getitem__)
     fixes = [v.fix for v in issues if v.fix]
     return Verdict(level, "; ".join(v.summary for v in issues), "; ".join(fixes) or None)
 
 
-def check(candidate: Candidate, gpus: Sequence[tuple[int, int]] = (),
-          timeout: float = PROBE_TIMEOUT_S) -> Probed:
+def check(
+    candidate: Candidate, gpus: Sequence[tuple[int, int]] = (), timeout: float = PROBE_TIMEOUT_S
+) -> Probed:
     report = probe(candidate.path, timeout)
     return Probed(candidate, report, judge(report, candidate.path, gpus))
 
 
-def check_all(candidates: Sequence[Candidate], gpus: Sequence[tuple[int, int]] | None = None,
-              timeout: float = PROBE_TIMEOUT_S, workers: int = 4) -> list[Probed]:
+def check_all(
+    candidates: Sequence[Candidate],
+    gpus: Sequence[tuple[int, int]] | None = None,
+    timeout: float = PROBE_TIMEOUT_S,
+    workers: int = 4,
+) -> list[Probed]:
     """Probe candidates concurrently (each ``import torch`` waits on disk, not CPU)."""
     gpus = gpu_capabilities() if gpus is None else gpus
     if not candidates:
@@ -385,12 +447,16 @@ def best(probed: Sequence[Probed]) -> Probed | None:
 
 # A venv in the home is found without asking; a bare `python3 -m pip install torch` fails on
 # Debian 12 / Ubuntu 23.04+ (PEP 668: "externally-managed-environment").
-_MAKE_VENV = ("in a terminal (it opens in your home folder): `py -m venv .venv` then "
-              "`.venv\\Scripts\\python -m pip install torch torchvision`"
-              if sys.platform == "win32" else
-              "`python3 -m venv ~/.venv && ~/.venv/bin/python -m pip install torch "
-              "torchvision` (Debian/Ubuntu: `sudo apt install python3-venv` first)")
-NO_TORCH_HELP = ("No Python with torch was found. Recordings can still be replayed (File → "
-                 "Open recording…). To train, make a Python 3.10+ venv with torch where "
-                 f"gpuwatch looks by itself: {_MAKE_VENV}; other builds: "
-                 "https://pytorch.org/get-started/locally/. Then Run → Choose Python….")
+_MAKE_VENV = (
+    "in a terminal (it opens in your home folder): `py -m venv .venv` then "
+    "`.venv\\Scripts\\python -m pip install torch torchvision`"
+    if sys.platform == "win32"
+    else "`python3 -m venv ~/.venv && ~/.venv/bin/python -m pip install torch "
+    "torchvision` (Debian/Ubuntu: `sudo apt install python3-venv` first)"
+)
+NO_TORCH_HELP = (
+    "No Python with torch was found. Recordings can still be replayed (File → "
+    "Open recording…). To train, make a Python 3.10+ venv with torch where "
+    f"gpuwatch looks by itself: {_MAKE_VENV}; other builds: "
+    "https://pytorch.org/get-started/locally/. Then Run → Choose Python…."
+)

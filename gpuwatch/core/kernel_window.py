@@ -36,8 +36,9 @@ from gpuwatch.protocol import CAPTURE_STATUSES, KERNEL_KINDS
 #: stream sit 1-16 µs apart in real traces, none under 30 ns (docs/advisor.md, "Checked against
 #: HTA on real GPU traces").
 KERNEL_WAIT_NS = 30_000
-KERNEL, MEMCPY, MEMSET, CPU_OP = (KERNEL_KINDS.index(k) for k in
-                                  ("kernel", "memcpy", "memset", "cpu_op"))
+KERNEL, MEMCPY, MEMSET, CPU_OP = (
+    KERNEL_KINDS.index(k) for k in ("kernel", "memcpy", "memset", "cpu_op")
+)
 
 
 class KernelWindowError(ValueError):
@@ -57,8 +58,11 @@ class IdleBreakdown:
         return self.host_wait_ns + self.kernel_wait_ns + self.other_ns
 
     def to_json(self) -> dict[str, float]:
-        return {"host_wait_ms": self.host_wait_ns / 1e6,
-                "kernel_wait_ms": self.kernel_wait_ns / 1e6, "other_ms": self.other_ns / 1e6}
+        return {
+            "host_wait_ms": self.host_wait_ns / 1e6,
+            "kernel_wait_ms": self.kernel_wait_ns / 1e6,
+            "other_ms": self.other_ns / 1e6,
+        }
 
 
 @dataclass(frozen=True)
@@ -83,15 +87,20 @@ class WindowSummary:
     def to_json(self) -> dict[str, Any]:
         """The ``kernel_window`` object of ``gpuwatch bench --format json``."""
         return {
-            "window_ms": self.window_ns / 1e6, "busy_ms": self.busy_ns / 1e6,
-            "busy_fraction": self.busy_fraction, "kernels": self.kernels,
-            "copies": self.copies, "launch_gaps": self.launch_gaps,
-            "launch_gap_median_us": (None if self.launch_gap_median_ns is None
-                                     else self.launch_gap_median_ns / 1e3),
+            "window_ms": self.window_ns / 1e6,
+            "busy_ms": self.busy_ns / 1e6,
+            "busy_fraction": self.busy_fraction,
+            "kernels": self.kernels,
+            "copies": self.copies,
+            "launch_gaps": self.launch_gaps,
+            "launch_gap_median_us": (
+                None if self.launch_gap_median_ns is None else self.launch_gap_median_ns / 1e3
+            ),
             "launch_gap_total_ms": self.launch_gap_total_ns / 1e6,
             "underfilled": self.underfilled,
             "underfilled_busy_share": self.underfilled_busy_share,
-            "geometry_known": self.geometry_known, "idle": self.idle.to_json(),
+            "geometry_known": self.geometry_known,
+            "idle": self.idle.to_json(),
             "dropped": self.dropped,
         }
 
@@ -161,33 +170,51 @@ class KernelWindow:
         t1 = int(m.get("t1_ns", int(end.max()) if n else t0))
         covered = m.get("covered_t1_ns")
         return cls(
-            status=status, error=str(m["error"]) if m.get("error") else None,
+            status=status,
+            error=str(m["error"]) if m.get("error") else None,
             device=str(m.get("device", "cpu")),
             steps=tuple(int(s) for s in m["steps"]),
             perturbed=tuple(int(s) for s in m["perturbed"]),
-            t0_ns=t0, t1_ns=t1, covered_t1_ns=int(covered) if covered is not None else t1,
-            names=names, kind=kind, name=name,
-            stream=np.asarray(m["stream"], np.int64).reshape(n), start=start, end=end,
+            t0_ns=t0,
+            t1_ns=t1,
+            covered_t1_ns=int(covered) if covered is not None else t1,
+            names=names,
+            kind=kind,
+            name=name,
+            stream=np.asarray(m["stream"], np.int64).reshape(n),
+            start=start,
+            end=end,
             launch=_optional_ints(m.get("launch"), n),
             blocks_per_sm=_optional_floats(m.get("blocks_per_sm"), n),
-            grid=_dims(m.get("grid"), n), block=_dims(m.get("block"), n),
-            dropped=int(m.get("dropped", 0)))
+            grid=_dims(m.get("grid"), n),
+            block=_dims(m.get("block"), n),
+            dropped=int(m.get("dropped", 0)),
+        )
 
     def to_message(self) -> dict[str, Any]:
         """The ``kernels`` message this window was built from (a recording started mid-run
         writes the windows the session already holds this way)."""
         message: dict[str, Any] = {
-            "kind": "kernels", "status": self.status, "device": self.device,
-            "steps": list(self.steps), "perturbed": list(self.perturbed), "t0_ns": self.t0_ns,
-            "t1_ns": self.t1_ns, "covered_t1_ns": self.covered_t1_ns, "dropped": self.dropped,
-            "names": list(self.names), "type": self.kind.tolist(), "name": self.name.tolist(),
-            "stream": self.stream.tolist(), "start": self.start.tolist(),
+            "kind": "kernels",
+            "status": self.status,
+            "device": self.device,
+            "steps": list(self.steps),
+            "perturbed": list(self.perturbed),
+            "t0_ns": self.t0_ns,
+            "t1_ns": self.t1_ns,
+            "covered_t1_ns": self.covered_t1_ns,
+            "dropped": self.dropped,
+            "names": list(self.names),
+            "type": self.kind.tolist(),
+            "name": self.name.tolist(),
+            "stream": self.stream.tolist(),
+            "start": self.start.tolist(),
             "end": self.end.tolist(),
             "launch": [None if v < 0 else v for v in self.launch.tolist()],
-            "blocks_per_sm": [v if np.isfinite(v) else None
-                              for v in self.blocks_per_sm.tolist()],
+            "blocks_per_sm": [v if np.isfinite(v) else None for v in self.blocks_per_sm.tolist()],
             "grid": [None if g is None else list(g) for g in self.grid],
-            "block": [None if b is None else list(b) for b in self.block]}
+            "block": [None if b is None else list(b) for b in self.block],
+        }
         if self.error:
             message["error"] = self.error
         return message
@@ -208,8 +235,9 @@ class KernelWindow:
         sel = self.device_mask()
         bs, be = self.busy_spans()
         busy = int((be - bs).sum())
-        kernels = int(np.count_nonzero(self.kind[sel] == (KERNEL if self.device == "cuda"
-                                                           else CPU_OP)))
+        kernels = int(
+            np.count_nonzero(self.kind[sel] == (KERNEL if self.device == "cuda" else CPU_OP))
+        )
         copies = int(np.count_nonzero(sel & ((self.kind == MEMCPY) | (self.kind == MEMSET))))
         gap_lengths: list[np.ndarray] = []
         stream_busy: dict[int, int] = {}
@@ -232,22 +260,30 @@ class KernelWindow:
             us, ue = merge_intervals(self.start[under], self.end[under])
             under_share = float((ue - us).sum()) / busy
         return WindowSummary(
-            window_ns=window_ns, busy_ns=busy,
+            window_ns=window_ns,
+            busy_ns=busy,
             busy_fraction=busy / window_ns if window_ns > 0 else None,
-            kernels=kernels, copies=copies, launch_gaps=int(lengths.size),
+            kernels=kernels,
+            copies=copies,
+            launch_gaps=int(lengths.size),
             launch_gap_median_ns=float(np.median(lengths)) if lengths.size else None,
-            launch_gap_total_ns=int(lengths.sum()), underfilled=int(under.sum()),
-            underfilled_busy_share=under_share, geometry_known=int(known.sum()),
-            idle=IdleBreakdown(host, kernel, other), stream_busy_ns=stream_busy,
-            dropped=self.dropped)
+            launch_gap_total_ns=int(lengths.sum()),
+            underfilled=int(under.sum()),
+            underfilled_busy_share=under_share,
+            geometry_known=int(known.sum()),
+            idle=IdleBreakdown(host, kernel, other),
+            stream_busy_ns=stream_busy,
+            dropped=self.dropped,
+        )
 
     def top_names(self, count: int = 5) -> list[tuple[str, int, int]]:
         """``(name, calls, total ns)`` of the device events with the most total time."""
         sel = self.device_mask()
         if not sel.any():
             return []
-        totals = np.bincount(self.name[sel], weights=(self.end - self.start)[sel],
-                             minlength=len(self.names))
+        totals = np.bincount(
+            self.name[sel], weights=(self.end - self.start)[sel], minlength=len(self.names)
+        )
         calls = np.bincount(self.name[sel], minlength=len(self.names))
         order = np.argsort(-totals, kind="stable")[:count]
         return [(self.names[i], int(calls[i]), int(totals[i])) for i in order if calls[i]]
@@ -256,18 +292,20 @@ class KernelWindow:
 def describe(summary: WindowSummary, device: str) -> str:
     """One line for a tooltip, the log or ``gpuwatch bench``."""
     what = "kernels" if device == "cuda" else "CPU ops"
-    busy = ("n/a" if summary.busy_fraction is None
-            else f"{100 * summary.busy_fraction:.0f}%")
+    busy = "n/a" if summary.busy_fraction is None else f"{100 * summary.busy_fraction:.0f}%"
     parts = [f"busy {busy} of {summary.window_ns / 1e6:.1f} ms", f"{summary.kernels} {what}"]
     if summary.launch_gaps:
-        parts.append(f"{summary.launch_gaps} gaps (median "
-                     f"{(summary.launch_gap_median_ns or 0) / 1e3:.1f} µs, total "
-                     f"{summary.launch_gap_total_ns / 1e6:.2f} ms)")
+        parts.append(
+            f"{summary.launch_gaps} gaps (median "
+            f"{(summary.launch_gap_median_ns or 0) / 1e3:.1f} µs, total "
+            f"{summary.launch_gap_total_ns / 1e6:.2f} ms)"
+        )
     if device == "cuda":
         if summary.geometry_known:
             share = summary.underfilled_busy_share or 0.0
-            parts.append(f"{summary.underfilled} under-filled (<1 block/SM, "
-                         f"{100 * share:.0f}% of busy)")
+            parts.append(
+                f"{summary.underfilled} under-filled (<1 block/SM, {100 * share:.0f}% of busy)"
+            )
         else:
             parts.append("launch geometry n/a")
     if summary.dropped:
@@ -275,8 +313,9 @@ def describe(summary: WindowSummary, device: str) -> str:
     return "; ".join(parts)
 
 
-def _idle_categories(start: np.ndarray, end: np.ndarray, launch: np.ndarray
-                     ) -> tuple[int, int, int]:
+def _idle_categories(
+    start: np.ndarray, end: np.ndarray, launch: np.ndarray
+) -> tuple[int, int, int]:
     """HTA's categories for the gaps of one stream (events in any order, may nest)."""
     if start.size < 2:
         return 0, 0, 0
@@ -300,8 +339,7 @@ def _optional_ints(values: Any, n: int) -> np.ndarray:
 def _optional_floats(values: Any, n: int) -> np.ndarray:
     if values is None:
         return np.full(n, np.nan)
-    return np.asarray([np.nan if v is None else float(v) for v in values],
-                      np.float64).reshape(n)
+    return np.asarray([np.nan if v is None else float(v) for v in values], np.float64).reshape(n)
 
 
 def _dims(values: Any, n: int) -> tuple[tuple[int, int, int] | None, ...]:

@@ -24,8 +24,9 @@ def split_assignment(text: str) -> tuple[str, str]:
     name, sep, raw = text.partition("=")
     name, raw = name.strip(), raw.strip()
     if not sep or not name or not raw:
-        raise KnobValueError(f"{text!r} is not a knob setting: write name=value, "
-                             f"e.g. num_workers=2")
+        raise KnobValueError(
+            f"{text!r} is not a knob setting: write name=value, e.g. num_workers=2"
+        )
     return name, raw
 
 
@@ -43,14 +44,16 @@ def parse_value(knob: Mapping[str, Any], raw: str) -> Any:
             return True
         if word in FALSE_WORDS:
             return False
-        raise KnobValueError(f"{name} must be true or false (also on/off, yes/no, 1/0), "
-                             f"got {raw!r}")
+        raise KnobValueError(
+            f"{name} must be true or false (also on/off, yes/no, 1/0), got {raw!r}"
+        )
     if kind == "int":
         try:
             value: int | float = int(text)
         except ValueError:
-            raise KnobValueError(f"{name} must be an integer{_range_text(knob)}, "
-                                 f"got {raw!r}") from None
+            raise KnobValueError(
+                f"{name} must be an integer{_range_text(knob)}, got {raw!r}"
+            ) from None
         return _in_range(knob, value, raw)
     if kind == "float":
         try:
@@ -102,8 +105,9 @@ def check_usable(knob: Mapping[str, Any], value: Any) -> None:
         raise KnobValueError(f"{knob['name']}={value} is not available here: {disabled[value]}")
 
 
-def parse_assignments(knobs: Sequence[Mapping[str, Any]],
-                      pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
+def parse_assignments(
+    knobs: Sequence[Mapping[str, Any]], pairs: Iterable[tuple[str, str]]
+) -> dict[str, Any]:
     """Typed values for ``(name, raw)`` pairs; unknown names list the known knobs."""
     schema = schema_by_name(knobs)
     values: dict[str, Any] = {}

@@ -75,8 +75,9 @@ def runner_pythonpath(python: str, private_dir: Path) -> str:
         target.mkdir(parents=True)
         for name in ("__init__.py", "protocol.py", "probe.py"):
             shutil.copy2(PACKAGE_DIR / name, target / name)
-        shutil.copytree(PACKAGE_DIR / "runner", target / "runner",
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            PACKAGE_DIR / "runner", target / "runner", ignore=shutil.ignore_patterns("__pycache__")
+        )
     return str(target.parent)
 
 
@@ -93,8 +94,10 @@ def default_python() -> str:
     not a runner: there the interpreter must be chosen (Run → Choose Python…, ``--python``).
     """
     if is_frozen():
-        raise NoInterpreterError("no training Python chosen: pick one with Run → Choose "
-                                 "Python… (or --python PATH); it needs torch")
+        raise NoInterpreterError(
+            "no training Python chosen: pick one with Run → Choose "
+            "Python… (or --python PATH); it needs torch"
+        )
     return sys.executable
 
 
@@ -108,28 +111,62 @@ def boot_code(root: str) -> str:
     (``gpuwatch.runner.script_environment.settle_source_root``). A built-in workload keeps it
     in front, so its forkserver/spawn workers import the same ``gpuwatch`` as the runner.
     """
-    return (f"import sys; sys.path.insert(0, {root!r}); "
-            f"from gpuwatch.runner.cli import main; sys.exit(main(source_root={root!r}))")
+    return (
+        f"import sys; sys.path.insert(0, {root!r}); "
+        f"from gpuwatch.runner.cli import main; sys.exit(main(source_root={root!r}))"
+    )
 
 
-def runner_command(python: str, address: str, workload: str, device: str,
-                   extra: Sequence[str] = (), *, root: str) -> list[str]:
+def runner_command(
+    python: str, address: str, workload: str, device: str, extra: Sequence[str] = (), *, root: str
+) -> list[str]:
     """The runner training a built-in workload; ``root`` from ``runner_pythonpath``. It reads
     the link's key from its stdin (``spawn`` writes it there)."""
-    return [python, "-c", boot_code(root), "--connect", address, protocol.AUTHKEY_STDIN_FLAG,
-            "--workload", workload, "--device", device, *extra]
+    return [
+        python,
+        "-c",
+        boot_code(root),
+        "--connect",
+        address,
+        protocol.AUTHKEY_STDIN_FLAG,
+        "--workload",
+        workload,
+        "--device",
+        device,
+        *extra,
+    ]
 
 
-def script_command(python: str, address: str, script: str, script_args: Sequence[str], *,
-                   device: str, root: str, extra: Sequence[str] = ()) -> list[str]:
+def script_command(
+    python: str,
+    address: str,
+    script: str,
+    script_args: Sequence[str],
+    *,
+    device: str,
+    root: str,
+    extra: Sequence[str] = (),
+) -> list[str]:
     """The runner running a user's script as ``__main__``; its argv goes after ``--``. It
     reads the link's key from its stdin (``spawn`` writes it there)."""
-    return [python, "-c", boot_code(root), "--connect", address, protocol.AUTHKEY_STDIN_FLAG,
-            "--script", script, "--device", device, *extra, "--", *script_args]
+    return [
+        python,
+        "-c",
+        boot_code(root),
+        "--connect",
+        address,
+        protocol.AUTHKEY_STDIN_FLAG,
+        "--script",
+        script,
+        "--device",
+        device,
+        *extra,
+        "--",
+        *script_args,
+    ]
 
 
-def clean_env(environ: dict[str, str] | None = None,
-              bundle: Path | None = None) -> dict[str, str]:
+def clean_env(environ: dict[str, str] | None = None, bundle: Path | None = None) -> dict[str, str]:
     """``environ`` without the frozen app's own paths, for a child that is another Python.
 
     PyInstaller prepends its folder to ``LD_LIBRARY_PATH`` (Linux) and ``PATH`` (Windows)
@@ -194,8 +231,9 @@ def runner_env() -> dict[str, str]:
     return clean_env()
 
 
-def spawn(cmd: list[str], env: dict[str, str], cwd: str | None = None, *,
-          authkey: bytes | None = None) -> subprocess.Popen:
+def spawn(
+    cmd: list[str], env: dict[str, str], cwd: str | None = None, *, authkey: bytes | None = None
+) -> subprocess.Popen:
     """Start ``cmd`` as the leader of a new process group, stdout+stderr merged to a pipe.
 
     With ``authkey`` its stdin is a pipe holding the key's hex and a newline, then closed (the
@@ -208,8 +246,15 @@ def spawn(cmd: list[str], env: dict[str, str], cwd: str | None = None, *,
     else:
         kwargs["start_new_session"] = True
     stdin = subprocess.DEVNULL if authkey is None else subprocess.PIPE
-    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdin=stdin, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, **kwargs)
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        cwd=cwd,
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        **kwargs,
+    )
     if proc.stdin is not None:
         # 65 bytes fit any pipe's buffer: this never waits for the child to read them. A
         # child that is no runner (or is gone already) simply never reads them.
@@ -229,8 +274,13 @@ def tree(pid: int) -> list[psutil.Process]:
         return []
 
 
-def end_tree(proc: subprocess.Popen, *, terminate_after: float, kill_after: float,
-             on_escalate: Callable[[str], None] | None = None) -> str:
+def end_tree(
+    proc: subprocess.Popen,
+    *,
+    terminate_after: float,
+    kill_after: float,
+    on_escalate: Callable[[str], None] | None = None,
+) -> str:
     """Wait for ``proc`` to leave by itself, then terminate, then kill its whole tree.
 
     Returns what it took: "polite" (it left by itself), "terminated" or "killed";

@@ -58,14 +58,16 @@ class LinkListener:
     soon as it has answered, whatever other local connections are doing.
     """
 
-    def __init__(self, private_dir: Path, authkey: bytes, *,
-                 handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S) -> None:
+    def __init__(
+        self, private_dir: Path, authkey: bytes, *, handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+    ) -> None:
         self.authkey = authkey
         self.handshake_timeout_s = handshake_timeout_s
         if sys.platform == "win32":
             self.address = rf"\\.\pipe\gpuwatch-{secrets.token_hex(12)}"
-            self._listener: Listener | None = Listener(self.address, family="AF_PIPE",
-                                                       authkey=authkey)
+            self._listener: Listener | None = Listener(
+                self.address, family="AF_PIPE", authkey=authkey
+            )
         else:
             self.address = str(private_dir / "link.sock")
             self._listener = Listener(self.address, family="AF_UNIX")
@@ -84,7 +86,8 @@ class LinkListener:
         with self._lock:
             if self._accept_thread is None and not self._closed:
                 self._accept_thread = threading.Thread(
-                    target=self._accept_loop, name="gpuwatch-link-accept", daemon=True)
+                    target=self._accept_loop, name="gpuwatch-link-accept", daemon=True
+                )
                 self._accept_thread.start()
         return self._accepted.get()
 
@@ -115,8 +118,9 @@ class LinkListener:
                 self._slots.release()
                 self._won(conn)
                 return
-            threading.Thread(target=self._challenge, args=(conn,), daemon=True,
-                             name="gpuwatch-link-challenge").start()
+            threading.Thread(
+                target=self._challenge, args=(conn,), daemon=True, name="gpuwatch-link-challenge"
+            ).start()
 
     def _challenge(self, conn: Connection) -> None:
         """The challenge ``Listener`` would run, bounded as a whole by the deadline."""
@@ -128,8 +132,7 @@ class LinkListener:
                 except (OSError, EOFError) as exc:
                     reason: object = exc
                     if deadline.expired:
-                        reason = (f"no answer to the challenge within "
-                                  f"{self.handshake_timeout_s:g} s")
+                        reason = f"no answer to the challenge within {self.handshake_timeout_s:g} s"
                     log.warning("link: rejected a connection (%s)", reason)
                     conn.close()
                     return
@@ -138,8 +141,10 @@ class LinkListener:
                     conn.close()
                     return
                 if not deadline.finish():
-                    log.warning("link: rejected a connection (no answer to the challenge "
-                                "within %g s)", self.handshake_timeout_s)
+                    log.warning(
+                        "link: rejected a connection (no answer to the challenge within %g s)",
+                        self.handshake_timeout_s,
+                    )
                     conn.close()
                     return
         finally:
@@ -175,9 +180,11 @@ class LinkListener:
         daemon thread.
         """
         if sys.platform == "win32":
+
             def knock() -> None:
                 with contextlib.suppress(Exception):
                     Client(self.address, authkey=self.authkey).close()
+
             threading.Thread(target=knock, name="gpuwatch-link-wake", daemon=True).start()
             return
         with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as sock:
@@ -264,8 +271,10 @@ class _Deadline:
             if self._done:
                 return
             self.expired = True
-        with contextlib.suppress(OSError), \
-                socket.socket(fileno=os.dup(self._conn.fileno())) as sock:
+        with (
+            contextlib.suppress(OSError),
+            socket.socket(fileno=os.dup(self._conn.fileno())) as sock,
+        ):
             sock.shutdown(socket.SHUT_RDWR)
 
 
@@ -280,9 +289,11 @@ class OversizedMessage(EOFError):
         self.size = size
         limit = protocol.HARD_MESSAGE_BYTES // MiB
         what = f"a message of {size / MiB:,.0f} MiB" if size is not None else "a message"
-        super().__init__(f"the runner sent {what}, over the {limit} MiB limit: gpuwatch "
-                         f"closed the link, so the run stopped (a runner bug, or something "
-                         f"else writing to the link)")
+        super().__init__(
+            f"the runner sent {what}, over the {limit} MiB limit: gpuwatch "
+            f"closed the link, so the run stopped (a runner bug, or something "
+            f"else writing to the link)"
+        )
 
 
 def _read_frame(fd: int, limit: int) -> bytes:

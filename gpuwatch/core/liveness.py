@@ -47,16 +47,20 @@ STALL_PREFIX = "no step for"
 def stall_notice(seconds: float) -> str:
     """What a run whose steps stopped arriving ``seconds`` ago is told (cleared when one
     arrives): a hung loop looks exactly like this, and Stop still ends it."""
-    return (f"{STALL_PREFIX} {seconds:.0f} s: the training loop may be hung (a deadlock, a "
-            f"stuck DataLoader worker) or one step is very slow (e.g. a compile); Stop ends "
-            f"the run and keeps what was received")
+    return (
+        f"{STALL_PREFIX} {seconds:.0f} s: the training loop may be hung (a deadlock, a "
+        f"stuck DataLoader worker) or one step is very slow (e.g. a compile); Stop ends "
+        f"the run and keeps what was received"
+    )
 
 
 def no_step_notice(seconds: float) -> str:
     """What a script that has run ``seconds`` without a training step is told."""
-    return (f"no training step yet after {seconds:.0f} s: gpuwatch detects steps from "
-            f"DataLoader iteration and optimizer.step(); see 'Watch your own script' in the "
-            f"README, or mark steps with gpuwatch.probe (with gw.step(): ...)")
+    return (
+        f"no training step yet after {seconds:.0f} s: gpuwatch detects steps from "
+        f"DataLoader iteration and optimizer.step(); see 'Watch your own script' in the "
+        f"README, or mark steps with gpuwatch.probe (with gw.step(): ...)"
+    )
 
 
 class Liveness:
@@ -76,8 +80,9 @@ class Liveness:
         self._last_step_at = 0.0
         self._stalled_since: float | None = None
 
-    def tick(self, now: float, *, hello_at: float | None, steps: int,
-             typical_step_s: float | None = None) -> Transition | None:
+    def tick(
+        self, now: float, *, hello_at: float | None, steps: int, typical_step_s: float | None = None
+    ) -> Transition | None:
         """Advance to ``now`` (monotonic seconds); the transition it caused, if any.
 
         ``steps`` is how many steps have arrived so far; ``typical_step_s`` a recent median
@@ -92,8 +97,12 @@ class Liveness:
             self.phase = Phase.WAITING
         if steps != self._steps:
             return self._steps_arrived(now, steps)
-        if self.phase is Phase.WAITING and self.script and self._hello_at is not None \
-                and now - self._hello_at >= self.notice_s:
+        if (
+            self.phase is Phase.WAITING
+            and self.script
+            and self._hello_at is not None
+            and now - self._hello_at >= self.notice_s
+        ):
             return self._enter(Phase.NO_STEP_YET, "warning", no_step_notice(self.notice_s))
         if self.phase is Phase.RUNNING:
             threshold = self.stall_threshold(typical_step_s)
@@ -122,16 +131,18 @@ class Liveness:
     def _steps_arrived(self, now: float, steps: int) -> Transition | None:
         first = self._steps == 0
         self._steps = steps
-        quiet_s = now - (self._hello_at if first and self._hello_at is not None
-                         else self._last_step_at)
+        quiet_s = now - (
+            self._hello_at if first and self._hello_at is not None else self._last_step_at
+        )
         self._last_step_at = now
         previous = self.phase
         if previous is Phase.RUNNING:
             return None
         self._stalled_since = None
         if previous is Phase.STALLED:
-            return self._enter(Phase.RUNNING, "info",
-                               f"steps arrive again after {quiet_s:.0f} s without one")
+            return self._enter(
+                Phase.RUNNING, "info", f"steps arrive again after {quiet_s:.0f} s without one"
+            )
         cleared = " (the no-step notice is cleared)" if previous is Phase.NO_STEP_YET else ""
         return self._enter(Phase.RUNNING, "info", f"first step after {quiet_s:.1f} s{cleared}")
 

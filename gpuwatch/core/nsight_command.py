@@ -20,12 +20,17 @@ from gpuwatch.core.session import LaunchSpec
 
 #: Long enough to get past start-up and a few knob-free steady seconds.
 BENCH_SECONDS = 20
-NSYS_OPTIONS: tuple[str, ...] = ("profile", "--trace=cuda,nvtx,osrt", "--sample=none",
-                                 "--force-overwrite=true")
+NSYS_OPTIONS: tuple[str, ...] = (
+    "profile",
+    "--trace=cuda,nvtx,osrt",
+    "--sample=none",
+    "--force-overwrite=true",
+)
 
 
-def nsight_command(spec: LaunchSpec, gpuwatch: Sequence[str], *, windows: bool | None = None
-                   ) -> str:
+def nsight_command(
+    spec: LaunchSpec, gpuwatch: Sequence[str], *, windows: bool | None = None
+) -> str:
     """The command line, quoted for the shell of this OS (``windows`` overrides the guess).
 
     ``gpuwatch`` is how to start gpuwatch itself (``[python, "-m", "gpuwatch"]``, or the
@@ -41,8 +46,16 @@ def nsight_command(spec: LaunchSpec, gpuwatch: Sequence[str], *, windows: bool |
             tail += ["--", *spec.script_args]
     else:
         name = f"gpuwatch-{spec.workload}"
-        tail = ["bench", "--workload", spec.workload, "--device", device, *python,
-                "--seconds", str(BENCH_SECONDS)]
+        tail = [
+            "bench",
+            "--workload",
+            spec.workload,
+            "--device",
+            device,
+            *python,
+            "--seconds",
+            str(BENCH_SECONDS),
+        ]
     argv = ["nsys", *NSYS_OPTIONS, f"--output={name}", *gpuwatch, *tail]
     on_windows = sys.platform == "win32" if windows is None else windows
     return subprocess.list2cmdline(argv) if on_windows else shlex.join(argv)

@@ -38,7 +38,7 @@ def _binding() -> ModuleType | None:
         try:
             import pynvml
         except ImportError:  # pragma: no cover - nvidia-ml-py is a dependency; a frozen app
-            _module = None   # may lack it
+            _module = None  # may lack it
         else:
             _module = pynvml
     return _module
@@ -50,11 +50,13 @@ def __getattr__(name: str) -> Any:
         return _binding()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 LIBRARY_NOT_FOUND = "NVML library not found: no NVIDIA driver on this machine"
 BINDING_MISSING = "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
 NOT_SUPPORTED = "not supported on this GPU"
-FUNCTION_NOT_FOUND = ("not available in this NVIDIA driver "
-                      "(verify nvidia-ml-py is compatible with your driver)")
+FUNCTION_NOT_FOUND = (
+    "not available in this NVIDIA driver (verify nvidia-ml-py is compatible with your driver)"
+)
 NO_PERMISSION = "insufficient permissions for this NVML query"
 GPU_LOST = "the GPU is lost (fell off the bus or crashed)"
 DRIVER_UNLOADED = "the NVIDIA driver is no longer loaded"
@@ -201,8 +203,9 @@ def _log_missing_once(name: str) -> None:
         if name in _state.logged_missing:
             return
         _state.logged_missing.add(name)
-    log.warning("NVML function %s not found: verify nvidia-ml-py is compatible with your "
-                "driver", name)
+    log.warning(
+        "NVML function %s not found: verify nvidia-ml-py is compatible with your driver", name
+    )
 
 
 def _error_reason(name: str, exc: Exception, quiet_missing: bool) -> str:
@@ -223,8 +226,9 @@ def _error_reason(name: str, exc: Exception, quiet_missing: bool) -> str:
     return f"NVML error: {exc}"
 
 
-def query_with_reason(func: str | Callable[..., Any], *args: Any,
-                      quiet_missing: bool = False) -> Reply:
+def query_with_reason(
+    func: str | Callable[..., Any], *args: Any, quiet_missing: bool = False
+) -> Reply:
     """Call an NVML function (a ``pynvml`` name or callable); never raises NVMLError.
 
     ``quiet_missing`` suppresses the once-per-function FunctionNotFound warning, for callers
@@ -293,8 +297,12 @@ def normalize_pci_bus_id(bus_id: str) -> str:
         if len(parts) != 3:
             return text
         dev, _, fn = parts[2].partition(".")
-        domain, bus, device, function = (int(parts[0], 16), int(parts[1], 16), int(dev, 16),
-                                         int(fn or "0", 16))
+        domain, bus, device, function = (
+            int(parts[0], 16),
+            int(parts[1], 16),
+            int(dev, 16),
+            int(fn or "0", 16),
+        )
     except ValueError:
         return text
     return f"{domain:08x}:{bus:02x}:{device:02x}.{function:x}"
@@ -313,8 +321,12 @@ class DeviceInfo:
     mig_enabled: bool = False  # a GPU in MIG mode: CUDA sees only its MIG devices
 
     def as_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "name": self.name, "uuid": self.uuid,
-                "pci_bus_id": self.pci_bus_id}
+        return {
+            "index": self.index,
+            "name": self.name,
+            "uuid": self.uuid,
+            "pci_bus_id": self.pci_bus_id,
+        }
 
 
 @dataclass(frozen=True)
@@ -356,11 +368,16 @@ def list_devices() -> list[DeviceInfo]:
         handle = query("nvmlDeviceGetHandleByIndex", index)
         if handle is NA:  # e.g. no permission on one GPU: list the others
             continue
-        devices.append(DeviceInfo(index=index,
-                                  name=_text(query("nvmlDeviceGetName", handle)),
-                                  uuid=_text(query("nvmlDeviceGetUUID", handle)),
-                                  pci_bus_id=_pci_of(handle), handle=handle,
-                                  mig_enabled=_mig_enabled(handle)))
+        devices.append(
+            DeviceInfo(
+                index=index,
+                name=_text(query("nvmlDeviceGetName", handle)),
+                uuid=_text(query("nvmlDeviceGetUUID", handle)),
+                pci_bus_id=_pci_of(handle),
+                handle=handle,
+                mig_enabled=_mig_enabled(handle),
+            )
+        )
     return devices
 
 
@@ -380,14 +397,22 @@ def mig_devices(gpu: DeviceInfo) -> list[DeviceInfo]:
         handle = query("nvmlDeviceGetMigDeviceHandleByIndex", gpu.handle, mig_index)
         if handle is NA:
             continue
-        found.append(DeviceInfo(index=gpu.index, name=_text(query("nvmlDeviceGetName", handle)),
-                                uuid=_text(query("nvmlDeviceGetUUID", handle)),
-                                pci_bus_id=gpu.pci_bus_id, handle=handle, mig_index=mig_index))
+        found.append(
+            DeviceInfo(
+                index=gpu.index,
+                name=_text(query("nvmlDeviceGetName", handle)),
+                uuid=_text(query("nvmlDeviceGetUUID", handle)),
+                pci_bus_id=gpu.pci_bus_id,
+                handle=handle,
+                mig_index=mig_index,
+            )
+        )
     return found
 
 
-def find_device(uuid: str | None = None, pci_bus_id: str | None = None,
-                index: int | None = None) -> DeviceMatch:
+def find_device(
+    uuid: str | None = None, pci_bus_id: str | None = None, index: int | None = None
+) -> DeviceMatch:
     """Find the NVML device of the runner's torch device: UUID, then PCI bus id, then index.
 
     The UUID may name a GPU or a MIG device. The index is used only when the runner sent no
@@ -418,22 +443,28 @@ def find_device(uuid: str | None = None, pci_bus_id: str | None = None,
             if dev.pci_bus_id and normalize_pci_bus_id(dev.pci_bus_id) == want:
                 warning = None
                 if dev.mig_enabled:
-                    warning = (f"GPU {dev.index} is in MIG mode and the training device's MIG "
-                               "instance was not identified: memory is the whole GPU's")
+                    warning = (
+                        f"GPU {dev.index} is in MIG mode and the training device's MIG "
+                        "instance was not identified: memory is the whole GPU's"
+                    )
                 return DeviceMatch(dev, "pci_bus_id", warning)
     if index is not None and not (uuid or pci_bus_id):
         for dev in devices:
             if dev.index == index:
                 return DeviceMatch(dev, "index", _index_warning(index, len(devices)))
-    raise NvmlUnavailable(f"no NVML device matches the training device (uuid={uuid!r}, "
-                          f"pci_bus_id={pci_bus_id!r}, index={index!r})")
+    raise NvmlUnavailable(
+        f"no NVML device matches the training device (uuid={uuid!r}, "
+        f"pci_bus_id={pci_bus_id!r}, index={index!r})"
+    )
 
 
 def _index_warning(index: int, n_devices: int) -> str | None:
     if n_devices == 1:
         return None  # one GPU: the index cannot name another one
-    text = (f"matched the GPU by index {index}: CUDA and NVML indices may differ unless "
-            "CUDA_DEVICE_ORDER=PCI_BUS_ID")
+    text = (
+        f"matched the GPU by index {index}: CUDA and NVML indices may differ unless "
+        "CUDA_DEVICE_ORDER=PCI_BUS_ID"
+    )
     if os.environ.get("CUDA_VISIBLE_DEVICES"):
         text += "; CUDA_VISIBLE_DEVICES is set, which renumbers CUDA devices"
     return text
@@ -446,16 +477,21 @@ def driver_version() -> Any:
 
 
 def _driver_models(pynvml: Any) -> dict[int, str]:
-    return {getattr(pynvml, "NVML_DRIVER_WDDM", 0): "WDDM",
-            getattr(pynvml, "NVML_DRIVER_WDM", 1): "TCC",  # NVML calls TCC "WDM"
-            getattr(pynvml, "NVML_DRIVER_MCDM", 2): "MCDM"}
+    return {
+        getattr(pynvml, "NVML_DRIVER_WDDM", 0): "WDDM",
+        getattr(pynvml, "NVML_DRIVER_WDM", 1): "TCC",  # NVML calls TCC "WDM"
+        getattr(pynvml, "NVML_DRIVER_MCDM", 2): "MCDM",
+    }
 
 
 def driver_model(handle: Any) -> Any:
-    """"WDDM", "TCC" or "MCDM" (Windows only: WDDM batches launches), or NA elsewhere."""
+    """ "WDDM", "TCC" or "MCDM" (Windows only: WDDM batches launches), or NA elsewhere."""
     pynvml = _binding()
-    for name in ("nvmlDeviceGetDriverModel_v2", "nvmlDeviceGetDriverModel_v1",
-                 "nvmlDeviceGetDriverModel"):
+    for name in (
+        "nvmlDeviceGetDriverModel_v2",
+        "nvmlDeviceGetDriverModel_v1",
+        "nvmlDeviceGetDriverModel",
+    ):
         if pynvml is None or not hasattr(pynvml, name):
             continue
         reply = query_with_reason(name, handle, quiet_missing=True)
@@ -481,9 +517,13 @@ def _binding_version() -> str | None:
 def describe() -> dict[str, Any]:
     """What NVML offers here, as plain data for ``gpuwatch doctor`` (NA becomes None)."""
     reason = unavailable_reason()
-    info: dict[str, Any] = {"available": reason is None, "reason": reason,
-                            "binding_version": _binding_version(), "driver_version": None,
-                            "devices": []}
+    info: dict[str, Any] = {
+        "available": reason is None,
+        "reason": reason,
+        "binding_version": _binding_version(),
+        "driver_version": None,
+        "devices": [],
+    }
     if reason is not None:
         return info
     version = driver_version()

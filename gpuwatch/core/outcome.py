@@ -20,8 +20,10 @@ EXIT_HUNG = 124
 SIGNAL_EXIT_BASE = 128
 
 #: Where a user learns how steps are found (and how to mark them by hand).
-STEP_HELP = ("gpuwatch detects steps from DataLoader iteration and optimizer.step(); see "
-             "'Watch your own script' in the README, or mark steps with gpuwatch.probe")
+STEP_HELP = (
+    "gpuwatch detects steps from DataLoader iteration and optimizer.step(); see "
+    "'Watch your own script' in the README, or mark steps with gpuwatch.probe"
+)
 
 
 @dataclass(frozen=True)
@@ -65,11 +67,18 @@ def facts_from(session: Any) -> RunFacts:
         script=bool(spec is not None and spec.script),
         ended=state not in ACTIVE_STATES and state is not SessionState.IDLE,
         failed=state is SessionState.FAILED,
-        error=session.error, error_type=session.error_type, exit_code=session.exit_code,
-        bye=session.bye, steps=session.steps.count, stop_requested=session.stop_requested,
-        stopped_after_s=session.stopped_after_s, device_kind=session.device_kind,
-        notice=session.notice, stalled_at_stop_s=session.stalled_at_stop_s,
-        stop_escalation=session.stop_escalation)
+        error=session.error,
+        error_type=session.error_type,
+        exit_code=session.exit_code,
+        bye=session.bye,
+        steps=session.steps.count,
+        stop_requested=session.stop_requested,
+        stopped_after_s=session.stopped_after_s,
+        device_kind=session.device_kind,
+        notice=session.notice,
+        stalled_at_stop_s=session.stalled_at_stop_s,
+        stop_escalation=session.stop_escalation,
+    )
 
 
 def describe(facts: RunFacts) -> Outcome:
@@ -85,40 +94,59 @@ def describe(facts: RunFacts) -> Outcome:
     if facts.error_type == "SyntaxError":
         return Outcome(f"{name} has a syntax error: {_message(facts)}", "error", EXIT_ERROR)
     if facts.error_type is not None:
-        return Outcome(f"{name} raised {facts.error} (after {steps}; the traceback is in the "
-                       f"log)", "error", EXIT_ERROR)
+        return Outcome(
+            f"{name} raised {facts.error} (after {steps}; the traceback is in the log)",
+            "error",
+            EXIT_ERROR,
+        )
     if facts.stop_requested:
         return _stopped(facts)
     if facts.failed:
-        return Outcome(f"{name} failed: {facts.error or 'the runner ended with an error'}",
-                       "error", _signal_code(facts.exit_code) or EXIT_ERROR)
+        return Outcome(
+            f"{name} failed: {facts.error or 'the runner ended with an error'}",
+            "error",
+            _signal_code(facts.exit_code) or EXIT_ERROR,
+        )
     code = _script_code(facts)
     if facts.script and facts.steps == 0:
         ended = "ended" if code == 0 else f"exited with code {code}"
-        return Outcome(f"{name} {ended} after 0 steps: no training step was seen — {STEP_HELP}",
-                       "warning", code)
+        return Outcome(
+            f"{name} {ended} after 0 steps: no training step was seen — {STEP_HELP}",
+            "warning",
+            code,
+        )
     if code != 0:
-        return Outcome(f"{name} exited with code {code} after {steps}{_device_note(facts)}",
-                       "warning", code)
+        return Outcome(
+            f"{name} exited with code {code} after {steps}{_device_note(facts)}", "warning", code
+        )
     return Outcome(f"{name} finished after {steps}{_device_note(facts)}", "info", EXIT_OK)
 
 
 def _stopped(facts: RunFacts) -> Outcome:
     """Stopped on request: fine at a step boundary; a hang or a forced end says so."""
-    when = (f"after {facts.stopped_after_s:g} s" if facts.stopped_after_s is not None
-            else "on request")
+    when = (
+        f"after {facts.stopped_after_s:g} s" if facts.stopped_after_s is not None else "on request"
+    )
     steps = _steps(facts.steps)
     forced = _forced(facts)
     if facts.stalled_at_stop_s is not None:
         how = forced or "stopped it"
-        return Outcome(f"{facts.name} was hung: no step for {facts.stalled_at_stop_s:.0f} s when "
-                       f"it was stopped {when}; gpuwatch {how} (after {steps})", "warning",
-                       EXIT_HUNG)
+        return Outcome(
+            f"{facts.name} was hung: no step for {facts.stalled_at_stop_s:.0f} s when "
+            f"it was stopped {when}; gpuwatch {how} (after {steps})",
+            "warning",
+            EXIT_HUNG,
+        )
     if forced:
-        return Outcome(f"{facts.name} was stopped {when}, after {steps}, but reached no step "
-                       f"boundary in time: gpuwatch {forced}", "warning", EXIT_HUNG)
-    return Outcome(f"{facts.name} was stopped {when}, after {steps}{_device_note(facts)}",
-                   "info", EXIT_OK)
+        return Outcome(
+            f"{facts.name} was stopped {when}, after {steps}, but reached no step "
+            f"boundary in time: gpuwatch {forced}",
+            "warning",
+            EXIT_HUNG,
+        )
+    return Outcome(
+        f"{facts.name} was stopped {when}, after {steps}{_device_note(facts)}", "info", EXIT_OK
+    )
 
 
 def _forced(facts: RunFacts) -> str | None:
@@ -144,7 +172,7 @@ def _steps(n: int) -> str:
 def _message(facts: RunFacts) -> str:
     error = facts.error or ""
     prefix = f"{facts.error_type}: "
-    return error[len(prefix):] if error.startswith(prefix) else error
+    return error[len(prefix) :] if error.startswith(prefix) else error
 
 
 def _script_code(facts: RunFacts) -> int:

@@ -21,8 +21,15 @@ class ProgressLine:
     every ``heartbeat_s`` otherwise, so a log file stays readable.
     """
 
-    def __init__(self, stream: TextIO, *, tty: bool | None = None, min_interval_s: float = 1.0,
-                 heartbeat_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        stream: TextIO,
+        *,
+        tty: bool | None = None,
+        min_interval_s: float = 1.0,
+        heartbeat_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._stream = stream
         self._tty = stream.isatty() if tty is None else tty
         self._min_interval_s = min_interval_s
@@ -48,8 +55,7 @@ class ProgressLine:
         if tty_only:
             return
         since = now - self._last_at
-        if (key != self._last_key and since >= self._min_interval_s) or \
-                since >= self._heartbeat_s:
+        if (key != self._last_key and since >= self._min_interval_s) or since >= self._heartbeat_s:
             self._write(text + "\n")
             self._last_at, self._last_key = now, key
 

@@ -115,23 +115,41 @@ def queued_size(message: dict[str, Any]) -> int:
 
 def machine_info() -> dict[str, Any]:
     """Where the run was recorded (no host name: recordings get shared)."""
-    return {"system": platform.system(), "release": platform.release(),
-            "machine": platform.machine(), "python": platform.python_version(),
-            "cpu_count": os.cpu_count()}
+    return {
+        "system": platform.system(),
+        "release": platform.release(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+    }
 
 
 def config_message(change: ConfigChange) -> dict[str, Any]:
     """A ``config`` message as the runner sent it, rebuilt from an applied configuration."""
-    return {"kind": "config", "id": change.id, "request": change.request,
-            "values": dict(change.values), "changed": dict(change.changed),
-            "t_ns": change.t_ns, "apply_s": change.apply_s, "first_step": change.first_step,
-            "warmup_steps": change.warmup_steps, "rebuilt": list(change.rebuilt)}
+    return {
+        "kind": "config",
+        "id": change.id,
+        "request": change.request,
+        "values": dict(change.values),
+        "changed": dict(change.changed),
+        "t_ns": change.t_ns,
+        "apply_s": change.apply_s,
+        "first_step": change.first_step,
+        "warmup_steps": change.warmup_steps,
+        "rebuilt": list(change.rebuilt),
+    }
 
 
 def status_json(status: MetricStatus) -> dict[str, Any]:
-    return {"name": status.name, "label": status.label, "unit": status.unit,
-            "available": status.available, "reason": status.reason,
-            "period_s": status.period_s, "source": status.source}
+    return {
+        "name": status.name,
+        "label": status.label,
+        "unit": status.unit,
+        "available": status.available,
+        "reason": status.reason,
+        "period_s": status.period_s,
+        "source": status.source,
+    }
 
 
 class Recorder:
@@ -142,9 +160,17 @@ class Recorder:
     first writes what the session holds (hello, configurations, the steps still in its ring).
     """
 
-    def __init__(self, path: str | Path, session: Session, *, spec: dict[str, Any] | None = None,
-                 flush_s: float = 0.25, overwrite: bool = False,
-                 queue_size: int = QUEUE_SIZE, queue_bytes: int = QUEUE_BYTES) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        session: Session,
+        *,
+        spec: dict[str, Any] | None = None,
+        flush_s: float = 0.25,
+        overwrite: bool = False,
+        queue_size: int = QUEUE_SIZE,
+        queue_bytes: int = QUEUE_BYTES,
+    ) -> None:
         self.path = Path(path)
         self.session = session
         self.spec = dict(spec or {})
@@ -184,8 +210,9 @@ class Recorder:
         self._conn = self._create()
         self.session.add_listener(self._on_message)
         prelude = self._prelude()
-        self._thread = threading.Thread(target=self._run, args=(prelude,),
-                                        name="gpuwatch-recorder", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(prelude,), name="gpuwatch-recorder", daemon=True
+        )
         self._thread.start()
 
     def close(self, timeout: float = 5.0) -> None:
@@ -220,8 +247,11 @@ class Recorder:
         is_log = message["kind"] in _LOG_KINDS
         with self._queued_lock:
             room = self._queued_bytes + size <= self.queue_bytes or self._queued_bytes == 0
-            if is_log and self._queued_log_bytes and \
-                    self._queued_log_bytes + size > self.queue_bytes * LOG_SHARE:
+            if (
+                is_log
+                and self._queued_log_bytes
+                and self._queued_log_bytes + size > self.queue_bytes * LOG_SHARE
+            ):
                 room = False
             if room:
                 try:
@@ -248,20 +278,27 @@ class Recorder:
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
         if not path.parent.is_dir():
-            raise RecordingError(f"cannot record to {path}: the folder {path.parent} does "
-                                 f"not exist")
+            raise RecordingError(
+                f"cannot record to {path}: the folder {path.parent} does not exist"
+            )
         try:
             conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(f"BEGIN; {SCHEMA}")
-            meta = {"schema_version": SCHEMA_VERSION, "gpuwatch_version": __version__,
-                    "created": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                        timespec="seconds"),
-                    "spec": self.spec, "machine": machine_info(),
-                    "t0_ns": self.session.t0_ns}
-            conn.executemany("INSERT INTO meta VALUES (?, ?)",
-                             [(k, to_json(v)) for k, v in meta.items()])
+            meta = {
+                "schema_version": SCHEMA_VERSION,
+                "gpuwatch_version": __version__,
+                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                    timespec="seconds"
+                ),
+                "spec": self.spec,
+                "machine": machine_info(),
+                "t0_ns": self.session.t0_ns,
+            }
+            conn.executemany(
+                "INSERT INTO meta VALUES (?, ?)", [(k, to_json(v)) for k, v in meta.items()]
+            )
             conn.execute("COMMIT")
         except (sqlite3.Error, OSError) as exc:
             raise RecordingError(f"cannot record to {path}: {exc}") from None
@@ -284,14 +321,30 @@ class Recorder:
             part = slice(i, i + PRELUDE_CHUNK)
             steps = view.step[part].tolist()
             t_ns = int(view.host[part][-1, -1])
-            items.append(({"kind": "steps", "step": steps, "config": view.config[part].tolist(),
-                           "samples": view.samples[part].tolist(),
-                           "host": view.host[part].tolist()}, t_ns))
+            items.append(
+                (
+                    {
+                        "kind": "steps",
+                        "step": steps,
+                        "config": view.config[part].tolist(),
+                        "samples": view.samples[part].tolist(),
+                        "host": view.host[part].tolist(),
+                    },
+                    t_ns,
+                )
+            )
             has = view.has_device[part]
             if cuda and has.any():
-                items.append(({"kind": "device_marks",
-                               "step": view.step[part][has].tolist(),
-                               "device": view.device[part][has].tolist()}, t_ns))
+                items.append(
+                    (
+                        {
+                            "kind": "device_marks",
+                            "step": view.step[part][has].tolist(),
+                            "device": view.device[part][has].tolist(),
+                        },
+                        t_ns,
+                    )
+                )
         items += [(w.to_message(), w.t1_ns) for w in session.kernel_windows()]
         items[1:] = sorted(items[1:], key=lambda item: item[1])  # the hello stays first
         return items
@@ -337,12 +390,15 @@ class Recorder:
         dropped = self.dropped
         now = time.monotonic()
         if dropped == self._drops_noted or (
-                self._drops_noted and not final and now - self._drop_noted_at < DROP_NOTE_EVERY_S):
+            self._drops_noted and not final and now - self._drop_noted_at < DROP_NOTE_EVERY_S
+        ):
             return
         self._drops_noted, self._drop_noted_at = dropped, now
-        text = (f"recording to {self.path} cannot keep up: {dropped:,} messages dropped so "
-                f"far ({self.dropped_steps:,} steps); the run goes on, and the file's meta "
-                f"counts them")
+        text = (
+            f"recording to {self.path} cannot keep up: {dropped:,} messages dropped so "
+            f"far ({self.dropped_steps:,} steps); the run goes on, and the file's meta "
+            f"counts them"
+        )
         log.warning("%s", text)
         if not final:
             self.session._log_line("warning", "gpuwatch", text)
@@ -381,8 +437,7 @@ class Recorder:
         conn.execute("COMMIT")
         self.steps_written += steps  # committed: these survive a crash from now on
 
-    def _write_message(self, conn: sqlite3.Connection, message: dict[str, Any],
-                       t_ns: int) -> int:
+    def _write_message(self, conn: sqlite3.Connection, message: dict[str, Any], t_ns: int) -> int:
         """Write one message; returns how many new steps it added."""
         kind = message["kind"]
         if kind == "hello":
@@ -391,8 +446,10 @@ class Recorder:
             self._hello_pid = message.get("pid")
             self._hellos += 1
             if self._hellos > 1:
-                self._fail(f"recording to {self.path} ended: the session started another "
-                           f"run (record each run to its own file)")
+                self._fail(
+                    f"recording to {self.path} ended: the session started another "
+                    f"run (record each run to its own file)"
+                )
                 return 0
             t_ns = self._config0_t_ns(t_ns)
         self._seq += 1
@@ -400,26 +457,37 @@ class Recorder:
         added = 0
         self._t1_ns = max(self._t1_ns, t_ns)
         if kind == "steps":
-            rows = [(step, seq, config, samples, *host) for step, config, samples, host in
-                    zip(message["step"], message["config"], message["samples"],
-                        message["host"], strict=True)]
+            rows = [
+                (step, seq, config, samples, *host)
+                for step, config, samples, host in zip(
+                    message["step"],
+                    message["config"],
+                    message["samples"],
+                    message["host"],
+                    strict=True,
+                )
+            ]
             before = conn.total_changes
             conn.executemany(
                 f"INSERT OR IGNORE INTO steps (step, seq, config, samples, "
-                f"{', '.join(MARK_COLUMNS)}) VALUES ({', '.join('?' * 11)})", rows)
+                f"{', '.join(MARK_COLUMNS)}) VALUES ({', '.join('?' * 11)})",
+                rows,
+            )
             added = conn.total_changes - before
             body: dict[str, Any] = {"rows": len(rows)}
         elif kind == "device_marks":
             conn.executemany(
                 f"UPDATE steps SET device_seq = ?, "
                 f"{', '.join(f'{c} = ?' for c in DEVICE_COLUMNS)} WHERE step = ?",
-                [(seq, *marks, step) for step, marks in
-                 zip(message["step"], message["device"], strict=True)])
+                [
+                    (seq, *marks, step)
+                    for step, marks in zip(message["step"], message["device"], strict=True)
+                ],
+            )
             body = {"rows": len(message["step"])}
         else:
             body = {k: v for k, v in message.items() if k != "kind"}
-        conn.execute("INSERT INTO events VALUES (?, ?, ?, ?)",
-                     (seq, t_ns, kind, to_json(body)))
+        conn.execute("INSERT INTO events VALUES (?, ?, ?, ?)", (seq, t_ns, kind, to_json(body)))
         return added
 
     def _config0_t_ns(self, arrival_ns: int) -> int:
@@ -433,10 +501,22 @@ class Recorder:
             return
         conn.executemany(
             "INSERT OR REPLACE INTO configs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(c.id, c.t_ns, c.label, to_json(c.values), to_json(c.changed), c.first_step,
-              c.warmup_steps, c.apply_s if math.isfinite(c.apply_s) else 0.0,
-              to_json(list(c.rebuilt)), c.request)
-             for c in self.session.config_changes()])
+            [
+                (
+                    c.id,
+                    c.t_ns,
+                    c.label,
+                    to_json(c.values),
+                    to_json(c.changed),
+                    c.first_step,
+                    c.warmup_steps,
+                    c.apply_s if math.isfinite(c.apply_s) else 0.0,
+                    to_json(list(c.rebuilt)),
+                    c.request,
+                )
+                for c in self.session.config_changes()
+            ],
+        )
 
     def _write_coarse(self, conn: sqlite3.Connection) -> None:
         """New coarse samples (read from the session's store) and changed statuses."""
@@ -448,29 +528,37 @@ class Recorder:
             t0, t1, value = view.t0[keep], view.t1[keep], view.value[keep]
             if len(t1) == 0:
                 continue
-            conn.executemany("INSERT INTO samples VALUES (?, ?, ?, ?)",
-                             zip([name] * len(t1), t0.tolist(), t1.tolist(), value.tolist(),
-                                 strict=True))
+            conn.executemany(
+                "INSERT INTO samples VALUES (?, ?, ?, ?)",
+                zip([name] * len(t1), t0.tolist(), t1.tolist(), value.tolist(), strict=True),
+            )
             self._sample_t1[name] = int(t1.max())
             self._t1_ns = max(self._t1_ns, int(t1.max()))
         for name, status in coarse.statuses().items():
             data = status_json(status)
             if self._statuses.get(name) != data:
-                conn.execute("INSERT OR REPLACE INTO statuses VALUES (?, ?)",
-                             (name, to_json(data)))
+                conn.execute("INSERT OR REPLACE INTO statuses VALUES (?, ?)", (name, to_json(data)))
                 self._statuses[name] = data
 
     def _write_meta(self, conn: sqlite3.Connection, *, final: bool) -> None:
         session = self.session
-        meta: dict[str, Any] = {"t1_ns": self._t1_ns, "dropped_messages": self.dropped,
-                                "dropped_steps": self.dropped_steps}
+        meta: dict[str, Any] = {
+            "t1_ns": self._t1_ns,
+            "dropped_messages": self.dropped,
+            "dropped_steps": self.dropped_steps,
+        }
         if self._hellos and session.t0_ns != self._t0_written:
             meta["t0_ns"] = self._t0_written = session.t0_ns
         if final:
-            meta.update(exit_code=session.exit_code, error=session.error,
-                        state=session.state.value, closed=True)
-        conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                         [(k, to_json(v)) for k, v in meta.items()])
+            meta.update(
+                exit_code=session.exit_code,
+                error=session.error,
+                state=session.state.value,
+                closed=True,
+            )
+        conn.executemany(
+            "INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, to_json(v)) for k, v in meta.items()]
+        )
 
     def _close_connection(self) -> None:
         """Fold the WAL back in so a finished recording is one self-contained file."""
@@ -482,4 +570,3 @@ class Recorder:
             conn.execute("PRAGMA journal_mode=DELETE")
         with contextlib.suppress(sqlite3.Error):
             conn.close()
-

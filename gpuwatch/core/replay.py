@@ -48,29 +48,39 @@ READ_ONLY = "replay: knobs are read-only"
 class ReplaySession(Session):
     """A recorded run, shown up to ``position_s``; starts positioned at the end (whole run)."""
 
-    def __init__(self, recording: Recording, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(step_capacity=max(DEFAULT_STEP_CAPACITY, len(recording.steps)),
-                         sample_coarse=False)
+    def __init__(
+        self, recording: Recording, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__(
+            step_capacity=max(DEFAULT_STEP_CAPACITY, len(recording.steps)), sample_coarse=False
+        )
         self.recording = recording
         self._clock = clock
         # The GUI's own log lines are kept apart from the runner's messages; put them back in
         # time order, ahead of a message of the same time (the live session logged first).
-        gui_lines = [(line.t_ns, {"kind": "log", "source": "gpuwatch", "level": line.level,
-                                  "text": line.text})
-                     for line in recording.log if line.source == "gpuwatch"]
+        gui_lines = [
+            (
+                line.t_ns,
+                {"kind": "log", "source": "gpuwatch", "level": line.level, "text": line.text},
+            )
+            for line in recording.log
+            if line.source == "gpuwatch"
+        ]
         self._messages = sorted([*gui_lines, *recording.messages()], key=lambda item: item[0])
         self._config0_t_ns = next((c.t_ns for c in recording.configs if c.id == 0), None)
         self._times = [t for t, _ in self._messages]
         self._recorded_labels = {c.id: c.label for c in recording.configs}
-        self._coarse_all = {name: recording.coarse.snapshot(name)
-                            for name in recording.coarse.names()}
+        self._coarse_all = {
+            name: recording.coarse.snapshot(name) for name in recording.coarse.names()
+        }
         self._coarse_statuses = recording.coarse.statuses()
         self._coarse_cut: dict[str, int] = {}
-        self._series_capacity = max([DEFAULT_SERIES_CAPACITY,
-                                     *(len(v) for v in self._coarse_all.values())])
-        self._final_state = (SessionState.FAILED if recording.error is not None
-                             else SessionState.FINISHED)
+        self._series_capacity = max(
+            [DEFAULT_SERIES_CAPACITY, *(len(v) for v in self._coarse_all.values())]
+        )
+        self._final_state = (
+            SessionState.FAILED if recording.error is not None else SessionState.FINISHED
+        )
         self._end_ns = max(recording.t1_ns, recording.t0_ns, *self._times[-1:])
         self._applied = 0
         self._position_ns = recording.t0_ns
@@ -119,8 +129,9 @@ class ReplaySession(Session):
     @speed.setter
     def speed(self, factor: float) -> None:
         if not MIN_SPEED <= factor <= MAX_SPEED:
-            raise ValueError(f"replay speed must be between {MIN_SPEED:g}x and {MAX_SPEED:g}x, "
-                             f"not {factor:g}x")
+            raise ValueError(
+                f"replay speed must be between {MIN_SPEED:g}x and {MAX_SPEED:g}x, not {factor:g}x"
+            )
         self.tick()  # keep the time played so far at the old speed
         self._speed = float(factor)
         self._anchor = (self._clock(), self._position_ns)
@@ -135,9 +146,14 @@ class ReplaySession(Session):
         """
         cores = device_cores(self.hello)
         return self._scoreboard.rows(
-            self.steps, self.config_changes(), self.coarse, device_kind=self.device_kind,
-            cores=cores, baseline_id=self.baseline_id,
-            running=self._applied < len(self._messages))
+            self.steps,
+            self.config_changes(),
+            self.coarse,
+            device_kind=self.device_kind,
+            cores=cores,
+            baseline_id=self.baseline_id,
+            running=self._applied < len(self._messages),
+        )
 
     # ---- Play control ------------------------------------------------------------------
 
@@ -182,8 +198,10 @@ class ReplaySession(Session):
     # ---- A replay launches nothing -----------------------------------------------------
 
     def start(self, spec: LaunchSpec) -> None:
-        raise SessionError(f"{self.recording.path.name} is a recording: it cannot start a run "
-                           f"(open the live window to train)")
+        raise SessionError(
+            f"{self.recording.path.name} is a recording: it cannot start a run "
+            f"(open the live window to train)"
+        )
 
     def stop(self) -> None:
         raise SessionError(f"{self.recording.path.name} is a recording: there is no run to stop")
@@ -214,7 +232,7 @@ class ReplaySession(Session):
     def _advance_to(self, target_ns: int) -> None:
         """Dispatch the messages that arrived by ``target_ns``; add the samples ended by then."""
         end = bisect.bisect_right(self._times, target_ns, lo=self._applied)
-        for t_ns, message in self._messages[self._applied:end]:
+        for t_ns, message in self._messages[self._applied : end]:
             self._now = t_ns
             self._dispatch_recorded(message)
         self._applied = end
@@ -222,16 +240,14 @@ class ReplaySession(Session):
             lo = self._coarse_cut[name]
             hi = max(lo, int(np.searchsorted(view.t1, target_ns, side="right")))
             if hi > lo:
-                self.coarse.append_many(name, view.t0[lo:hi], view.t1[lo:hi],
-                                        view.value[lo:hi])
+                self.coarse.append_many(name, view.t0[lo:hi], view.t1[lo:hi], view.value[lo:hi])
                 self._coarse_cut[name] = hi
         self._position_ns = target_ns
         self.error = self.recording.error if self.at_end else self.error
 
     def _dispatch_recorded(self, message: dict[str, Any]) -> None:
         if message["kind"] == "log" and message.get("source") == "gpuwatch":
-            level = message["level"] if message["level"] in ("info", "warning", "error") \
-                else "info"
+            level = message["level"] if message["level"] in ("info", "warning", "error") else "info"
             self._log.append(LogLine(self._now, level, "gpuwatch", message["text"]))
         else:
             self._dispatch_kind(message)
@@ -263,8 +279,9 @@ class ReplaySession(Session):
                 if refusal.request is not None:
                     self._answers[refusal.request] = self.last_refusal
 
-    def _log_line(self, level: str, source: str, text: str, *, notice: bool = False,
-                  wait: bool = False) -> None:
+    def _log_line(
+        self, level: str, source: str, text: str, *, notice: bool = False, wait: bool = False
+    ) -> None:
         # The GUI's own lines were recorded as messages; the dispatch's copies would repeat them.
         if source != "gpuwatch":
             self._log.append(LogLine(self._now, level, source, text, notice))

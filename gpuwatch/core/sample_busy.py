@@ -22,8 +22,9 @@ class SampleBusy:
         self._key: object = None
         self._cache: dict[tuple[int, int], float] = {}
 
-    def over(self, store: StepStore, coarse: SeriesView, final_before_ns: int,
-             key: object) -> np.ndarray:
+    def over(
+        self, store: StepStore, coarse: SeriesView, final_before_ns: int, key: object
+    ) -> np.ndarray:
         """Busy % for each sample of ``coarse``; NaN where not final yet or not covered by
         marks (unknown, never 0). ``key`` names the run: a new key forgets the cache."""
         if key != self._key:
@@ -49,8 +50,11 @@ class SampleBusy:
             # other unknowns (marks still to come) are asked again next time.
             first = int(active[0][0]) if len(active[0]) else None
             keep = np.isfinite(busy) | ((w0 < first) if first is not None else False)
-            self._cache.update((periods[i], v) for i, v, k in
-                               zip(todo, busy.tolist(), keep.tolist(), strict=True) if k)
+            self._cache.update(
+                (periods[i], v)
+                for i, v, k in zip(todo, busy.tolist(), keep.tolist(), strict=True)
+                if k
+            )
         if len(self._cache) > 4 * max(len(periods), 256):  # scrolled out of every view
             oldest = periods[0][0] if periods else 0
             self._cache = {p: v for p, v in self._cache.items() if p[1] >= oldest}

@@ -55,8 +55,13 @@ class JitterSchedule:
     is memoryless and so cannot lock onto any period. Both keep the mean.
     """
 
-    def __init__(self, mean_s: float, kind: Jitter = "uniform", spread: float = 0.5,
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        mean_s: float,
+        kind: Jitter = "uniform",
+        spread: float = 0.5,
+        rng: random.Random | None = None,
+    ) -> None:
         if mean_s <= 0:
             raise ValueError(f"mean interval must be positive, got {mean_s}")
         if kind not in ("uniform", "exponential"):
@@ -116,8 +121,7 @@ class Sampler:
         with self._lock:
             if self._thread is not None:
                 return
-            self._thread = threading.Thread(target=self._run, name=self.thread_name,
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
             self._thread.start()
 
     def stop(self, timeout: float = 2.0) -> None:
@@ -173,8 +177,15 @@ _NVML_SPECS = (_UTIL_SPEC, _MEM_SPEC, _CLOCK_SPEC, _POWER_SPEC)
 _SAMPLES = "nvmlDeviceGetSamples"
 _RATES = "nvmlDeviceGetUtilizationRates"
 #: ``nvmlValueType_t`` → field of ``c_nvmlValue_t``.
-_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
-                 6: "usVal"}
+_VALUE_FIELDS = {
+    0: "dVal",
+    1: "uiVal",
+    2: "ulVal",
+    3: "ullVal",
+    4: "sllVal",
+    5: "siVal",
+    6: "usVal",
+}
 #: Consecutive failed reads after which a metric is declared unavailable.
 _MAX_FAILURES = 5
 #: An offset that moved more than this is a clock step (NTP), not measurement jitter.
@@ -185,11 +196,24 @@ _MAX_STAMP_US = 9 * 10**15
 _MAX_CLOCK_DISTANCE_NS = 3600 * 10**9
 
 
-def _status(spec: _Spec, available: bool, reason: str | None = None, *,
-            period_s: float | None = None, source: str = "", label: str | None = None,
-            ) -> MetricStatus:
-    return MetricStatus(name=spec.name, label=label or spec.label, unit=spec.unit,
-                        available=available, reason=reason, period_s=period_s, source=source)
+def _status(
+    spec: _Spec,
+    available: bool,
+    reason: str | None = None,
+    *,
+    period_s: float | None = None,
+    source: str = "",
+    label: str | None = None,
+) -> MetricStatus:
+    return MetricStatus(
+        name=spec.name,
+        label=label or spec.label,
+        unit=spec.unit,
+        available=available,
+        reason=reason,
+        period_s=period_s,
+        source=source,
+    )
 
 
 def nvml_unavailable_statuses(store: SeriesStore | None, reason: str) -> list[MetricStatus]:
@@ -239,8 +263,11 @@ class UtilizationBuffer:
         """``(t0, t1, values)`` to store from ``(value_type, [nvmlSample_t])``, or None."""
         value_type, samples = result
         field = _VALUE_FIELDS.get(int(value_type), "uiVal")
-        fresh = sorted((int(s.timeStamp), float(getattr(s.sampleValue, field)))
-                       for s in samples if self.last_ts_us < int(s.timeStamp) < _MAX_STAMP_US)
+        fresh = sorted(
+            (int(s.timeStamp), float(getattr(s.sampleValue, field)))
+            for s in samples
+            if self.last_ts_us < int(s.timeStamp) < _MAX_STAMP_US
+        )
         if not fresh:
             return None
         self.last_ts_us = fresh[-1][0]
@@ -273,8 +300,10 @@ class UtilizationBuffer:
             self.clock = name if distance <= _MAX_CLOCK_DISTANCE_NS else "unknown"
             log.info("NVML sample stamps read as the %s clock", self.clock)
             if self.clock == "unknown":
-                log.warning("NVML sample stamps match no host clock: anchoring the newest "
-                            "sample at the time it was read")
+                log.warning(
+                    "NVML sample stamps match no host clock: anchoring the newest "
+                    "sample at the time it was read"
+                )
         if self.clock == "unknown":
             anchored = newest_ns - time.perf_counter_ns()  # the newest sample is not future
             self._offset = anchored if self._offset is None else max(self._offset, anchored)
@@ -304,11 +333,19 @@ class NvmlSampler(Sampler):
 
     thread_name = "gpuwatch-nvml"
 
-    def __init__(self, store: SeriesStore, device: nvml.DeviceMatch | Any | None = None,
-                 mean_interval_s: float = 0.25, *, uuid: str | None = None,
-                 pci_bus_id: str | None = None, index: int | None = None,
-                 jitter: Jitter = "uniform", rng: random.Random | None = None,
-                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
+    def __init__(
+        self,
+        store: SeriesStore,
+        device: nvml.DeviceMatch | Any | None = None,
+        mean_interval_s: float = 0.25,
+        *,
+        uuid: str | None = None,
+        pci_bus_id: str | None = None,
+        index: int | None = None,
+        jitter: Jitter = "uniform",
+        rng: random.Random | None = None,
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
         super().__init__(JitterSchedule(mean_interval_s, jitter, rng=rng))
         self.store = store
         self._clock = clock  # injectable so tests can let time pass
@@ -325,9 +362,15 @@ class NvmlSampler(Sampler):
         self._last_poll_ns = 0
 
     @classmethod
-    def for_device(cls, store: SeriesStore, *, uuid: str | None = None,
-                   pci_bus_id: str | None = None, index: int | None = None,
-                   **kwargs: Any) -> NvmlSampler:
+    def for_device(
+        cls,
+        store: SeriesStore,
+        *,
+        uuid: str | None = None,
+        pci_bus_id: str | None = None,
+        index: int | None = None,
+        **kwargs: Any,
+    ) -> NvmlSampler:
         """A sampler for the runner's torch device, matched by UUID, PCI bus id, then index.
 
         The lookup happens in ``probe`` (in the sampler's thread: ``nvmlInit`` can take a
@@ -358,9 +401,10 @@ class NvmlSampler(Sampler):
         self._probe_utilization()
         clock_sm = getattr(nvml.pynvml, "NVML_CLOCK_SM", 1)
         for spec, func, args, convert in (
-                (_MEM_SPEC, "nvmlDeviceGetMemoryInfo", (), _memory_used),
-                (_CLOCK_SPEC, "nvmlDeviceGetClockInfo", (clock_sm,), float),
-                (_POWER_SPEC, "nvmlDeviceGetPowerUsage", (), _milliwatts_to_watts)):
+            (_MEM_SPEC, "nvmlDeviceGetMemoryInfo", (), _memory_used),
+            (_CLOCK_SPEC, "nvmlDeviceGetClockInfo", (clock_sm,), float),
+            (_POWER_SPEC, "nvmlDeviceGetPowerUsage", (), _milliwatts_to_watts),
+        ):
             reply = nvml.query_with_reason(func, self.handle, *args)
             if reply.ok:
                 self._points[spec.name] = (spec, func, args, convert)
@@ -381,11 +425,17 @@ class NvmlSampler(Sampler):
                 self._store_samples(samples.value)
         elif rates.ok:
             self._util_mode = "rates"
-            self.store.set_status(_status(_UTIL_SPEC, True, source=_RATES,
-                                          label=f"{_UTIL_SPEC.label}, {PERIOD_UNKNOWN}"))
+            self.store.set_status(
+                _status(
+                    _UTIL_SPEC, True, source=_RATES, label=f"{_UTIL_SPEC.label}, {PERIOD_UNKNOWN}"
+                )
+            )
         else:
-            reason = rates.reason if rates.reason == samples.reason else \
-                f"{rates.reason} (sample buffer: {samples.reason})"
+            reason = (
+                rates.reason
+                if rates.reason == samples.reason
+                else f"{rates.reason} (sample buffer: {samples.reason})"
+            )
             if self._on_mig() and rates.reason == nvml.NOT_SUPPORTED:
                 reason = nvml.MIG_NO_UTILIZATION
             self.store.set_status(_status(_UTIL_SPEC, False, reason, source="NVML"))
@@ -438,11 +488,11 @@ class NvmlSampler(Sampler):
     def _store_samples(self, result: Any) -> bool:
         batch = self._buffer.ingest(result)
         period = self._buffer.period_ns
-        if period is not None and (self._period_ns is None
-                                   or abs(period - self._period_ns) > 0.05 * self._period_ns):
+        if period is not None and (
+            self._period_ns is None or abs(period - self._period_ns) > 0.05 * self._period_ns
+        ):
             self._period_ns = period
-            self.store.set_status(_status(_UTIL_SPEC, True, period_s=period / 1e9,
-                                          source=_SAMPLES))
+            self.store.set_status(_status(_UTIL_SPEC, True, period_s=period / 1e9, source=_SAMPLES))
         if batch is None:
             return False
         self.store.append_many(NVML_GPU_UTIL, *batch)
@@ -482,8 +532,7 @@ class NvmlSampler(Sampler):
         if count < _MAX_FAILURES:
             return
         log.warning("NVML metric %s stopped: %s", spec.name, reason)
-        self.store.set_status(_status(spec, False, reason or "NVML query failed",
-                                      source="NVML"))
+        self.store.set_status(_status(spec, False, reason or "NVML query failed", source="NVML"))
         if spec.name == NVML_GPU_UTIL:
             self._util_mode = None
         self._points.pop(spec.name, None)
@@ -520,8 +569,15 @@ class ProcessTreeSampler(Sampler):
 
     thread_name = "gpuwatch-proctree"
 
-    def __init__(self, store: SeriesStore, pid: int, interval_s: float = 1.0, *,
-                 jitter: Jitter = "uniform", rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        store: SeriesStore,
+        pid: int,
+        interval_s: float = 1.0,
+        *,
+        jitter: Jitter = "uniform",
+        rng: random.Random | None = None,
+    ) -> None:
         super().__init__(JitterSchedule(interval_s, jitter, rng=rng))
         self.store = store
         self.pid = pid
@@ -542,9 +598,14 @@ class ProcessTreeSampler(Sampler):
             reason = f"access denied to process {self.pid}"
         else:
             for spec in (_PROC_CPU_SPEC, _PROC_RSS_SPEC, _SYS_CPU_SPEC):
-                self.store.set_status(_status(spec, True, period_s=self.schedule.mean_s,
-                                              source="psutil" if spec is _SYS_CPU_SPEC
-                                              else source))
+                self.store.set_status(
+                    _status(
+                        spec,
+                        True,
+                        period_s=self.schedule.mean_s,
+                        source="psutil" if spec is _SYS_CPU_SPEC else source,
+                    )
+                )
             self._last_ns = time.perf_counter_ns()
             self._last_wall = time.time()
             self._cpu, _ = self._read_tree()
@@ -552,8 +613,9 @@ class ProcessTreeSampler(Sampler):
             return True
         for spec in (_PROC_CPU_SPEC, _PROC_RSS_SPEC):
             self.store.set_status(_status(spec, False, reason, source=source))
-        self.store.set_status(_status(_SYS_CPU_SPEC, False, f"not sampled: {reason}",
-                                      source="psutil"))
+        self.store.set_status(
+            _status(_SYS_CPU_SPEC, False, f"not sampled: {reason}", source="psutil")
+        )
         return False
 
     def _root_alive(self) -> bool:
@@ -612,8 +674,9 @@ class ProcessTreeSampler(Sampler):
         if self._sys_last is not None and elapsed > 0:
             d_busy, d_total = sys_now[0] - self._sys_last[0], sys_now[1] - self._sys_last[1]
             if d_total > 0:
-                self.store.append(SYS_CPU, self._last_ns, now,
-                                  min(max(d_busy / d_total * 100.0, 0.0), 100.0))
+                self.store.append(
+                    SYS_CPU, self._last_ns, now, min(max(d_busy / d_total * 100.0, 0.0), 100.0)
+                )
         self._cpu, self._sys_last = cpu, sys_now
         self._last_ns, self._last_wall = now, wall
         return True

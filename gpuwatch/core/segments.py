@@ -58,14 +58,19 @@ class ConfigChange:
         apply_s = message.get("apply_s")
         rebuilt = message.get("rebuilt")
         return cls(
-            id=message["id"], values=dict(message["values"]), changed=changed,
-            t_ns=message["t_ns"], first_step=message["first_step"],
+            id=message["id"],
+            values=dict(message["values"]),
+            changed=changed,
+            t_ns=message["t_ns"],
+            first_step=message["first_step"],
             warmup_steps=max(0, message["warmup_steps"]),
-            apply_s=float(apply_s) if isinstance(apply_s, int | float)
-            and math.isfinite(apply_s) else 0.0,
+            apply_s=float(apply_s)
+            if isinstance(apply_s, int | float) and math.isfinite(apply_s)
+            else 0.0,
             rebuilt=tuple(str(r) for r in rebuilt) if isinstance(rebuilt, list) else (),
             request=request if isinstance(request, int) else None,
-            label=label or describe_change(changed))
+            label=label or describe_change(changed),
+        )
 
 
 @dataclass(frozen=True)
@@ -134,14 +139,23 @@ class SegmentStats:
     def to_json(self) -> dict[str, Any]:
         """The segment object of the ``gpuwatch bench`` JSON contract (docs/knobs.md §5)."""
         return {
-            "label": self.label, "settings": dict(self.settings), "changed": dict(self.changed),
-            "samples_per_s": self.samples_per_s, "step_ms_p50": self.step_ms_p50,
-            "step_ms_p95": self.step_ms_p95, "busy_share": self.busy_share,
-            "input_wait_share": self.input_wait_share, "coarse_util": self.coarse_util,
-            "coarse_source": self.coarse_source, "energy_j_per_step": self.energy_j_per_step,
-            "speedup": self.speedup, "steps": self.steps, "steady_steps": self.steady_steps,
+            "label": self.label,
+            "settings": dict(self.settings),
+            "changed": dict(self.changed),
+            "samples_per_s": self.samples_per_s,
+            "step_ms_p50": self.step_ms_p50,
+            "step_ms_p95": self.step_ms_p95,
+            "busy_share": self.busy_share,
+            "input_wait_share": self.input_wait_share,
+            "coarse_util": self.coarse_util,
+            "coarse_source": self.coarse_source,
+            "energy_j_per_step": self.energy_j_per_step,
+            "speedup": self.speedup,
+            "steps": self.steps,
+            "steady_steps": self.steady_steps,
             "transition_s": self.transition_s,
-            "idle_causes": self.idle_causes, "breakdown": self.breakdown,
+            "idle_causes": self.idle_causes,
+            "breakdown": self.breakdown,
         }
 
 
@@ -155,8 +169,9 @@ class CoarseInput:
     power: SeriesView | None
 
 
-def coarse_input(coarse: SeriesStore, device_kind: str | None, cores: int,
-                 since_ns: int | None = None) -> CoarseInput:
+def coarse_input(
+    coarse: SeriesStore, device_kind: str | None, cores: int, since_ns: int | None = None
+) -> CoarseInput:
     """NVML utilization on CUDA; on a CPU the runner tree's CPU over all its usable cores."""
     if device_kind == "cuda":
         util_name, scale = NVML_GPU_UTIL, 100.0
@@ -180,8 +195,13 @@ def _overlap_mean(series: SeriesView | None, r0: int, r1: int) -> float | None:
     return float(np.dot(series.value[keep], weights) / weights.sum())
 
 
-def window_rates(starts: np.ndarray, ends: np.ndarray, samples: np.ndarray,
-                 width_ns: int, drop: np.ndarray | None = None) -> np.ndarray:
+def window_rates(
+    starts: np.ndarray,
+    ends: np.ndarray,
+    samples: np.ndarray,
+    width_ns: int,
+    drop: np.ndarray | None = None,
+) -> np.ndarray:
     """Samples/s per consecutive window of steps, cut by step start (docs/knobs.md §3).
 
     A window runs from its first step's start to the next window's first step's start; the
@@ -204,18 +224,32 @@ def window_rates(starts: np.ndarray, ends: np.ndarray, samples: np.ndarray,
     return sums[keep] * 1e9 / spans[keep]
 
 
-def segment_stats(view: StepsView, change: ConfigChange, coarse: CoarseInput | None, *,
-                  live: bool = False, profiled: np.ndarray | None = None,
-                  until_ns: int | None = None) -> SegmentStats:
+def segment_stats(
+    view: StepsView,
+    change: ConfigChange,
+    coarse: CoarseInput | None,
+    *,
+    live: bool = False,
+    profiled: np.ndarray | None = None,
+    until_ns: int | None = None,
+) -> SegmentStats:
     """The row of one segment from its steps (``view`` holds only this config's steps).
 
     ``profiled`` marks the steps a kernel capture slowed down: left out like transition steps
     (a rate window holding one is dropped whole). Steps starting at or after ``until_ns`` (the
     next change being prepared) end the segment: no figure or rate window includes them.
     """
-    row = SegmentStats(config_id=change.id, label=change.label, settings=dict(change.values),
-                       changed=dict(change.changed), t_ns=change.t_ns, steps=len(view),
-                       steady_steps=0, live=live, rebuilt=change.rebuilt)
+    row = SegmentStats(
+        config_id=change.id,
+        label=change.label,
+        settings=dict(change.values),
+        changed=dict(change.changed),
+        t_ns=change.t_ns,
+        steps=len(view),
+        steady_steps=0,
+        live=live,
+        rebuilt=change.rebuilt,
+    )
     if len(view) == 0:
         return row
     warm_until = change.first_step + change.warmup_steps
@@ -244,8 +278,13 @@ def segment_stats(view: StepsView, change: ConfigChange, coarse: CoarseInput | N
     # Step time runs to the next step's start (phase_durations books the gap as `other`).
     step_ns = durations.sum(axis=1)
     total = float(step_ns.sum())
-    rates = window_rates(view.host[timed, 0], view.host[timed, -1], view.samples[timed],
-                         int(SCORE_WINDOW_S * 1e9), drop=profiled[timed])
+    rates = window_rates(
+        view.host[timed, 0],
+        view.host[timed, -1],
+        view.samples[timed],
+        int(SCORE_WINDOW_S * 1e9),
+        drop=profiled[timed],
+    )
     p50, p95 = np.percentile(step_ns, [50, 95]) / 1e6
     util = power = None
     source = None
@@ -264,11 +303,15 @@ def segment_stats(view: StepsView, change: ConfigChange, coarse: CoarseInput | N
         breakdown=split.categories if measured else None,
         host_phases=split.host_phases if measured else None,
         samples_per_s=float(np.median(rates)) if rates.size else None,
-        step_ms_p50=float(p50), step_ms_p95=float(p95),
+        step_ms_p50=float(p50),
+        step_ms_p95=float(p95),
         busy_share=busy_share(view, steady),
         input_wait_share=float(durations[:, _DATA].sum()) / total if total > 0 else None,
-        coarse_util=util, coarse_source=source, energy_j_per_step=power,
-        window_rates=tuple(float(r) for r in rates))
+        coarse_util=util,
+        coarse_source=source,
+        energy_j_per_step=power,
+        window_rates=tuple(float(r) for r in rates),
+    )
 
 
 def preparing_since(change: ConfigChange) -> int:
@@ -279,11 +322,13 @@ def preparing_since(change: ConfigChange) -> int:
     return change.t_ns - int(change.apply_s * 1e9)
 
 
-def with_speedups(rows: Sequence[SegmentStats], baseline_id: int | None
-                  ) -> list[SegmentStats]:
+def with_speedups(rows: Sequence[SegmentStats], baseline_id: int | None) -> list[SegmentStats]:
     """Speedup of every row against the pinned baseline, else the first row."""
-    base = next((r for r in rows if r.config_id == baseline_id), None) if baseline_id is not None \
+    base = (
+        next((r for r in rows if r.config_id == baseline_id), None)
+        if baseline_id is not None
         else None
+    )
     if base is None and rows:
         base = rows[0]
     ref = base.samples_per_s if base is not None else None
@@ -314,16 +359,24 @@ class Scoreboard:
             for config_id in config_ids:
                 self._frozen.pop(config_id, None)
 
-    def rows(self, steps: StepStore, changes: Sequence[ConfigChange], coarse: SeriesStore, *,
-             device_kind: str | None, cores: int, baseline_id: int | None,
-             running: bool) -> list[SegmentStats]:
+    def rows(
+        self,
+        steps: StepStore,
+        changes: Sequence[ConfigChange],
+        coarse: SeriesStore,
+        *,
+        device_kind: str | None,
+        cores: int,
+        baseline_id: int | None,
+        running: bool,
+    ) -> list[SegmentStats]:
         with self._lock:
             data = coarse_input(coarse, device_kind, cores)
-            return with_speedups(self._rows(steps, changes, data, running=running),
-                                 baseline_id)
+            return with_speedups(self._rows(steps, changes, data, running=running), baseline_id)
 
-    def _rows(self, steps: StepStore, changes: Sequence[ConfigChange], data: CoarseInput, *,
-              running: bool) -> list[SegmentStats]:
+    def _rows(
+        self, steps: StepStore, changes: Sequence[ConfigChange], data: CoarseInput, *, running: bool
+    ) -> list[SegmentStats]:
         open_changes = [c for c in changes if c.id not in self._frozen]
         if not open_changes:
             return [self._relabelled(c) for c in changes]
@@ -337,12 +390,23 @@ class Scoreboard:
                 rows.append(self._relabelled(change))
                 continue
             mask = view.config == change.id
-            sub = StepsView(view.step[mask], view.config[mask], view.samples[mask],
-                            view.host[mask], view.device[mask], view.has_device[mask])
+            sub = StepsView(
+                view.step[mask],
+                view.config[mask],
+                view.samples[mask],
+                view.host[mask],
+                view.device[mask],
+                view.has_device[mask],
+            )
             finished = not running or any(i > change.id for i in later_ids)
-            row = segment_stats(sub, change, data, live=running and change.id == last_id,
-                                profiled=np.isin(sub.step, self._profiled),
-                                until_ns=None if after is None else preparing_since(after))
+            row = segment_stats(
+                sub,
+                change,
+                data,
+                live=running and change.id == last_id,
+                profiled=np.isin(sub.step, self._profiled),
+                until_ns=None if after is None else preparing_since(after),
+            )
             if finished and change.id != last_id:
                 self._frozen[change.id] = row
             rows.append(row)

@@ -57,8 +57,9 @@ def default_result_path() -> Path:
     return log_dir() / RESULT_NAME
 
 
-def choose_python(explicit: str | None, remembered: str | None,
-                  result: SelfTestResult) -> str | None:
+def choose_python(
+    explicit: str | None, remembered: str | None, result: SelfTestResult
+) -> str | None:
     """``--python``, else the interpreter chosen in the window, else ours (not frozen),
     else the best one discovery finds; None (with the reason in ``result``) if none."""
     if explicit:
@@ -79,9 +80,15 @@ def choose_python(explicit: str | None, remembered: str | None,
     return found.candidate.path
 
 
-def run_self_test(python: str | None, remembered: str | None, result_path: Path,
-                  open_window: WindowOpener, *, timeout: float = TIMEOUT_S,
-                  min_steps: int = MIN_STEPS) -> SelfTestResult:
+def run_self_test(
+    python: str | None,
+    remembered: str | None,
+    result_path: Path,
+    open_window: WindowOpener,
+    *,
+    timeout: float = TIMEOUT_S,
+    min_steps: int = MIN_STEPS,
+) -> SelfTestResult:
     """Run the check; the result is also written to ``result_path`` (JSON)."""
     started = time.monotonic()
     result = SelfTestResult()
@@ -93,15 +100,22 @@ def run_self_test(python: str | None, remembered: str | None, result_path: Path,
     return result
 
 
-def _watch_run(result: SelfTestResult, open_window: WindowOpener, started: float,
-               timeout: float, min_steps: int) -> None:
+def _watch_run(
+    result: SelfTestResult,
+    open_window: WindowOpener,
+    started: float,
+    timeout: float,
+    min_steps: int,
+) -> None:
     session = Session()
     pump, close = open_window(session)
     try:
         session.start(LaunchSpec(workload=WORKLOAD, device=DEVICE, python=result.python))
         deadline = started + timeout
         while time.monotonic() < deadline and session.state not in (
-                SessionState.FAILED, SessionState.FINISHED):
+            SessionState.FAILED,
+            SessionState.FINISHED,
+        ):
             pump()  # the window redraws from the session, as it would on a desk
             count = session.steps.count
             if count and result.seconds_to_first_step is None:
@@ -114,11 +128,12 @@ def _watch_run(result: SelfTestResult, open_window: WindowOpener, started: float
         result.runner = {"versions": hello.get("versions"), "device": hello.get("device")}
         if result.steps >= min_steps:
             result.ok = True
-            result.message = (f"passed: {result.steps} steps of {WORKLOAD} on {DEVICE} "
-                              f"arrived from {result.python}")
+            result.message = (
+                f"passed: {result.steps} steps of {WORKLOAD} on {DEVICE} "
+                f"arrived from {result.python}"
+            )
         else:
-            why = session.error or (f"{result.steps} of {min_steps} steps within "
-                                    f"{timeout:g} s")
+            why = session.error or (f"{result.steps} of {min_steps} steps within {timeout:g} s")
             result.message = f"failed: {why}"
     finally:
         session.close()
@@ -134,7 +149,6 @@ def write_result(result: SelfTestResult, path: Path) -> None:
     """The JSON result; an unwritable path only adds a note to the message."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(asdict(result), indent=2, default=str) + "\n",
-                        encoding="utf-8")
+        path.write_text(json.dumps(asdict(result), indent=2, default=str) + "\n", encoding="utf-8")
     except OSError as exc:
         result.message += f" (result file not written: {exc.strerror or exc})"

@@ -130,9 +130,14 @@ class LaunchSpec:
 class Session:
     """Launches and watches one runner at a time; restartable after it ends."""
 
-    def __init__(self, *, step_capacity: int = DEFAULT_STEP_CAPACITY,
-                 sample_coarse: bool = True, no_step_notice_s: float = NO_STEP_NOTICE_S,
-                 keep_all_output: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        step_capacity: int = DEFAULT_STEP_CAPACITY,
+        sample_coarse: bool = True,
+        no_step_notice_s: float = NO_STEP_NOTICE_S,
+        keep_all_output: bool = False,
+    ) -> None:
         self.steps = StepStore(step_capacity)
         self.coarse = SeriesStore()
         self.t0_ns = time.perf_counter_ns()
@@ -165,7 +170,8 @@ class Session:
         self._next_request = 1
         self._scoreboard = Scoreboard()
         self._windows: collections.deque[KernelWindow] = collections.deque(
-            maxlen=MAX_KERNEL_WINDOWS)
+            maxlen=MAX_KERNEL_WINDOWS
+        )
         self._capture_steps: int | None = None  # a capture asked for, not answered yet
         self._hidden_knobs: set[Any] = set()  # knobs left out of the panel (logged once)
         #: Why the last kernel capture did not give a window (refused or failed), if it did not.
@@ -255,8 +261,9 @@ class Session:
         or a ``refused`` message.
         """
         current = self.config_values()
-        wanted = {k: v for k, v in values.items()
-                  if k not in current or not _same_value(current[k], v)}
+        wanted = {
+            k: v for k, v in values.items() if k not in current or not _same_value(current[k], v)
+        }
         if not wanted:
             return None
         lnk = self._link
@@ -291,10 +298,14 @@ class Session:
     def request_capture(self, steps: int) -> None:
         """Profile the next ``steps`` steps (DESIGN §4 kernel window); the result arrives as a
         ``KernelWindow`` in ``kernel_windows()``, or as ``capture_error``."""
-        if isinstance(steps, bool) or not isinstance(steps, int) \
-                or not 1 <= steps <= protocol.MAX_CAPTURE_STEPS:
-            raise SessionError(f"a kernel capture covers 1 to {protocol.MAX_CAPTURE_STEPS} "
-                               f"steps, not {steps!r}")
+        if (
+            isinstance(steps, bool)
+            or not isinstance(steps, int)
+            or not 1 <= steps <= protocol.MAX_CAPTURE_STEPS
+        ):
+            raise SessionError(
+                f"a kernel capture covers 1 to {protocol.MAX_CAPTURE_STEPS} steps, not {steps!r}"
+            )
         lnk = self._link
         if lnk is None or self._state is not SessionState.RUNNING:
             raise SessionError("no training run is connected: start one first")
@@ -317,8 +328,14 @@ class Session:
         changes = self.config_changes()
         cores = device_cores(self.hello, os.cpu_count() or 1)
         return self._scoreboard.rows(
-            self.steps, changes, self.coarse, device_kind=self.device_kind, cores=cores,
-            baseline_id=self.baseline_id, running=self._state in ACTIVE_STATES)
+            self.steps,
+            changes,
+            self.coarse,
+            device_kind=self.device_kind,
+            cores=cores,
+            baseline_id=self.baseline_id,
+            running=self._state in ACTIVE_STATES,
+        )
 
     def start(self, spec: LaunchSpec) -> None:
         """Launch the runner (non-blocking). Errors become state FAILED with a message."""
@@ -330,8 +347,10 @@ class Session:
             self.liveness = Liveness(notice_s=self._no_step_notice_s, script=bool(spec.script))
             self._state = SessionState.STARTING
         what = f"script {spec.name!r}" if spec.script else f"workload {spec.workload!r}"
-        self._info(f"starting {what} on {spec.device}: the runner imports "
-                   f"torch first, which can take several seconds")
+        self._info(
+            f"starting {what} on {spec.device}: the runner imports "
+            f"torch first, which can take several seconds"
+        )
         try:
             self._launch(spec)
         except Exception as exc:
@@ -356,8 +375,9 @@ class Session:
             launcher.end_tree(proc, terminate_after=0.0, kill_after=TERMINATE_S)
         if self._listener is not None:
             self._listener.close()
-        self._finish(proc.returncode if proc is not None and proc.returncode is not None
-                     else -signal.SIGINT)
+        self._finish(
+            proc.returncode if proc is not None and proc.returncode is not None else -signal.SIGINT
+        )
 
     def stop(self) -> None:
         """Ask the run to end (non-blocking): polite, then terminate, then kill the tree."""
@@ -440,12 +460,19 @@ class Session:
         extra = ["--max-steps", str(spec.max_steps)] if spec.max_steps else []
         root = launcher.runner_pythonpath(python, self._private_dir)
         if spec.script:
-            cmd = launcher.script_command(python, self._listener.address, spec.script,
-                                          spec.script_args, device=spec.device, root=root,
-                                          extra=extra)
+            cmd = launcher.script_command(
+                python,
+                self._listener.address,
+                spec.script,
+                spec.script_args,
+                device=spec.device,
+                root=root,
+                extra=extra,
+            )
         else:
-            cmd = launcher.runner_command(python, self._listener.address, spec.workload,
-                                          spec.device, extra, root=root)
+            cmd = launcher.runner_command(
+                python, self._listener.address, spec.workload, spec.device, extra, root=root
+            )
         self._proc = launcher.spawn(cmd, launcher.runner_env(), cwd=spec.cwd, authkey=authkey)
         if self._sample_coarse:
             self._add_sampler(ProcessTreeSampler(self.coarse, self._proc.pid))
@@ -466,9 +493,13 @@ class Session:
                 target()
             except Exception:
                 log.exception("%s failed", threading.current_thread().name)
-                self._log_line("error", "gpuwatch",
-                               f"internal error in {threading.current_thread().name}: "
-                               f"{traceback.format_exc(limit=3)}")
+                self._log_line(
+                    "error",
+                    "gpuwatch",
+                    f"internal error in {threading.current_thread().name}: "
+                    f"{traceback.format_exc(limit=3)}",
+                )
+
         return run
 
     def _read_link(self) -> None:
@@ -490,8 +521,11 @@ class Session:
                 self.dropped_messages += 1
                 n = self.dropped_messages
                 if n <= DROPS_LOGGED or n % 1000 == 0:  # a flood must not flood the log
-                    self._log_line("warning", "gpuwatch", f"dropped a message from the runner "
-                                                          f"({n} so far): {exc}")
+                    self._log_line(
+                        "warning",
+                        "gpuwatch",
+                        f"dropped a message from the runner ({n} so far): {exc}",
+                    )
                 continue
             self._dispatch(message)
         lnk.close()
@@ -513,10 +547,13 @@ class Session:
         if seen:
             return
         log.warning("could not use a %r message from the runner", kind, exc_info=exc)
-        self._log_line("warning", "gpuwatch",
-                       f"dropped a {kind!r} message from the runner that gpuwatch could not "
-                       f"use ({type(exc).__name__}: {protocol.shorten(str(exc), 300)}); "
-                       f"further {kind!r} messages that fail are counted, not logged")
+        self._log_line(
+            "warning",
+            "gpuwatch",
+            f"dropped a {kind!r} message from the runner that gpuwatch could not "
+            f"use ({type(exc).__name__}: {protocol.shorten(str(exc), 300)}); "
+            f"further {kind!r} messages that fail are counted, not logged",
+        )
 
     def _notify(self, message: dict[str, Any]) -> None:
         listeners = self._listeners
@@ -529,21 +566,24 @@ class Session:
             except Exception as exc:
                 self.remove_listener(listener)
                 log.exception("listener %r failed", listener)
-                self._log_line("error", "gpuwatch", f"internal error: a listener failed and was "
-                                                    f"detached: {exc}")
+                self._log_line(
+                    "error",
+                    "gpuwatch",
+                    f"internal error: a listener failed and was detached: {exc}",
+                )
 
     def _dispatch_kind(self, message: dict[str, Any]) -> None:
         kind = message["kind"]
         if kind == "steps":
-            self.steps.append(message["step"], message["config"], message["samples"],
-                              message["host"])
+            self.steps.append(
+                message["step"], message["config"], message["samples"], message["host"]
+            )
         elif kind == "device_marks":
             self.steps.set_device_marks(message["step"], message["device"])
         elif kind == "hello":
             self._on_hello(message)
         elif kind == "log":
-            level = message["level"] if message["level"] in ("info", "warning", "error") \
-                else "info"
+            level = message["level"] if message["level"] in ("info", "warning", "error") else "info"
             off = isinstance(message.get("off"), str)
             if off:
                 self.instruments_off.append(message["text"])
@@ -629,17 +669,23 @@ class Session:
             name = knob.get("name")
             if name not in self._hidden_knobs:
                 self._hidden_knobs.add(name)
-                self._log_line("warning", "gpuwatch",
-                               f"knob {name!r} is not shown: its {too_big} is beyond what the "
-                               f"knob panel holds (integers up to ±{KNOB_INT_LIMIT:,}); the "
-                               f"script goes on with its value")
+                self._log_line(
+                    "warning",
+                    "gpuwatch",
+                    f"knob {name!r} is not shown: its {too_big} is beyond what the "
+                    f"knob panel holds (integers up to ±{KNOB_INT_LIMIT:,}); the "
+                    f"script goes on with its value",
+                )
         return kept
 
     def _on_refused(self, message: dict[str, Any]) -> None:
         request = message.get("request")
-        refusal = Refusal(request if isinstance(request, int) else None,
-                          dict(message["values"]), str(message["message"]),
-                          time.perf_counter_ns())
+        refusal = Refusal(
+            request if isinstance(request, int) else None,
+            dict(message["values"]),
+            str(message["message"]),
+            time.perf_counter_ns(),
+        )
         with self._lock:
             if refusal.request is not None:
                 self._labels.pop(refusal.request, None)
@@ -650,9 +696,11 @@ class Session:
     def _on_hello(self, hello: dict[str, Any]) -> None:
         if hello["protocol"] != protocol.PROTOCOL_VERSION:
             self.stop()  # first: stop() leaves a FAILED run alone, and this one must end
-            self._fail(f"the runner speaks protocol {hello['protocol']}, this gpuwatch "
-                       f"speaks {protocol.PROTOCOL_VERSION}: install the same gpuwatch version "
-                       f"in the training environment")
+            self._fail(
+                f"the runner speaks protocol {hello['protocol']}, this gpuwatch "
+                f"speaks {protocol.PROTOCOL_VERSION}: install the same gpuwatch version "
+                f"in the training environment"
+            )
             return
         self.hello = {**hello, "knobs": self._panel_knobs(hello["knobs"])}
         self._hello_at = time.monotonic()
@@ -660,11 +708,16 @@ class Session:
         values = initial.get("values")
         with self._lock:
             self._changes[0] = ConfigChange(
-                id=0, values=dict(values) if isinstance(values, dict) else {}, changed={},
-                t_ns=time.perf_counter_ns(), first_step=0,
-                warmup_steps=initial["warmup_steps"] if isinstance(
-                    initial.get("warmup_steps"), int) else _initial_warmup(values or {}),
-                label=BASELINE_LABEL)
+                id=0,
+                values=dict(values) if isinstance(values, dict) else {},
+                changed={},
+                t_ns=time.perf_counter_ns(),
+                first_step=0,
+                warmup_steps=initial["warmup_steps"]
+                if isinstance(initial.get("warmup_steps"), int)
+                else _initial_warmup(values or {}),
+                label=BASELINE_LABEL,
+            )
         device = hello["device"]
         on_cpu = device.get("kind") != "cuda"
         self.steps.set_device_is_host(on_cpu)
@@ -672,17 +725,24 @@ class Session:
             if self._state is SessionState.STARTING:
                 self._state = SessionState.RUNNING
         versions = hello.get("versions", {})
-        self._info(f"runner pid {hello['pid']}: {hello['workload']} on {device.get('name')} "
-                   f"(python {versions.get('python')}, torch {versions.get('torch')}, "
-                   f"timing: {hello.get('timing', 'host')})")
+        self._info(
+            f"runner pid {hello['pid']}: {hello['workload']} on {device.get('name')} "
+            f"(python {versions.get('python')}, torch {versions.get('torch')}, "
+            f"timing: {hello.get('timing', 'host')})"
+        )
         if not self._sample_coarse:
             return
         if on_cpu:
             nvml_unavailable_statuses(self.coarse, "the runner trains on the CPU")
         elif not device.get("pending"):  # a script's device is named at its first step
-            self._add_sampler(NvmlSampler.for_device(
-                self.coarse, uuid=device.get("uuid"), pci_bus_id=device.get("pci_bus_id"),
-                index=device.get("index")))
+            self._add_sampler(
+                NvmlSampler.for_device(
+                    self.coarse,
+                    uuid=device.get("uuid"),
+                    pci_bus_id=device.get("pci_bus_id"),
+                    index=device.get("index"),
+                )
+            )
 
     def _on_device(self, device: dict[str, Any]) -> None:
         """A watched script's CUDA device, known once it ran a step: NVML is matched to it."""
@@ -694,9 +754,14 @@ class Session:
             return
         self.hello = {**self.hello, "device": dict(device)}
         if self._sample_coarse:
-            self._add_sampler(NvmlSampler.for_device(
-                self.coarse, uuid=device.get("uuid"), pci_bus_id=device.get("pci_bus_id"),
-                index=device.get("index")))
+            self._add_sampler(
+                NvmlSampler.for_device(
+                    self.coarse,
+                    uuid=device.get("uuid"),
+                    pci_bus_id=device.get("pci_bus_id"),
+                    index=device.get("index"),
+                )
+            )
 
     def _read_output(self) -> None:
         proc = self._proc
@@ -736,12 +801,16 @@ class Session:
             if hello_at is None or self._state is not SessionState.RUNNING:
                 continue
             now = time.monotonic()
-            transition = liveness.tick(now, hello_at=hello_at, steps=self.steps.count,
-                                       typical_step_s=self.typical_step_s())
+            transition = liveness.tick(
+                now, hello_at=hello_at, steps=self.steps.count, typical_step_s=self.typical_step_s()
+            )
             if transition is not None:
                 self._announce(transition)
-            if spec.seconds is not None and now - hello_at >= spec.seconds and \
-                    not self._stop_requested.is_set():
+            if (
+                spec.seconds is not None
+                and now - hello_at >= spec.seconds
+                and not self._stop_requested.is_set()
+            ):
                 self.stopped_after_s = spec.seconds
                 self._info(f"stopping after {spec.seconds:g} s (as asked)")
                 self.stop()
@@ -763,8 +832,9 @@ class Session:
         grace = stop_grace_s(self.typical_step_s())
         asked = self._link is not None and self._link.send("stop", grace_s=grace)
         polite = grace + POLITE_STOP_S if asked else 0.0  # no link: nobody to ask
-        launcher.end_tree(proc, terminate_after=polite, kill_after=TERMINATE_S,
-                          on_escalate=self._escalated)
+        launcher.end_tree(
+            proc, terminate_after=polite, kill_after=TERMINATE_S, on_escalate=self._escalated
+        )
 
     def _escalated(self, how: str) -> None:
         self.stop_escalation = how
@@ -785,14 +855,19 @@ class Session:
                 # Not even a runner: e.g. --python /bin/true exits 0 without a word.
                 python = (self.spec.python if self.spec else None) or launcher.default_python()
                 self._state = SessionState.FAILED
-                self.error = (f"the runner {how} before sending anything: is {python} a "
-                              f"Python interpreter with torch?")
+                self.error = (
+                    f"the runner {how} before sending anything: is {python} a "
+                    f"Python interpreter with torch?"
+                )
             elif code == 0 or requested or self._script_exit_code() == code:
                 self._state = SessionState.FINISHED  # a script's own sys.exit(n) is no failure
             else:
                 self._state = SessionState.FAILED
-                self.error = (f"the runner {how} before sending anything"
-                              if self.hello is None else f"the runner {how}")
+                self.error = (
+                    f"the runner {how} before sending anything"
+                    if self.hello is None
+                    else f"the runner {how}"
+                )
         level = "info" if self._state is SessionState.FINISHED else "error"
         self._log_line(level, "gpuwatch", f"runner {how}")
         self._cleanup_files()
@@ -832,10 +907,10 @@ class Session:
     def _info(self, text: str) -> None:
         self._log_line("info", "gpuwatch", text)
 
-    def _log_line(self, level: str, source: str, text: str, *, notice: bool = False,
-                  wait: bool = False) -> None:
-        self._log.append(LogLine(time.perf_counter_ns(), level, source, text, notice),
-                         wait=wait)
+    def _log_line(
+        self, level: str, source: str, text: str, *, notice: bool = False, wait: bool = False
+    ) -> None:
+        self._log.append(LogLine(time.perf_counter_ns(), level, source, text, notice), wait=wait)
         if source == "gpuwatch":
             self._notify({"kind": "log", "level": level, "text": text, "source": source})
             log.log(logging.ERROR if level == "error" else logging.INFO, "%s", text)
@@ -844,8 +919,10 @@ class Session:
 #: What torch.profiler's C++ side prints on every kernel capture and means nothing to a user:
 #: Kineto's USDT start/stop probes, and a CUDA build on a machine without a GPU failing to count
 #: devices (notes/measurement.md, addendum).
-_PROFILER_NOISE = re.compile(r"^(USDT:.*\] profiler_(start|stop)$"
-                             r"|ERROR:.*gpuGetDeviceCount failed with code 35$)")
+_PROFILER_NOISE = re.compile(
+    r"^(USDT:.*\] profiler_(start|stop)$"
+    r"|ERROR:.*gpuGetDeviceCount failed with code 35$)"
+)
 
 
 def is_profiler_noise(line: str) -> bool:
@@ -865,8 +942,12 @@ def device_cores(hello: dict[str, Any] | None, default: int = 1) -> int:
     """The runner's core count from its hello; ``default`` when it sent none or nonsense
     (a ``1e400`` parses as infinity, which no int holds)."""
     cores = hello["device"].get("cores") if hello is not None else None
-    if isinstance(cores, int | float) and not isinstance(cores, bool) \
-            and math.isfinite(cores) and cores >= 1:
+    if (
+        isinstance(cores, int | float)
+        and not isinstance(cores, bool)
+        and math.isfinite(cores)
+        and cores >= 1
+    ):
         return int(cores)
     return default
 

@@ -41,16 +41,27 @@ from gpuwatch.core.gap_causes import (
 from gpuwatch.core.store import StepsView
 from gpuwatch.protocol import ALL_PHASES
 
-CATEGORIES: tuple[str, ...] = ("kernel", "memcpy", "data_loading", "cpu_launch", "sync",
-                               "other")
+CATEGORIES: tuple[str, ...] = ("kernel", "memcpy", "data_loading", "cpu_launch", "sync", "other")
 #: Words on screen; on a CPU "kernel" is the compute phases' time.
-LABELS = {"kernel": "kernel", "memcpy": "memcpy", "data_loading": "data loading",
-          "cpu_launch": "CPU/launch", "sync": "sync", "other": "other"}
+LABELS = {
+    "kernel": "kernel",
+    "memcpy": "memcpy",
+    "data_loading": "data loading",
+    "cpu_launch": "CPU/launch",
+    "sync": "sync",
+    "other": "other",
+}
 CPU_LABELS = {**LABELS, "kernel": "compute"}
 
 #: Category of device-idle time per idle cause.
-_CATEGORY_OF_CAUSE = {"input": "data_loading", "copy": "memcpy", "launch": "cpu_launch",
-                      "sync": "sync", "reconfigure": "other", "other": "other"}
+_CATEGORY_OF_CAUSE = {
+    "input": "data_loading",
+    "copy": "memcpy",
+    "launch": "cpu_launch",
+    "sync": "sync",
+    "reconfigure": "other",
+    "other": "other",
+}
 
 
 @dataclass(frozen=True)
@@ -86,19 +97,25 @@ def from_split(split: TimeSplit, steps: int) -> StepBreakdown:
     host = split.host_ns * scale
     phases = {name: float(host[i]) for i, name in enumerate(ALL_PHASES)}
     phases["other"] += float(host[HOST_RECONFIGURE])
-    return StepBreakdown(steps=steps, wall_ms=split.wall_ns * scale, categories=categories,
-                         idle_causes=causes, host_phases=phases)
+    return StepBreakdown(
+        steps=steps,
+        wall_ms=split.wall_ns * scale,
+        categories=categories,
+        idle_causes=causes,
+        host_phases=phases,
+    )
 
 
-def step_breakdown(view: StepsView, rows: np.ndarray | None = None,
-                   reconfiguring: np.ndarray | None = None) -> StepBreakdown:
+def step_breakdown(
+    view: StepsView, rows: np.ndarray | None = None, reconfiguring: np.ndarray | None = None
+) -> StepBreakdown:
     """The breakdown over the selected steps of ``view`` (default: all of them)."""
     sel = np.ones(len(view), bool) if rows is None else np.asarray(rows, bool)
     return from_split(time_split(view, sel, reconfiguring), int(sel.sum()))
 
 
 def summary(categories: dict[str, float], device_kind: str | None) -> str:
-    """"of 52.1 ms per step: 30.2 data loading, 20.0 compute, ..." (largest first)."""
+    """ "of 52.1 ms per step: 30.2 data loading, 20.0 compute, ..." (largest first)."""
     labels = CPU_LABELS if device_kind != "cuda" else LABELS
     parts = sorted(categories.items(), key=lambda kv: -kv[1])
     shown = ", ".join(f"{ms:.1f} {labels[name]}" for name, ms in parts if ms >= 0.05)
@@ -107,7 +124,7 @@ def summary(categories: dict[str, float], device_kind: str | None) -> str:
 
 
 def idle_summary(idle_causes: dict[str, float]) -> str:
-    """"of 31.0 ms idle per step: 30.2 input, 0.8 sync" (largest first)."""
+    """ "of 31.0 ms idle per step: 30.2 input, 0.8 sync" (largest first)."""
     total = sum(idle_causes.values())
     parts = sorted(idle_causes.items(), key=lambda kv: -kv[1])
     shown = ", ".join(f"{ms:.1f} {name}" for name, ms in parts if ms >= 0.05)

@@ -40,9 +40,14 @@ class StepsView:
 
     @classmethod
     def empty(cls) -> StepsView:
-        return cls(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64),
-                   np.empty((0, N_MARKS), np.int64), np.empty((0, N_MARKS), np.int64),
-                   np.empty(0, bool))
+        return cls(
+            np.empty(0, np.int64),
+            np.empty(0, np.int64),
+            np.empty(0, np.int64),
+            np.empty((0, N_MARKS), np.int64),
+            np.empty((0, N_MARKS), np.int64),
+            np.empty(0, bool),
+        )
 
 
 class StepStore:
@@ -76,8 +81,9 @@ class StepStore:
         with self._lock:
             self._count = 0
 
-    def append(self, step: list[int], config: list[int], samples: list[int],
-               host: list[list[int]]) -> None:
+    def append(
+        self, step: list[int], config: list[int], samples: list[int], host: list[list[int]]
+    ) -> None:
         """Append a columnar batch as sent in a ``steps`` message."""
         n = len(step)
         if n == 0:
@@ -85,9 +91,12 @@ class StepStore:
         host_arr = np.asarray(host, np.int64).reshape(n, N_MARKS)
         with self._lock:
             if n > self.capacity:  # keep only what fits
-                step, config, samples = step[-self.capacity:], config[-self.capacity:], \
-                    samples[-self.capacity:]
-                host_arr = host_arr[-self.capacity:]
+                step, config, samples = (
+                    step[-self.capacity :],
+                    config[-self.capacity :],
+                    samples[-self.capacity :],
+                )
+                host_arr = host_arr[-self.capacity :]
                 self._count += n - self.capacity
                 n = self.capacity
             idx = (self._count + np.arange(n)) % self.capacity
@@ -126,8 +135,9 @@ class StepStore:
                 found[np.flatnonzero(todo)[hit]] = True
             return int(found.sum())
 
-    def snapshot(self, since_ns: int | None = None, last: int | None = None, *,
-                 before: int = 0) -> StepsView:
+    def snapshot(
+        self, since_ns: int | None = None, last: int | None = None, *, before: int = 0
+    ) -> StepsView:
         """Copy the steps that end at or after ``since_ns`` (all if None), at most ``last``;
         with ``before``, also that many steps before them (whatever covers ``since_ns`` from
         its left, e.g. the loop overhead or device work running into it).
@@ -143,18 +153,28 @@ class StepStore:
                 lo = max(self._first_ending_at(start, n, since_ns) - before, 0)
             if last is not None:
                 lo = max(lo, n - last) if last > 0 else n
-            return StepsView(*(self._rows(column, start, lo, n) for column in (
-                self._step, self._config, self._samples, self._host, self._device,
-                self._has_device)))
+            return StepsView(
+                *(
+                    self._rows(column, start, lo, n)
+                    for column in (
+                        self._step,
+                        self._config,
+                        self._samples,
+                        self._host,
+                        self._device,
+                        self._has_device,
+                    )
+                )
+            )
 
     def _first_ending_at(self, start: int, n: int, since_ns: int) -> int:
         """Logical index of the first stored step whose end mark is >= ``since_ns``."""
         ends = self._host[:, -1]
         head = min(n, self.capacity - start)  # rows before the ring wraps
-        k = int(np.searchsorted(ends[start:start + head], since_ns, side="left"))
+        k = int(np.searchsorted(ends[start : start + head], since_ns, side="left"))
         if k < head:
             return k
-        return head + int(np.searchsorted(ends[:n - head], since_ns, side="left"))
+        return head + int(np.searchsorted(ends[: n - head], since_ns, side="left"))
 
     def _rows(self, column: np.ndarray, start: int, lo: int, hi: int) -> np.ndarray:
         """A copy of logical rows ``[lo, hi)`` of a ring column whose oldest row is ``start``."""
@@ -163,9 +183,8 @@ class StepStore:
         if b <= cap:
             return column[a:b].copy()
         if a >= cap:
-            return column[a - cap:b - cap].copy()
-        return np.concatenate((column[a:], column[:b - cap]))
-
+            return column[a - cap : b - cap].copy()
+        return np.concatenate((column[a:], column[: b - cap]))
 
 
 @dataclass(frozen=True)
@@ -221,8 +240,9 @@ class SeriesStore:
     def append(self, name: str, t0_ns: int, t1_ns: int, value: float) -> None:
         self.append_many(name, [t0_ns], [t1_ns], [value])
 
-    def append_many(self, name: str, t0_ns: list[int], t1_ns: list[int],
-                    values: list[float]) -> None:
+    def append_many(
+        self, name: str, t0_ns: list[int], t1_ns: list[int], values: list[float]
+    ) -> None:
         n = len(values)
         if n == 0:
             return
@@ -230,8 +250,9 @@ class SeriesStore:
             ring = self._rings.get(name)
             if ring is None:
                 cap = self.capacity
-                ring = _Ring(np.zeros(cap, np.int64), np.zeros(cap, np.int64),
-                             np.zeros(cap, np.float64))
+                ring = _Ring(
+                    np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.float64)
+                )
                 self._rings[name] = ring
             cap = len(ring.value)
             take = slice(-cap, None)

@@ -95,23 +95,34 @@ class TimelineBins:
         """Everything before this time is final (no arriving data changes it)."""
         return self._origin + self._clean_k * self.width_ns
 
-    def update(self, store: StepStore, changes: Sequence[ConfigChange],
-               origin_ns: int, *, lo_ns: int, hi_ns: int, px_ns: float,
-               final: bool = False) -> None:
+    def update(
+        self,
+        store: StepStore,
+        changes: Sequence[ConfigChange],
+        origin_ns: int,
+        *,
+        lo_ns: int,
+        hi_ns: int,
+        px_ns: float,
+        final: bool = False,
+    ) -> None:
         """Bring the bins covering ``[lo_ns, hi_ns]`` up to date with ``store``.
 
         ``final``: no more data will come (the run ended, or a replay): every bin is final.
         """
         width = bin_width_ns(px_ns)
         # What decides the reconfigure cause (ConfigChange holds dicts: not hashable).
-        transitions = tuple((c.id, bool(c.changed), c.first_step, c.warmup_steps)
-                            for c in changes)
+        transitions = tuple((c.id, bool(c.changed), c.first_step, c.warmup_steps) for c in changes)
         key = (id(store), origin_ns, width)
         count = store.count
         k_lo = (lo_ns - origin_ns) // width
-        added = transitions[len(self._transitions):]
-        if (key != self._key or count < self._seen or k_lo < self._k0
-                or transitions[:len(self._transitions)] != self._transitions):
+        added = transitions[len(self._transitions) :]
+        if (
+            key != self._key
+            or count < self._seen
+            or k_lo < self._k0
+            or transitions[: len(self._transitions)] != self._transitions
+        ):
             self._reset(key, origin_ns, width, k_lo)
         elif added:  # a knob change: its transition re-prices from its first step on
             self._reopen_from(store, min(first for _, _, first, _ in added))
@@ -129,9 +140,19 @@ class TimelineBins:
         view = store.snapshot(since_ns=origin_ns + start_k * width - LOOKBACK_NS, before=1)
         later = view.host[:, 0] >= origin_ns + limit_k * width
         if later.any():
-            view = StepsView(*(column[~later] for column in (
-                view.step, view.config, view.samples, view.host, view.device,
-                view.has_device)))
+            view = StepsView(
+                *(
+                    column[~later]
+                    for column in (
+                        view.step,
+                        view.config,
+                        view.samples,
+                        view.host,
+                        view.device,
+                        view.has_device,
+                    )
+                )
+            )
         if len(view):
             self._reprice(view, changes, start_k)
         # Steps past the limit exist: the last one before it is complete (its successor is in).
@@ -179,8 +200,9 @@ class TimelineBins:
         later = np.flatnonzero(view.step >= first_step)
         if len(later):
             start = int(view.host[later[0], 0])
-            self._clean_k = max(min(self._clean_k, (start - self._origin) // self.width_ns),
-                                self._k0)
+            self._clean_k = max(
+                min(self._clean_k, (start - self._origin) // self.width_ns), self._k0
+            )
 
     def _trim(self, k_lo: int, visible_bins: int) -> None:
         """Drop bins more than one view width left of the view (follow mode moves right)."""
@@ -191,14 +213,16 @@ class TimelineBins:
             self._k0 += drop
             self._clean_k = max(self._clean_k, self._k0)
 
-    def _reprice(self, view: StepsView, changes: Sequence[ConfigChange],
-                 start_k: int) -> None:
+    def _reprice(self, view: StepsView, changes: Sequence[ConfigChange], start_k: int) -> None:
         """Recompute every bin from ``start_k`` on from ``view`` (which reaches back far
         enough that nothing before ``start_k`` is missing from those bins)."""
         width, origin = self.width_ns, self._origin
-        t_end = int(max(view.host[:, -1].max(),
-                        view.device[view.has_device, -1].max() if view.has_device.any()
-                        else 0))
+        t_end = int(
+            max(
+                view.host[:, -1].max(),
+                view.device[view.has_device, -1].max() if view.has_device.any() else 0,
+            )
+        )
         end_k = max(-(-(t_end - origin) // width), start_k + 1)
         edges = origin + width * np.arange(start_k, end_k + 1, dtype=np.int64)
         rows = occupancy_between(view, changes, edges)
@@ -211,7 +235,7 @@ class TimelineBins:
         need = begin + rows.shape[1]
         if need > self._occ.shape[1]:
             grown = np.zeros((len(ROWS), max(need, 2 * self._occ.shape[1])))
-            grown[:, :self._occ.shape[1]] = self._occ
+            grown[:, : self._occ.shape[1]] = self._occ
             self._occ = grown
         self._occ[:, begin:need] = rows
         self._occ[:, need:] = 0.0  # nothing beyond the newest data (yet)
@@ -226,8 +250,9 @@ class TimelineBins:
             return self._k0 + self._occ.shape[1]
         host_start = view.host[:, 0]
         newest_end = int(view.host[-1, -1])
-        pending = ~np.asarray(view.has_device, bool) & \
-            (view.host[:, -1] > newest_end - DEVICE_MARK_WAIT_NS)
+        pending = ~np.asarray(view.has_device, bool) & (
+            view.host[:, -1] > newest_end - DEVICE_MARK_WAIT_NS
+        )
         if pending.any():
             first_open = int(host_start[np.argmax(pending)])
         elif complete:
@@ -236,8 +261,10 @@ class TimelineBins:
             first_open = int(host_start[-1])
         return int((first_open - self._origin) // self.width_ns)
 
-def occupancy_between(view: StepsView, changes: Sequence[ConfigChange],
-                      edges: np.ndarray) -> np.ndarray:
+
+def occupancy_between(
+    view: StepsView, changes: Sequence[ConfigChange], edges: np.ndarray
+) -> np.ndarray:
     """ns of each row of ``ROWS`` between consecutive ``edges`` (step starts: a count)."""
     rows = np.zeros((len(ROWS), len(edges) - 1))
     for name, (s, e) in phase_spans(view).items():
@@ -252,8 +279,9 @@ def occupancy_between(view: StepsView, changes: Sequence[ConfigChange],
     return rows
 
 
-def columns_of(view: StepsView, changes: Sequence[ConfigChange], lo_ns: int, hi_ns: int,
-               n_columns: int) -> Columns:
+def columns_of(
+    view: StepsView, changes: Sequence[ConfigChange], lo_ns: int, hi_ns: int, n_columns: int
+) -> Columns:
     """Shares per pixel column straight from ``view``, without incremental state (for a
     one-off drawing; the window keeps a ``TimelineBins`` instead)."""
     n = max(int(n_columns), 1)

@@ -75,8 +75,7 @@ def defaults_of(knobs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {knob["name"]: knob.get("default") for knob in knobs}
 
 
-def _unavailable(schema: Mapping[str, Mapping[str, Any]], changes: Mapping[str, Any]
-                 ) -> str | None:
+def _unavailable(schema: Mapping[str, Mapping[str, Any]], changes: Mapping[str, Any]) -> str | None:
     """Why ``changes`` cannot be applied here (the runner's reason), or None if they can."""
     for name, value in changes.items():
         knob = schema.get(name)
@@ -97,20 +96,30 @@ def _clamped(knob: Mapping[str, Any] | None, value: int) -> int:
     return value
 
 
-def _tour_proposals(schema: Mapping[str, Mapping[str, Any]], workload: str, cores: int | None
-                    ) -> list[tuple[str, dict[str, Any] | str, str]]:
+def _tour_proposals(
+    schema: Mapping[str, Mapping[str, Any]], workload: str, cores: int | None
+) -> list[tuple[str, dict[str, Any] | str, str]]:
     """(label, changes or the reason to skip, caption) for each stage after the baseline."""
     workers = _clamped(schema.get("num_workers"), min(8, cores or 8))
     processes = "1 worker process" if workers == 1 else f"{workers} worker processes"
     work = "decode and augment" if workload == "vision" else "prepare batches"
     log_every = _clamped(schema.get("log_every"), 50)
     proposals: list[tuple[str, dict[str, Any] | str, str]] = [
-        ("workers", {"num_workers": workers, "persistent_workers": True},
-         f"{processes} {work} while the model trains, instead of the training loop waiting"),
-        ("pinned memory", {"pin_memory": True, "non_blocking": True},
-         "page-locked batches copy to the GPU asynchronously, overlapping the previous step"),
-        ("batched logging", {"log_every": log_every},
-         f"the loss is read every {log_every} steps instead of stalling on .item() each step"),
+        (
+            "workers",
+            {"num_workers": workers, "persistent_workers": True},
+            f"{processes} {work} while the model trains, instead of the training loop waiting",
+        ),
+        (
+            "pinned memory",
+            {"pin_memory": True, "non_blocking": True},
+            "page-locked batches copy to the GPU asynchronously, overlapping the previous step",
+        ),
+        (
+            "batched logging",
+            {"log_every": log_every},
+            f"the loss is read every {log_every} steps instead of stalling on .item() each step",
+        ),
     ]
     amp_choice, amp_reason = _amp_choice(schema.get("amp"))
     amp_caption = {
@@ -118,13 +127,22 @@ def _tour_proposals(schema: Mapping[str, Mapping[str, Any]], workload: str, core
         "fp16": "fp16 autocast with a GradScaler: 16-bit matmuls and convolutions on tensor cores",
     }.get(amp_choice or "", "")
     proposals.append(("AMP", {"amp": amp_choice} if amp_choice else amp_reason, amp_caption))
-    proposals.append(("channels_last",
-                      {"channels_last": True} if workload == "vision"
-                      else "vision only: it needs 4-D image inputs and convolutions",
-                      "NHWC memory layout lets convolutions pick faster kernels"))
-    proposals.append(("compile", {"compile": "default"},
-                      "torch.compile fuses operations into fewer, larger kernels "
-                      "(the first steps compile)"))
+    proposals.append(
+        (
+            "channels_last",
+            {"channels_last": True}
+            if workload == "vision"
+            else "vision only: it needs 4-D image inputs and convolutions",
+            "NHWC memory layout lets convolutions pick faster kernels",
+        )
+    )
+    proposals.append(
+        (
+            "compile",
+            {"compile": "default"},
+            "torch.compile fuses operations into fewer, larger kernels (the first steps compile)",
+        )
+    )
     return proposals
 
 
@@ -144,8 +162,9 @@ def _amp_choice(knob: Mapping[str, Any] | None) -> tuple[str | None, str]:
     return None, "; ".join(reasons)
 
 
-def plan_tour(knobs: Sequence[Mapping[str, Any]], workload: str, cores: int | None
-              ) -> tuple[list[Stage], list[Skipped]]:
+def plan_tour(
+    knobs: Sequence[Mapping[str, Any]], workload: str, cores: int | None
+) -> tuple[list[Stage], list[Skipped]]:
     """The tour's stages for this schema, and the stages skipped here with their reasons."""
     schema = schema_by_name(knobs)
     current = defaults_of(knobs)
@@ -168,8 +187,7 @@ def plan_tour(knobs: Sequence[Mapping[str, Any]], workload: str, cores: int | No
     return stages, skipped
 
 
-def plan_stages(knobs: Sequence[Mapping[str, Any]], groups: Sequence[Sequence[str]]
-                ) -> list[Stage]:
+def plan_stages(knobs: Sequence[Mapping[str, Any]], groups: Sequence[Sequence[str]]) -> list[Stage]:
     """Stages from ``--set ... --then ...``: ``groups[0]`` (the ``--set`` settings, possibly
     empty) applied over the defaults, then one stage per later group, each cumulative.
 
@@ -182,8 +200,9 @@ def plan_stages(knobs: Sequence[Mapping[str, Any]], groups: Sequence[Sequence[st
         asked = parse_assignments(knobs, [split_assignment(text) for text in group])
         new = {k: v for k, v in asked.items() if current.get(k) != v}
         if number > 1 and not new:
-            raise KnobValueError(f"stage {number} ({' '.join(group)}) changes nothing from "
-                                 f"stage {number - 1}")
+            raise KnobValueError(
+                f"stage {number} ({' '.join(group)}) changes nothing from stage {number - 1}"
+            )
         current = {**current, **new}
         label = describe_change(asked) if asked else BASELINE_LABEL
         caption = "; ".join(_knob_caption(schema[k]) for k in asked) or BASELINE_CAPTION
@@ -209,12 +228,18 @@ class Conductor:
     pinned as the session's baseline, so speedups are against it.
     """
 
-    def __init__(self, session: Any, stages: Sequence[Stage], *, min_steady_s: float,
-                 max_stage_s: float | None = None,
-                 clock: Callable[[], int] = time.perf_counter_ns,
-                 answer_timeout_s: float = ANSWER_TIMEOUT_S,
-                 compile_allowance_s: float = COMPILE_ALLOWANCE_S,
-                 stall_timeout_s: float = STALL_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        session: Any,
+        stages: Sequence[Stage],
+        *,
+        min_steady_s: float,
+        max_stage_s: float | None = None,
+        clock: Callable[[], int] = time.perf_counter_ns,
+        answer_timeout_s: float = ANSWER_TIMEOUT_S,
+        compile_allowance_s: float = COMPILE_ALLOWANCE_S,
+        stall_timeout_s: float = STALL_TIMEOUT_S,
+    ) -> None:
         if not stages:
             raise ValueError("a tour needs at least one stage")
         if min_steady_s <= 0:
@@ -222,8 +247,9 @@ class Conductor:
         self._session = session
         self._stages = list(stages)
         self._min_steady_s = min_steady_s
-        self._max_stage_s = max_stage_s if max_stage_s is not None \
-            else MAX_STEADY_FACTOR * min_steady_s
+        self._max_stage_s = (
+            max_stage_s if max_stage_s is not None else MAX_STEADY_FACTOR * min_steady_s
+        )
         self._clock = clock
         self._answer_timeout_s = answer_timeout_s
         self._compile_allowance_s = compile_allowance_s
@@ -281,8 +307,10 @@ class Conductor:
     def _advance(self, now: int) -> None:
         session = self._session
         if session.state in (SessionState.FAILED, SessionState.FINISHED):
-            self._fail(session.error or f"the run ended ({session.bye_reason or 'finished'}) "
-                                        f"before the tour did")
+            self._fail(
+                session.error
+                or f"the run ended ({session.bye_reason or 'finished'}) before the tour did"
+            )
             return
         if session.hello is None:
             return  # the runner is still starting; nothing to change yet
@@ -322,17 +350,17 @@ class Conductor:
         assert self._request is not None
         answer = self._session.answer(self._request)
         if answer is None:
-            limit = self._answer_timeout_s + (self._compile_allowance_s if self._compiling
-                                              else 0.0)
+            limit = self._answer_timeout_s + (self._compile_allowance_s if self._compiling else 0.0)
             if (now - self._phase_since_ns) / 1e9 > limit:
-                self._fail(f"stage {self._stage_name()}: the runner did not apply the change "
-                           f"within {limit:.0f} s")
+                self._fail(
+                    f"stage {self._stage_name()}: the runner did not apply the change "
+                    f"within {limit:.0f} s"
+                )
             return
         self._request = None
         if isinstance(answer, Refusal):
             self.refusal = answer
-            self._fail(f"stage {self._stages[self._index].label!r} was refused: "
-                       f"{answer.message}")
+            self._fail(f"stage {self._stages[self._index].label!r} was refused: {answer.message}")
             return
         self._hold(answer.id, now)
 
@@ -349,15 +377,15 @@ class Conductor:
     def _watch_segment(self, now: int) -> None:
         if self._replaced():
             return
-        row = next((r for r in self._session.scoreboard() if r.config_id == self._config_id),
-                   None)
+        row = next((r for r in self._session.scoreboard() if r.config_id == self._config_id), None)
         self._row = row
         steps = row.steps if row is not None else 0
         if steps != self._last_steps:
             self._last_steps = steps
             self._last_step_seen_ns = now
-        stall_limit = self._stall_timeout_s + (self._compile_allowance_s if self._compiling
-                                               else 0.0)
+        stall_limit = self._stall_timeout_s + (
+            self._compile_allowance_s if self._compiling else 0.0
+        )
         if (now - self._last_step_seen_ns) / 1e9 > stall_limit:
             self._fail(f"stage {self._stage_name()}: no training step for {stall_limit:.0f} s")
             return
@@ -377,11 +405,15 @@ class Conductor:
             return False
         label = self._stages[self._index].label
         if latest.request is None:
-            self._fail(f"stage {label!r} failed in its first steps and the runner went back "
-                       f"to the previous settings")
+            self._fail(
+                f"stage {label!r} failed in its first steps and the runner went back "
+                f"to the previous settings"
+            )
         else:
-            self._fail(f"stage {label!r}: the knobs were changed from elsewhere "
-                       f"({latest.label}) while it was measured")
+            self._fail(
+                f"stage {label!r}: the knobs were changed from elsewhere "
+                f"({latest.label}) while it was measured"
+            )
         return True
 
     def _stable(self, row: SegmentStats) -> bool:
@@ -391,8 +423,11 @@ class Conductor:
         if row.steady_s < self._min_steady_s:
             return False
         rates = row.window_rates[-STABLE_WINDOWS:]
-        return (len(rates) == STABLE_WINDOWS and min(rates) > 0
-                and max(rates) / min(rates) <= STABLE_RATIO)
+        return (
+            len(rates) == STABLE_WINDOWS
+            and min(rates) > 0
+            and max(rates) / min(rates) <= STABLE_RATIO
+        )
 
     def _next_stage(self, now: int) -> None:
         assert self._config_id is not None
@@ -421,8 +456,15 @@ class Conductor:
         steady_s = row.steady_s if row is not None else 0.0
         rate = row.samples_per_s if row is not None else None
         stage = self._stages[self._index]
-        return TourProgress(self._index, len(self._stages), stage, self._state, steady_s, rate,
-                            self._message(steady_s, rate))
+        return TourProgress(
+            self._index,
+            len(self._stages),
+            stage,
+            self._state,
+            steady_s,
+            rate,
+            self._message(steady_s, rate),
+        )
 
     def _message(self, steady_s: float, rate: float | None) -> str:
         state = self._state
@@ -443,5 +485,6 @@ class Conductor:
             what = "compiling…" if self._compiling else "warming up"
             return f"{head}: {what} {waited:.0f} s"
         figure = f"{rate:,.1f} samples/s" if rate is not None else "n/a samples/s"
-        return (f"{head}: steady {steady_s:.1f}/{self._min_steady_s:g} s, {figure}"
-                + ("" if steady_s < self._min_steady_s else " (waiting for stable rates)"))
+        return f"{head}: steady {steady_s:.1f}/{self._min_steady_s:g} s, {figure}" + (
+            "" if steady_s < self._min_steady_s else " (waiting for stable rates)"
+        )

@@ -75,8 +75,11 @@ def diagnostics_text(hello: dict[str, Any] | None) -> str:
     """Plain text for a bug report: one ``name: version`` line per row."""
     rows = version_rows(hello)
     width = max(len(name) for name, _ in rows)
-    return "gpuwatch diagnostics\n" + "\n".join(f"{name:<{width}}  {value}"
-                                                for name, value in rows) + "\n"
+    return (
+        "gpuwatch diagnostics\n"
+        + "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+        + "\n"
+    )
 
 
 def copy_diagnostics(hello: dict[str, Any] | None) -> str:
@@ -94,12 +97,13 @@ class AboutDialog(QDialog):
         self.setWindowTitle("About gpuwatch")
         self.hello = hello
         layout = QVBoxLayout(self)
-        title = QLabel(f"<h2>gpuwatch {__version__}</h2>"
-                       "<p>See why a PyTorch training loop is slow while it runs.</p>")
+        title = QLabel(
+            f"<h2>gpuwatch {__version__}</h2>"
+            "<p>See why a PyTorch training loop is slow while it runs.</p>"
+        )
         layout.addWidget(title)
         self.versions = QLabel(_rows_html(version_rows(hello)))
-        self.versions.setTextInteractionFlags(
-            Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.versions.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.versions)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         self.copy_button = QPushButton("Copy diagnostics")
@@ -117,6 +121,8 @@ class AboutDialog(QDialog):
 
 
 def _rows_html(rows: list[tuple[str, str]]) -> str:
-    cells = "".join(f"<tr><td><b>{html.escape(n)}</b>&nbsp;&nbsp;</td>"
-                    f"<td>{html.escape(v)}</td></tr>" for n, v in rows)
+    cells = "".join(
+        f"<tr><td><b>{html.escape(n)}</b>&nbsp;&nbsp;</td><td>{html.escape(v)}</td></tr>"
+        for n, v in rows
+    )
     return f"<table>{cells}</table>"

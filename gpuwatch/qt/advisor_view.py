@@ -29,8 +29,10 @@ from gpuwatch.core.session import ACTIVE_STATES, SessionError
 from gpuwatch.core.step_breakdown import idle_summary, summary
 from gpuwatch.qt import palette
 
-HINT_NO_RUN = ("Start a run: the advisor reads each configuration's steady steps and says why "
-               "the device waits and which knob to try.")
+HINT_NO_RUN = (
+    "Start a run: the advisor reads each configuration's steady steps and says why "
+    "the device waits and which knob to try."
+)
 _SMALL = "font-size: 11px;"
 
 
@@ -46,8 +48,11 @@ def sent_text(finding: Finding) -> str:
     while training goes on: under a second where they fork from a warm server, seconds where
     each is spawned, docs/knobs.md §2)."""
     workers = finding.suggestion.get("num_workers")
-    how = ("the new workers start while training goes on, then"
-           if isinstance(workers, int) and workers > 0 else "the runner applies it, then")
+    how = (
+        "the new workers start while training goes on, then"
+        if isinstance(workers, int) and workers > 0
+        else "the runner applies it, then"
+    )
     return f"Sent {finding.apply_text}: {how} the advisor measures what it changed…"
 
 
@@ -100,10 +105,11 @@ class FindingCard(QFrame):
         self.apply_button.setVisible(bool(finding.suggestion))
         verb = "Revert" if finding.kind == "worse" else "Apply"
         self.apply_button.setText(f"{verb}: {finding.apply_text}")
-        self.apply_button.setEnabled(bool(finding.suggestion) and locked is None
-                                     and not status)
-        self.apply_button.setToolTip(locked or f"send {finding.apply_text} to the run; the "
-                                               f"advisor then reports what it changed")
+        self.apply_button.setEnabled(bool(finding.suggestion) and locked is None and not status)
+        self.apply_button.setToolTip(
+            locked
+            or f"send {finding.apply_text} to the run; the advisor then reports what it changed"
+        )
         self.status.setVisible(bool(status))
         if self.status.text() != status:
             self.status.setText(status)
@@ -161,8 +167,7 @@ class AdvisorView(QWidget):
             self._pending.clear()
             self._status.clear()
         self._collect_answers()
-        self.findings = advise(rows, context_of(session), self.applied) \
-            if session.hello else []
+        self.findings = advise(rows, context_of(session), self.applied) if session.hello else []
         self._show_summary(rows)
         self._show()
 
@@ -190,8 +195,9 @@ class AdvisorView(QWidget):
             if answer is None:
                 if self.session.state not in ACTIVE_STATES:
                     del self._pending[request]
-                    self._status[(finding.rule, finding.apply_text)] = \
+                    self._status[(finding.rule, finding.apply_text)] = (
                         "No answer: the run has ended."
+                    )
                 continue
             del self._pending[request]
             key = (finding.rule, finding.apply_text)
@@ -212,16 +218,21 @@ class AdvisorView(QWidget):
             latest = rows[-1]
             kind = (session.hello.get("device") or {}).get("kind")
             if latest.breakdown is None or latest.idle_causes is None or not latest.steady:
-                text = (f"Measuring <b>{_esc(latest.label)}</b>: findings once its "
-                        f"steady steps are in (transition steps are left out).")
+                text = (
+                    f"Measuring <b>{_esc(latest.label)}</b>: findings once its "
+                    f"steady steps are in (transition steps are left out)."
+                )
                 waiting = [self._status[k] for k in self._status]
                 if self.applied.get(latest.config_id) is not None or waiting:
-                    text += "<br>" + _esc(waiting[-1] if waiting else
-                                          "Applied: measuring what it changed…")
+                    text += "<br>" + _esc(
+                        waiting[-1] if waiting else "Applied: measuring what it changed…"
+                    )
             else:
-                text = (f"<b>{_esc(latest.label)}</b>: "
-                        f"{_esc(summary(latest.breakdown, kind))}<br>"
-                        f"{_esc(idle_summary(latest.idle_causes))}")
+                text = (
+                    f"<b>{_esc(latest.label)}</b>: "
+                    f"{_esc(summary(latest.breakdown, kind))}<br>"
+                    f"{_esc(idle_summary(latest.idle_causes))}"
+                )
         if self.summary.text() != text:
             self.summary.setText(text)
 
@@ -234,5 +245,5 @@ class AdvisorView(QWidget):
             status = self._status.get((finding.rule, finding.apply_text), "")
             card.show_finding(finding, status, self._locked)
             card.show()
-        for card in self.cards[len(self.findings):]:
+        for card in self.cards[len(self.findings) :]:
             card.hide()

@@ -87,13 +87,18 @@ def _start_recording(options: Any, session: Session, window: MainWindow) -> Any:
     from gpuwatch.core.recording import Recorder, RecordingError
 
     spec = window.script_spec
-    recorder = Recorder(path, session, spec={
-        "script": spec.script if spec else None,
-        "args": list(spec.script_args) if spec else [],
-        "cwd": spec.cwd if spec else None,
-        "workload": None if spec else window.workload_combo.currentText(),
-        "device": window.device_combo.currentData() or "auto",
-        "python": getattr(options, "python", None)})
+    recorder = Recorder(
+        path,
+        session,
+        spec={
+            "script": spec.script if spec else None,
+            "args": list(spec.script_args) if spec else [],
+            "cwd": spec.cwd if spec else None,
+            "workload": None if spec else window.workload_combo.currentText(),
+            "device": window.device_combo.currentData() or "auto",
+            "python": getattr(options, "python", None),
+        },
+    )
     try:
         recorder.start()
     except RecordingError as exc:
@@ -163,6 +168,7 @@ def run_window(options: Any) -> int:
 
     demo_seconds = getattr(options, "demo_seconds", None)
     if demo_seconds:
+
         def finish_demo() -> None:
             shot = getattr(options, "screenshot", None)
             if shot is not None:

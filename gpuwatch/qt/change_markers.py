@@ -24,8 +24,9 @@ def short_label(change: ConfigChange) -> str:
     return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
 
 
-def transition_range(change: ConfigChange, row: SegmentStats | None,
-                     now_ns: int) -> tuple[int, int]:
+def transition_range(
+    change: ConfigChange, row: SegmentStats | None, now_ns: int
+) -> tuple[int, int]:
     """``[change, first steady step)``; still growing (to ``now_ns``) while unknown."""
     if row is not None and row.steady_since_ns is not None:
         return change.t_ns, max(change.t_ns, row.steady_since_ns)
@@ -47,8 +48,14 @@ class ChangeMarkers:
         self._run: object = None
         self._last: dict[int, tuple[float, float, str]] = {}
 
-    def update(self, run: object, changes: Sequence[ConfigChange],
-               rows: Sequence[SegmentStats], t0_ns: int, now_ns: int) -> None:
+    def update(
+        self,
+        run: object,
+        changes: Sequence[ConfigChange],
+        rows: Sequence[SegmentStats],
+        t0_ns: int,
+        now_ns: int,
+    ) -> None:
         """Show ``changes`` of ``run`` (any identity of the run, e.g. its hello)."""
         if run is not self._run:
             self.clear()
@@ -67,11 +74,20 @@ class ChangeMarkers:
         line = self.lines.get(config_id)
         if line is None:
             pen = pg.mkPen(palette.MARKER, width=1, style=Qt.PenStyle.DashLine)
-            opts = {"position": 0.97, "color": palette.MARKER, "anchors": [(0, 0), (0, 0)],
-                    "fill": pg.mkBrush(255, 255, 255, 210)}
-            line = pg.InfiniteLine(pos=lo, angle=90, movable=False, pen=pen,
-                                   label=text if self.labels else None,
-                                   labelOpts=opts if self.labels else None)
+            opts = {
+                "position": 0.97,
+                "color": palette.MARKER,
+                "anchors": [(0, 0), (0, 0)],
+                "fill": pg.mkBrush(255, 255, 255, 210),
+            }
+            line = pg.InfiniteLine(
+                pos=lo,
+                angle=90,
+                movable=False,
+                pen=pen,
+                label=text if self.labels else None,
+                labelOpts=opts if self.labels else None,
+            )
             line.setZValue(5)
             self.plot.addItem(line)
             style_plot_item(line, theme_manager().colors)  # a marker born after a theme switch
@@ -82,8 +98,9 @@ class ChangeMarkers:
                 line.label.setFormat(text)
         region = self.regions.get(config_id)
         if region is None:
-            region = pg.LinearRegionItem(values=(lo, hi), movable=False,
-                                         brush=palette.TRANSITION, pen=pg.mkPen(None))
+            region = pg.LinearRegionItem(
+                values=(lo, hi), movable=False, brush=palette.TRANSITION, pen=pg.mkPen(None)
+            )
             region.setZValue(-5)
             self.plot.addItem(region)
             style_plot_item(region, theme_manager().colors)

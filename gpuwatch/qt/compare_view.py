@@ -47,17 +47,21 @@ def breakdown(session: ReplaySession) -> list[SegmentBreakdown]:
     view = session.steps.snapshot()
     rows = []
     for change in session.config_changes():
-        mask = (view.config == change.id) & (view.step >= change.first_step
-                                             + change.warmup_steps)
+        mask = (view.config == change.id) & (view.step >= change.first_step + change.warmup_steps)
         # Per segment, like the scoreboard: `other` of a segment's last step is not booked.
-        sub = StepsView(view.step[mask], view.config[mask], view.samples[mask],
-                        view.host[mask], view.device[mask], view.has_device[mask])
+        sub = StepsView(
+            view.step[mask],
+            view.config[mask],
+            view.samples[mask],
+            view.host[mask],
+            view.device[mask],
+            view.has_device[mask],
+        )
         n = len(sub)
         if n == 0:
             continue
         mean_ms = phase_durations(sub).mean(axis=0) / 1e6
-        rows.append(SegmentBreakdown(change.id, change.label, n,
-                                     tuple(float(x) for x in mean_ms)))
+        rows.append(SegmentBreakdown(change.id, change.label, n, tuple(float(x) for x in mean_ms)))
     return rows
 
 
@@ -83,9 +87,11 @@ class CompareView(QWidget):
             boards.addLayout(column, 1)
         top = QWidget()
         top.setLayout(boards)
-        caption = QLabel("<b>Step time per phase</b> — mean ms per steady step of each "
-                         "segment (transition steps excluded); the phases add up to the step "
-                         "time, the share of it in brackets")
+        caption = QLabel(
+            "<b>Step time per phase</b> — mean ms per steady step of each "
+            "segment (transition steps excluded); the phases add up to the step "
+            "time, the share of it in brackets"
+        )
         caption.setWordWrap(True)
         self.table = QTableWidget()
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
@@ -117,8 +123,9 @@ class CompareView(QWidget):
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if c >= 2:
-                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight
-                                          | Qt.AlignmentFlag.AlignVCenter)
+                    item.setTextAlignment(
+                        Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+                    )
                 self.table.setItem(r, c, item)
         self.table.resizeColumnsToContents()
 

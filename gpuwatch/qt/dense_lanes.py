@@ -38,8 +38,9 @@ class Lane:
     backing_pad: float = 0.0  # the backing reaches this far beyond the bar (lane units)
 
 
-def render(lanes: Sequence[Lane], n_columns: int, rows_per_lane: int, bar_height: float
-           ) -> np.ndarray:
+def render(
+    lanes: Sequence[Lane], n_columns: int, rows_per_lane: int, bar_height: float
+) -> np.ndarray:
     """Pixels ``(n_lanes * rows_per_lane, n_columns)`` uint32, lane 0 at the top.
 
     Each lane is a cell of ``rows_per_lane`` pixel rows; its bars fill the middle
@@ -51,11 +52,11 @@ def render(lanes: Sequence[Lane], n_columns: int, rows_per_lane: int, bar_height
     margin = (rows_per_lane - bar_px) // 2
     up = np.arange(bar_px - 1, -1, -1)[:, None]  # rows of the bar, counted from its bottom
     for i, lane in enumerate(lanes):
-        cell = out[i * rows_per_lane:(i + 1) * rows_per_lane]
+        cell = out[i * rows_per_lane : (i + 1) * rows_per_lane]
         if lane.backing is not None:
             pad = min(round(lane.backing_pad * rows_per_lane), margin)
-            cell[margin - pad:margin + bar_px + pad] = lane.backing[None, :]
-        bar = cell[margin:margin + bar_px]
+            cell[margin - pad : margin + bar_px + pad] = lane.backing[None, :]
+        bar = cell[margin : margin + bar_px]
         top = np.zeros(n_columns)
         for share, color in zip(lane.shares, lane.colors, strict=True):
             bottom = top
@@ -77,8 +78,11 @@ class DenseLanesItem(pg.ImageItem):
         """Draw ``pixels`` (from ``render``) with lane 0 at the top of ``n_lanes`` lanes."""
         self.pixels = pixels
         # Row 0 of an image is drawn at the bottom of a y-up view: flip, and view as RGBA.
-        rgba_rows = np.ascontiguousarray(pixels[::-1]).view(np.uint8).reshape(
-            pixels.shape[0], pixels.shape[1], 4)
+        rgba_rows = (
+            np.ascontiguousarray(pixels[::-1])
+            .view(np.uint8)
+            .reshape(pixels.shape[0], pixels.shape[1], 4)
+        )
         self.setImage(rgba_rows, autoLevels=False, levels=None)
         self.setRect(QRectF(x0_s, -0.5, max(x1_s - x0_s, 1e-12), n_lanes))
         self.setVisible(True)

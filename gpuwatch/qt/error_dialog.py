@@ -54,8 +54,9 @@ class ErrorReporter(QObject):
 
     # ---- Hooks --------------------------------------------------------------------------
 
-    def excepthook(self, exc_type: type[BaseException], exc: BaseException,
-                   tb: TracebackType | None) -> None:
+    def excepthook(
+        self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
+    ) -> None:
         if issubclass(exc_type, KeyboardInterrupt):  # Ctrl+C keeps its usual meaning
             (self._previous_sys or sys.__excepthook__)(exc_type, exc, tb)
             return
@@ -67,8 +68,13 @@ class ErrorReporter(QObject):
         name = args.thread.name if args.thread is not None else "a thread"
         self._report(args.exc_type, args.exc_value, args.exc_traceback, where=name)
 
-    def _report(self, exc_type: type[BaseException], exc: BaseException,
-                tb: TracebackType | None, where: str) -> None:
+    def _report(
+        self,
+        exc_type: type[BaseException],
+        exc: BaseException,
+        tb: TracebackType | None,
+        where: str,
+    ) -> None:
         text = "".join(traceback.format_exception(exc_type, exc, tb))
         log.error("unexpected exception in %s:\n%s", where, text.rstrip())
         summary = f"{exc_type.__name__}: {exc}" if str(exc) else exc_type.__name__
@@ -80,14 +86,21 @@ class ErrorReporter(QObject):
     def _show(self, summary: str, details: str) -> None:
         self.count += 1
         where = active_log_file() or log_dir()
-        text = (f"gpuwatch hit an unexpected error and carried on:\n\n{summary}\n\n"
-                f"The full traceback is in the log:\n{where}\n\n"
-                "(Help → Open log folder; please attach it to a bug report.)")
+        text = (
+            f"gpuwatch hit an unexpected error and carried on:\n\n{summary}\n\n"
+            f"The full traceback is in the log:\n{where}\n\n"
+            "(Help → Open log folder; please attach it to a bug report.)"
+        )
         if self.count > 1:
             text += f"\n\n{self.count} errors so far; this shows the latest."
         if self.dialog is None:
-            self.dialog = QMessageBox(QMessageBox.Icon.Critical, "Unexpected error", text,
-                                      QMessageBox.StandardButton.Ok, self._parent)
+            self.dialog = QMessageBox(
+                QMessageBox.Icon.Critical,
+                "Unexpected error",
+                text,
+                QMessageBox.StandardButton.Ok,
+                self._parent,
+            )
             self.dialog.setWindowModality(Qt.WindowModality.NonModal)
             self.dialog.finished.connect(self._forget_dialog)
         else:

@@ -41,5 +41,4 @@ def legend(causes: tuple[str, ...]) -> str:
     """Rich text: "idle, by cause: ■ input ■ sync" (the plain gap swatch when none)."""
     if not causes:
         return palette.swatch(palette.GAP, "idle gap")
-    return "idle, by cause: " + "&nbsp;".join(palette.swatch(CAUSE_COLORS[c], c)
-                                               for c in causes)
+    return "idle, by cause: " + "&nbsp;".join(palette.swatch(CAUSE_COLORS[c], c) for c in causes)

@@ -40,8 +40,9 @@ class _Figure(QWidget):
 
     sig_clicked = Signal(str)
 
-    def __init__(self, caption: str, size_px: int = 18, *, wrap: bool = False,
-                 section: str = "") -> None:
+    def __init__(
+        self, caption: str, size_px: int = 18, *, wrap: bool = False, section: str = ""
+    ) -> None:
         super().__init__()
         self.setProperty(HELP_SECTION_PROPERTY, section)  # F1 over the figure opens it too
         self.setCursor(Qt.CursorShape.WhatsThisCursor)
@@ -58,11 +59,14 @@ class _Figure(QWidget):
         self.help_button.setToolTip("How to read this figure (opens the guide)")
         self.help_button.setAccessibleName(f"Help: {caption}")
         # Borderless and unpadded: six of them must not widen the bar past a 1280 px screen.
-        self.help_button.setStyleSheet("QToolButton { color: #666; font-size: 11px; "
-                                       "font-weight: 600; padding: 0px 1px; border: none; "
-                                       "max-width: 10px; }")
+        self.help_button.setStyleSheet(
+            "QToolButton { color: #666; font-size: 11px; "
+            "font-weight: 600; padding: 0px 1px; border: none; "
+            "max-width: 10px; }"
+        )
         self.help_button.clicked.connect(
-            lambda: self.sig_clicked.emit(self.property(HELP_SECTION_PROPERTY)))
+            lambda: self.sig_clicked.emit(self.property(HELP_SECTION_PROPERTY))
+        )
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         top.setSpacing(0)
@@ -106,11 +110,9 @@ class HeadlineBar(QFrame):
         self.step = _Figure("step time p50 (p95)", section="step")
         self.busy = _Figure("busy %", section="busy")
         self.coarse = _Figure("NVML util %", section="nvml")
-        self.difference = _Figure("coarse vs fine, same periods", 14, wrap=True,
-                                  section="differ")
+        self.difference = _Figure("coarse vs fine, same periods", 14, wrap=True, section="differ")
         self.phases = _Figure("where step time goes", 14, wrap=True, section="step")
-        for fig in (self.samples, self.step, self.busy, self.coarse, self.difference,
-                    self.phases):
+        for fig in (self.samples, self.step, self.busy, self.coarse, self.difference, self.phases):
             layout.addWidget(fig)
             fig.sig_clicked.connect(self.sig_help_requested)
         layout.addStretch(1)
@@ -119,42 +121,56 @@ class HeadlineBar(QFrame):
     def show_figures(self, f: HeadlineFigures) -> None:
         """Show a new set of figures (and tooltips that say what each one measures)."""
         w = f"{f.window_s:g} s"
-        self.samples.set(_num(f.samples_per_s, "{:,.0f}"),
-                         f"Training samples finished per second over the last {w}, from the "
-                         "runner's step marks.")
+        self.samples.set(
+            _num(f.samples_per_s, "{:,.0f}"),
+            f"Training samples finished per second over the last {w}, from the "
+            "runner's step marks.",
+        )
         step = _num(f.step_ms_p50, "{:.1f} ms")
         if f.step_ms_p95 is not None:
             step += f" ({f.step_ms_p95:.1f})"
-        self.step.set(step, f"Median (and 95th percentile) step time over the last {w}: from "
-                            "asking the loader for a batch to asking for the next one.")
+        self.step.set(
+            step,
+            f"Median (and 95th percentile) step time over the last {w}: from "
+            "asking the loader for a batch to asking for the next one.",
+        )
         on_cuda = f.device_kind == "cuda"
         self.busy.caption.setText("stream active %" if on_cuda else "compute busy %")
-        self.busy.set(_num(f.busy_pct, "{:.0f}%"),
-                      f"Share of the last {w} in which our CUDA stream was active between "
-                      "marks: an upper bound, since a span can hide bubbles where the GPU "
-                      "waited for launches." if on_cuda else
-                      f"Share of the last {w} the runner spent in compute phases (host "
-                      "timestamps from the end of data loading to the end of the optimizer).")
+        self.busy.set(
+            _num(f.busy_pct, "{:.0f}%"),
+            f"Share of the last {w} in which our CUDA stream was active between "
+            "marks: an upper bound, since a span can hide bubbles where the GPU "
+            "waited for launches."
+            if on_cuda
+            else f"Share of the last {w} the runner spent in compute phases (host "
+            "timestamps from the end of data loading to the end of the optimizer).",
+        )
         nvml = f.coarse_short == "NVML"
         self.coarse.caption.setText("NVML util %" if nvml else "runner CPU %")
-        self.coarse.set(_num(f.coarse_pct, "{:.0f}%"),
-                        f"Mean of NVML's GPU utilization samples over the last {w}: the share "
-                        "of each sample period in which any kernel of any process ran on the "
-                        "device." if nvml else
-                        f"Mean CPU use of the runner's process tree (DataLoader workers "
-                        f"included) over the last {w}, in % of one core.")
+        self.coarse.set(
+            _num(f.coarse_pct, "{:.0f}%"),
+            f"Mean of NVML's GPU utilization samples over the last {w}: the share "
+            "of each sample period in which any kernel of any process ran on the "
+            "device."
+            if nvml
+            else f"Mean CPU use of the runner's process tree (DataLoader workers "
+            f"included) over the last {w}, in % of one core.",
+        )
         if f.coarse_same_pct is None or f.busy_same_pct is None:
             diff = DASH
         else:
             fine = "stream active" if on_cuda else "compute busy"
-            diff = (f"{f.coarse_short} says {f.coarse_same_pct:.0f}%, "
-                    f"{fine} {f.busy_same_pct:.0f}%")
-        self.difference.set(diff, "Both figures over the same coarse sample periods: the coarse "
-                                  "one is averaged over its whole period (and, for NVML, the "
-                                  "whole device); ours is exact time between our marks.")
-        self.phases.set(" · ".join(f"{n} {100 * s:.0f}%" for n, s in f.top_phases) or DASH,
-                        f"The host phases that took the largest share of step time over the "
-                        f"last {w}.")
+            diff = f"{f.coarse_short} says {f.coarse_same_pct:.0f}%, {fine} {f.busy_same_pct:.0f}%"
+        self.difference.set(
+            diff,
+            "Both figures over the same coarse sample periods: the coarse "
+            "one is averaged over its whole period (and, for NVML, the "
+            "whole device); ours is exact time between our marks.",
+        )
+        self.phases.set(
+            " · ".join(f"{n} {100 * s:.0f}%" for n, s in f.top_phases) or DASH,
+            f"The host phases that took the largest share of step time over the last {w}.",
+        )
         self.figures = f
         self.sig_figures_shown.emit(f)
 

@@ -37,7 +37,7 @@ SECTIONS = (
 )
 HELP_SECTION_PROPERTY = "help_section"
 #: What every headline figure's tooltip ends with.
-TOOLTIP_HINT = "\n\nClick, press F1 here or use its \"?\": how to read this."
+TOOLTIP_HINT = '\n\nClick, press F1 here or use its "?": how to read this.'
 
 _TEXT = {
     "step": """A <b>step</b> runs from asking the loader for a batch to asking for the next one.
@@ -97,16 +97,22 @@ nothing is wrong. The rules, thresholds and reasons are in docs/advisor.md.""",
 
 def guide_html() -> str:
     """The whole guide as rich text."""
-    parts = ["<h1>Reading gpuwatch</h1><p>"
-             + " · ".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t in SECTIONS)
-             + "</p>"]
+    parts = [
+        "<h1>Reading gpuwatch</h1><p>"
+        + " · ".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t in SECTIONS)
+        + "</p>"
+    ]
     for anchor, title in SECTIONS:
         parts.append(f'<h2><a name="{anchor}"></a>{html.escape(title)}</h2>')
         if anchor == "scoreboard":
-            parts.append("<p>One row per <b>segment</b> (consecutive steps under one knob "
-                         "configuration), figures over its steady steps only:</p><ul>"
-                         + "".join(f"<li><b>{html.escape(c.title)}</b>: {html.escape(c.tip)}"
-                                   "</li>" for c in COLUMNS) + "</ul>")
+            parts.append(
+                "<p>One row per <b>segment</b> (consecutive steps under one knob "
+                "configuration), figures over its steady steps only:</p><ul>"
+                + "".join(
+                    f"<li><b>{html.escape(c.title)}</b>: {html.escape(c.tip)}</li>" for c in COLUMNS
+                )
+                + "</ul>"
+            )
         elif anchor == "keys":
             parts.append(shortcuts_html())
         else:
@@ -118,15 +124,20 @@ def guide_html() -> str:
 
 def stage_lanes_html() -> str:
     """How presentation mode groups the phases (from the timeline's own table)."""
-    groups = "; ".join(f"<i>{html.escape(name)}</i> = {', '.join(phases)}"
-                       for name, phases in MERGED_LANES)
-    return ("In presentation mode (F11) the phases share three taller lanes, each phase keeping "
-            f"its colour: {groups}.")
+    groups = "; ".join(
+        f"<i>{html.escape(name)}</i> = {', '.join(phases)}" for name, phases in MERGED_LANES
+    )
+    return (
+        "In presentation mode (F11) the phases share three taller lanes, each phase keeping "
+        f"its colour: {groups}."
+    )
 
 
 def shortcuts_html() -> str:
-    rows = "".join(f"<tr><td><b>{html.escape(s.label)}</b>&nbsp;&nbsp;</td>"
-                   f"<td>{html.escape(s.what)}</td></tr>" for s in SHORTCUTS)
+    rows = "".join(
+        f"<tr><td><b>{html.escape(s.label)}</b>&nbsp;&nbsp;</td><td>{html.escape(s.what)}</td></tr>"
+        for s in SHORTCUTS
+    )
     return f"<table>{rows}</table>"
 
 

@@ -101,8 +101,10 @@ class InterpreterPicker(QDialog):
         self.chosen: str | None = None
         self.results: dict[str, Probed] = {}
         layout = QVBoxLayout(self)
-        intro = QLabel("gpuwatch trains in a Python that has torch. Pick one with a green "
-                       "badge; the others say what they lack and how to fix it.")
+        intro = QLabel(
+            "gpuwatch trains in a Python that has torch. Pick one with a green "
+            "badge; the others say what they lack and how to fix it."
+        )
         intro.setWordWrap(True)
         layout.addWidget(intro)
         self.tree = QTreeWidget()
@@ -118,8 +120,9 @@ class InterpreterPicker(QDialog):
         self.details.setMinimumHeight(60)
         layout.addWidget(self.details)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
-        self.use_button = buttons.addButton("Use this Python",
-                                            QDialogButtonBox.ButtonRole.AcceptRole)
+        self.use_button = buttons.addButton(
+            "Use this Python", QDialogButtonBox.ButtonRole.AcceptRole
+        )
         self.browse_button = QPushButton("Browse…")
         self.refresh_button = QPushButton("Search again")
         buttons.addButton(self.browse_button, QDialogButtonBox.ButtonRole.ActionRole)
@@ -178,8 +181,10 @@ class InterpreterPicker(QDialog):
         return None if item is None else item.data(0, LEVEL_ROLE)
 
     def pending(self) -> int:
-        return sum(self.tree.topLevelItem(i).data(0, LEVEL_ROLE) == CHECKING
-                   for i in range(self.tree.topLevelItemCount()))
+        return sum(
+            self.tree.topLevelItem(i).data(0, LEVEL_ROLE) == CHECKING
+            for i in range(self.tree.topLevelItemCount())
+        )
 
     def _collect(self) -> None:
         for probed in self.probes.finished():
@@ -209,16 +214,19 @@ class InterpreterPicker(QDialog):
         else:
             verdict = probed.verdict
             color = BADGE_COLORS[verdict.level]
-            text = (f"<b style='color:{color}'>{html.escape(BADGE_WORDS[verdict.level])}</b>"
-                    f": {html.escape(verdict.summary)}")
+            text = (
+                f"<b style='color:{color}'>{html.escape(BADGE_WORDS[verdict.level])}</b>"
+                f": {html.escape(verdict.summary)}"
+            )
             if verdict.fix:
                 text += f"<br><b>Fix:</b> {html.escape(verdict.fix)}"
         if self.details.text() != text:
             self.details.setText(text)
         usable = probed is not None and probed.verdict.usable
         self.use_button.setEnabled(usable)
-        self.use_button.setToolTip("" if usable else
-                                   "Pick an interpreter whose check is green or amber")
+        self.use_button.setToolTip(
+            "" if usable else "Pick an interpreter whose check is green or amber"
+        )
 
     def _accept_if_usable(self) -> None:
         path = self.selected_path()
@@ -281,7 +289,8 @@ class InterpreterChoice(QObject):
         self.window.settings.python = path
         self.banner.hide()
         self.window.statusBar().showMessage(
-            f"training Python ({how}): {path}; it applies at the next Start", 20_000)
+            f"training Python ({how}): {path}; it applies at the next Start", 20_000
+        )
         self.sig_chosen.emit(path)
 
     # ---- Frozen app, nothing chosen yet ----------------------------------------------
@@ -299,7 +308,8 @@ class InterpreterChoice(QObject):
         for candidate in candidates:
             self._search.submit(candidate)
         self.window.statusBar().showMessage(
-            "looking for a Python with torch to run the training…", 30_000)
+            "looking for a Python with torch to run the training…", 30_000
+        )
         self.timer.start()
         self._collect()
 
@@ -330,7 +340,8 @@ class InterpreterChoice(QObject):
     def show_no_torch(self) -> None:
         text = html.escape(interpreters.NO_TORCH_HELP).replace(
             "Run → Choose Python….",
-            "<a href='choose' style='color:#FFFFFF'>Run → Choose Python…</a>")
+            "<a href='choose' style='color:#FFFFFF'>Run → Choose Python…</a>",
+        )
         self.banner.setText(text)
         self.banner.show()
         self.window.statusBar().showMessage("no Python with torch found", 30_000)

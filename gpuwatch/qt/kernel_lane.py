@@ -89,7 +89,8 @@ class KernelLane(pg.PlotWidget):
         self.labels = []
         y0 = (1 - EVENT_HEIGHT) / 2
         spans: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {
-            k: ([], []) for k in KERNEL_KINDS}
+            k: ([], []) for k in KERNEL_KINDS
+        }
         for window in windows:
             for index, kind in enumerate(KERNEL_KINDS):
                 sel = window.device_mask() & (window.kind == index)
@@ -111,9 +112,11 @@ class KernelLane(pg.PlotWidget):
             self.set_device_kind(latest.device)
             steps = f"steps {latest.steps[0]}–{latest.steps[-1]}" if latest.steps else ""
             top = "; ".join(f"{name[:60]} ×{calls}" for name, calls, _ in latest.top_names(3))
-            self.summary = (f"Kernel window over {steps} (profiled: left out of the "
-                            f"scoreboard)\n{describe(latest.summary(), latest.device)}"
-                            + (f"\nmost time: {top}" if top else ""))
+            self.summary = (
+                f"Kernel window over {steps} (profiled: left out of the "
+                f"scoreboard)\n{describe(latest.summary(), latest.device)}"
+                + (f"\nmost time: {top}" if top else "")
+            )
         else:
             self.summary = ""
         self.setToolTip(self.summary)
@@ -151,8 +154,10 @@ class KernelCaptureControls(QObject):
             self.step_actions[steps] = choice
         menu.addSeparator()
         self.nsight_action = QAction("Copy Nsight Systems command", window)
-        self.nsight_action.setToolTip("Copy an `nsys profile` command that traces this workload "
-                                      "or script with CUDA, NVTX phase ranges and OS runtime")
+        self.nsight_action.setToolTip(
+            "Copy an `nsys profile` command that traces this workload "
+            "or script with CUDA, NVTX phase ranges and OS runtime"
+        )
         self.nsight_action.triggered.connect(self.copy_nsight_command)
         menu.addAction(self.nsight_action)
         self.button = QToolButton()
@@ -181,7 +186,8 @@ class KernelCaptureControls(QObject):
         self.action.setToolTip(
             f"Profile the next {self.steps} steps with torch.profiler (plus one warm-up step): "
             "kernels, copies and launch gaps on a GPU, CPU ops on a CPU. Those steps are "
-            "marked and left out of the scoreboard. The arrow picks the step count.")
+            "marked and left out of the scoreboard. The arrow picks the step count."
+        )
 
     def capture(self, steps: int | None = None) -> bool:
         """Ask for a window; a refusal goes to the status bar. True if it was sent."""
@@ -200,9 +206,11 @@ class KernelCaptureControls(QObject):
             return self.session.spec
         if self.window.script_spec is not None:
             return self.window.script_spec
-        return LaunchSpec(workload=self.window.workload_combo.currentText(),
-                          device=str(self.window.device_combo.currentData()),
-                          python=getattr(self.window, "_python", None))
+        return LaunchSpec(
+            workload=self.window.workload_combo.currentText(),
+            device=str(self.window.device_combo.currentData()),
+            python=getattr(self.window, "_python", None),
+        )
 
     def copy_nsight_command(self) -> str:
         command = nsight_command(self.launch_spec(), gpuwatch_argv())
@@ -214,8 +222,11 @@ class KernelCaptureControls(QObject):
         """Enable the action when a capture can start; redraw the lane when windows change."""
         session = self.session
         capturing = session.capturing
-        self.action.setEnabled(session.state is SessionState.RUNNING and not capturing
-                               and not hasattr(session, "recording"))
+        self.action.setEnabled(
+            session.state is SessionState.RUNNING
+            and not capturing
+            and not hasattr(session, "recording")
+        )
         self.action.setText("Capturing…" if capturing else "Capture kernels")
         error = session.capture_error
         if error and error != self._error_shown:

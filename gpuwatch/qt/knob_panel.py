@@ -113,7 +113,8 @@ class KnobRow:
             combo = QComboBox()
             # Narrow when closed (the popup still shows each choice in full).
             combo.setSizeAdjustPolicy(
-                QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+                QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+            )
             combo.setMinimumContentsLength(8)
             disabled = knob.get("disabled_choices") or {}
             for choice in knob.get("choices") or []:
@@ -132,8 +133,10 @@ class KnobRow:
             lo, hi = knob.get("min"), knob.get("max")
             if self.kind == "int":
                 spin = QSpinBox()
-                spin.setRange(int(lo) if lo is not None else -INT_LIMIT,
-                              int(hi) if hi is not None else INT_LIMIT)
+                spin.setRange(
+                    int(lo) if lo is not None else -INT_LIMIT,
+                    int(hi) if hi is not None else INT_LIMIT,
+                )
             else:
                 spin = QDoubleSpinBox()
                 lo_f = float(lo) if lo is not None else -1e9
@@ -148,8 +151,9 @@ class KnobRow:
             button = QToolButton()
             button.setText("Apply")
             button.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # the draft stays in the field
-            button.setToolTip("Apply the value in the field (Enter or leaving the field "
-                              "applies it too)")
+            button.setToolTip(
+                "Apply the value in the field (Enter or leaving the field applies it too)"
+            )
             button.setEnabled(False)
             button.clicked.connect(lambda: panel.request(name, self.value()))
             spin.valueChanged.connect(lambda _v: panel.draft_changed(name))
@@ -188,8 +192,11 @@ class KnobRow:
 
     def is_draft(self, current: Any) -> bool:
         """A numeric field the user is editing (focused, differing): not overwritten."""
-        return (isinstance(self.editor, QSpinBox | QDoubleSpinBox) and self.editor.hasFocus()
-                and self.value() != current)
+        return (
+            isinstance(self.editor, QSpinBox | QDoubleSpinBox)
+            and self.editor.hasFocus()
+            and self.value() != current
+        )
 
     def set_usable(self, usable: bool) -> None:
         self.editor.setEnabled(usable and self.enabled_here)
@@ -273,8 +280,12 @@ class KnobPanel(QWidget):
         self.scroll.setWidget(body)  # deletes the previous body
         # Wide enough for the widest row beside a vertical scroll bar: nothing is clipped.
         margins = self.layout().contentsMargins()
-        extra = (self.scroll.verticalScrollBar().sizeHint().width() + margins.left()
-                 + margins.right() + 2)
+        extra = (
+            self.scroll.verticalScrollBar().sizeHint().width()
+            + margins.left()
+            + margins.right()
+            + 2
+        )
         self.setMinimumWidth(max(MIN_WIDTH, body.minimumSizeHint().width() + extra))
 
     # ---- Refresh (redraw timer) -----------------------------------------------------
@@ -363,8 +374,9 @@ class KnobPanel(QWidget):
         if button is None:
             return
         pending = any(name == row.name for name, _ in self._pending.values())
-        button.setEnabled(row.editor.isEnabled() and not pending
-                          and row.value() != self._current.get(row.name))
+        button.setEnabled(
+            row.editor.isEnabled() and not pending and row.value() != self._current.get(row.name)
+        )
 
     # ---- Requests -------------------------------------------------------------------
 
@@ -380,8 +392,9 @@ class KnobPanel(QWidget):
             return
         if (name, value) in self._pending.values():
             return
-        if value == self._current.get(name) and not any(n == name for n, _ in
-                                                         self._pending.values()):
+        if value == self._current.get(name) and not any(
+            n == name for n, _ in self._pending.values()
+        ):
             self._update_apply(row)
             return
         try:

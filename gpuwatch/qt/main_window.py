@@ -99,6 +99,7 @@ def recordings_dir() -> Path:
     """Where Record saves by default (tests point it at a temporary folder)."""
     return Path(platformdirs.user_documents_dir()) / "gpuwatch"
 
+
 _STATE_TEXT = {
     SessionState.IDLE: "idle",
     SessionState.STARTING: "starting…",
@@ -120,10 +121,14 @@ class MainWindow(QMainWindow):
         self.script_spec: LaunchSpec | None = None
         if getattr(options, "script", None):
             self.script_spec = LaunchSpec(
-                script=options.script, script_args=tuple(getattr(options, "script_args", ())),
-                cwd=getattr(options, "cwd", None), seconds=getattr(options, "seconds", None))
-        self.setWindowTitle(f"gpuwatch — {self.script_spec.name}" if self.script_spec
-                            else "gpuwatch")
+                script=options.script,
+                script_args=tuple(getattr(options, "script_args", ())),
+                cwd=getattr(options, "cwd", None),
+                seconds=getattr(options, "seconds", None),
+            )
+        self.setWindowTitle(
+            f"gpuwatch — {self.script_spec.name}" if self.script_spec else "gpuwatch"
+        )
         self._ticks = 0
         self._tick_cost_ms = 0.0
         self._last_key: tuple | None = None
@@ -141,9 +146,10 @@ class MainWindow(QMainWindow):
 
         self.settings = Settings()
         # An explicit --workload/--device wins; otherwise what the user last chose.
-        self._build_toolbar(getattr(options, "workload", None) or self.settings.workload
-                            or "vision",
-                            getattr(options, "device", None) or self.settings.device or "auto")
+        self._build_toolbar(
+            getattr(options, "workload", None) or self.settings.workload or "vision",
+            getattr(options, "device", None) or self.settings.device or "auto",
+        )
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(6, 4, 6, 2)
@@ -200,18 +206,20 @@ class MainWindow(QMainWindow):
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, knob_dock)
         self.resizeDocks([knob_dock], [290], Qt.Orientation.Horizontal)
         self.knob_panel.status_message.connect(
-            lambda text: self.statusBar().showMessage(text, 15_000))
+            lambda text: self.statusBar().showMessage(text, 15_000)
+        )
         self.tour.active_changed.connect(
-            lambda on: self.knob_panel.set_locked(TOUR_LOCK_HINT if on else None))
+            lambda on: self.knob_panel.set_locked(TOUR_LOCK_HINT if on else None)
+        )
         # The advisor sits above the knobs: why the device waits, and the knob to flip.
         self.advisor = AdvisorView(session)
         advisor_dock = self._dock("Advisor", "advisor", self.advisor)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, advisor_dock)
         self.splitDockWidget(advisor_dock, knob_dock, Qt.Orientation.Vertical)
-        self.advisor.status_message.connect(
-            lambda text: self.statusBar().showMessage(text, 15_000))
+        self.advisor.status_message.connect(lambda text: self.statusBar().showMessage(text, 15_000))
         self.tour.active_changed.connect(
-            lambda on: self.advisor.set_locked(TOUR_LOCK_HINT if on else None))
+            lambda on: self.advisor.set_locked(TOUR_LOCK_HINT if on else None)
+        )
 
         self._build_status_bar()
         self._build_file_menu()
@@ -243,8 +251,10 @@ class MainWindow(QMainWindow):
         dock = QDockWidget(title, self)
         dock.setObjectName(name)
         dock.setWidget(widget)
-        dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
-                         | QDockWidget.DockWidgetFeature.DockWidgetFloatable)
+        dock.setFeatures(
+            QDockWidget.DockWidgetFeature.DockWidgetMovable
+            | QDockWidget.DockWidgetFeature.DockWidgetFloatable
+        )
         return dock
 
     def _build_toolbar(self, workload: str, device: str) -> None:
@@ -262,7 +272,8 @@ class MainWindow(QMainWindow):
             "The built-in training workload to run: vision (JPEG decode + augmentation into a "
             "small ResNet; input-bound when naive), mlp (small feed-forward net on 28×28 "
             "digits; launch- and sync-bound on a GPU), gpt (small decoder-only transformer on "
-            "random tokens). Applies at the next Start.")
+            "random tokens). Applies at the next Start."
+        )
         self.script_label: QLabel | None = None
         if self.script_spec is not None:
             # Script mode: the script takes the workload's place (the combo stays unshown).
@@ -270,8 +281,9 @@ class MainWindow(QMainWindow):
             bar.addWidget(QLabel(" Script "))
             self.script_label = QLabel(f"<b>{html.escape(spec.name)}</b>")
             args = " ".join(spec.script_args)
-            self.script_label.setToolTip(f"{spec.script} {args}".rstrip()
-                                         + f"\nrun from {spec.cwd}" * bool(spec.cwd))
+            self.script_label.setToolTip(
+                f"{spec.script} {args}".rstrip() + f"\nrun from {spec.cwd}" * bool(spec.cwd)
+            )
             bar.addWidget(self.script_label)
         else:
             bar.addWidget(QLabel(" Workload "))
@@ -285,8 +297,9 @@ class MainWindow(QMainWindow):
             self.device_combo.addItem(device, device)
             index = self.device_combo.count() - 1
         self.device_combo.setCurrentIndex(index)
-        self.device_combo.setToolTip("Where the runner trains: auto picks CUDA when torch sees "
-                                     "a GPU, else the CPU.")
+        self.device_combo.setToolTip(
+            "Where the runner trains: auto picks CUDA when torch sees a GPU, else the CPU."
+        )
         bar.addWidget(self.device_combo)
         bar.addSeparator()
         self.start_action = QAction("", self)
@@ -295,8 +308,9 @@ class MainWindow(QMainWindow):
         self.follow_action = QAction("Follow", self)
         self.follow_action.setCheckable(True)
         self.follow_action.setChecked(True)
-        self.follow_action.setToolTip("Keep the last 30 s in view (panning or zooming the plots "
-                                      "turns this off).")
+        self.follow_action.setToolTip(
+            "Keep the last 30 s in view (panning or zooming the plots turns this off)."
+        )
         self.follow_action.toggled.connect(self._on_follow_toggled)
         bar.addAction(self.follow_action)
 
@@ -314,8 +328,7 @@ class MainWindow(QMainWindow):
     def _show_docks_new_to_the_saved_layout(self) -> None:
         """Restoring a layout saved before a dock existed (the Advisor) hides that dock: show
         it, so an upgrade does not hide it; a dock the user closed stays closed."""
-        state = QSettings(str(self.settings.path), QSettings.Format.IniFormat).value(
-            "window/state")
+        state = QSettings(str(self.settings.path), QSettings.Format.IniFormat).value("window/state")
         if not isinstance(state, QByteArray):
             return
         saved = bytes(state.data())  # Qt stores each dock's object name as UTF-16
@@ -360,8 +373,9 @@ class MainWindow(QMainWindow):
         if self.script_spec is not None:
             spec = dataclasses.replace(self.script_spec, device=device, python=self._python)
         else:
-            spec = LaunchSpec(workload=self.workload_combo.currentText(), device=device,
-                              python=self._python)
+            spec = LaunchSpec(
+                workload=self.workload_combo.currentText(), device=device, python=self._python
+            )
         self.session.start(spec)
         self.follow_action.setChecked(True)
         self._sync_state()
@@ -451,8 +465,7 @@ class MainWindow(QMainWindow):
             self.tour.sync()
 
     def _start_pending_tour(self) -> None:
-        if (self._tour_pending and self.session.state is SessionState.RUNNING
-                and self.session.knobs):
+        if self._tour_pending and self.session.state is SessionState.RUNNING and self.session.knobs:
             self._tour_pending = False
             self.tour.start()
 
@@ -508,29 +521,50 @@ class MainWindow(QMainWindow):
             keep = coarse.t0 <= hi_ns
             coarse = type(coarse)(coarse.t0[keep], coarse.t1[keep], coarse.value[keep])
         width_px = self.timeline.width_px()
-        key = (session.t0_ns, session.steps.count, session.device_kind, choice,
-               len(coarse), int(coarse.t1[-1]) if len(coarse) else 0, lo_ns, hi_ns, width_px)
+        key = (
+            session.t0_ns,
+            session.steps.count,
+            session.device_kind,
+            choice,
+            len(coarse),
+            int(coarse.t1[-1]) if len(coarse) else 0,
+            lo_ns,
+            hi_ns,
+            width_px,
+        )
         if not live and key == self._last_key:
             return  # nothing new to draw: an idle window costs (almost) nothing
         self._last_key = key
         changes = session.config_changes()
         # Nothing more will come: the run is over (a replay only once played to its end).
         final = not live and (self.replay is None or self.replay.at_end)
-        self.bins.update(session.steps, changes, session.t0_ns, lo_ns=lo_ns, hi_ns=hi_ns,
-                         px_ns=(hi_ns - lo_ns) / width_px, final=final)
+        self.bins.update(
+            session.steps,
+            changes,
+            session.t0_ns,
+            lo_ns=lo_ns,
+            hi_ns=hi_ns,
+            px_ns=(hi_ns - lo_ns) / width_px,
+            final=final,
+        )
         cols = self.bins.columns(lo_ns, hi_ns, int(np.ceil(width_px)))
         self.timeline.set_device_kind(session.device_kind)
         if is_dense(cols.n_steps, width_px):
             self.timeline.show_columns(cols, session.t0_ns, lo_ns, hi_ns)
         else:
             steps = session.steps.snapshot(since_ns=lo_ns)
-            self.timeline.show_steps(steps, active_spans(steps), session.t0_ns, lo_ns, hi_ns,
-                                     changes=changes)
+            self.timeline.show_steps(
+                steps, active_spans(steps), session.t0_ns, lo_ns, hi_ns, changes=changes
+            )
             self.timeline.show_gap_causes(
                 caused_idle(steps, None, reconfiguring_steps(steps, changes)),
-                session.t0_ns, lo_ns, hi_ns)
-        busy = self.sample_busy.over(session.steps, coarse, self.bins.final_before_ns,
-                                     key=(session.t0_ns, id(session.steps)))
+                session.t0_ns,
+                lo_ns,
+                hi_ns,
+            )
+        busy = self.sample_busy.over(
+            session.steps, coarse, self.bins.final_before_ns, key=(session.t0_ns, id(session.steps))
+        )
         self.utilization.show_data(choice, coarse, busy, session.t0_ns)
         self._set_caption(session.device_kind, self.timeline.dense)
         for plot in (self.timeline, self.utilization.plot):
@@ -562,19 +596,21 @@ class MainWindow(QMainWindow):
                 busy_same = weighted_mean(w0, w1, busy[known], lo, now_ns)
                 coarse_same = weighted_mean(w0, w1, coarse.value[known], lo, now_ns)
         shares = sorted((h.phase_shares or {}).items(), key=lambda kv: -kv[1])
-        self.headline.show_figures(HeadlineFigures(
-            window_s=round(window_ns / 1e9, 1),
-            samples_per_s=h.samples_per_s,
-            step_ms_p50=h.step_ms_p50,
-            step_ms_p95=h.step_ms_p95,
-            busy_pct=None if h.busy_share is None else 100.0 * h.busy_share,
-            coarse_pct=coarse_pct,
-            coarse_short=choice.short,
-            coarse_same_pct=coarse_same,
-            busy_same_pct=busy_same,
-            top_phases=tuple((n, s) for n, s in shares[:3] if s >= 0.005),
-            device_kind=session.device_kind,
-        ))
+        self.headline.show_figures(
+            HeadlineFigures(
+                window_s=round(window_ns / 1e9, 1),
+                samples_per_s=h.samples_per_s,
+                step_ms_p50=h.step_ms_p50,
+                step_ms_p95=h.step_ms_p95,
+                busy_pct=None if h.busy_share is None else 100.0 * h.busy_share,
+                coarse_pct=coarse_pct,
+                coarse_short=choice.short,
+                coarse_same_pct=coarse_same,
+                busy_same_pct=busy_same,
+                top_phases=tuple((n, s) for n, s in shares[:3] if s >= 0.005),
+                device_kind=session.device_kind,
+            )
+        )
 
     # ---- State ------------------------------------------------------------------------
 
@@ -588,9 +624,12 @@ class MainWindow(QMainWindow):
             icon = pixmaps.SP_MediaStop if live else pixmaps.SP_MediaPlay
             self.start_action.setIcon(self.style().standardIcon(icon))
         self.start_action.setToolTip(
-            "Stop the run (polite stop, then terminate, then kill)" if live else
-            "Run the script again" if self.script_spec is not None else
-            "Start the selected workload")
+            "Stop the run (polite stop, then terminate, then kill)"
+            if live
+            else "Run the script again"
+            if self.script_spec is not None
+            else "Start the selected workload"
+        )
         replay = getattr(self, "replay", None) is not None  # a recording starts nothing
         self.start_action.setEnabled(state is not SessionState.STOPPING and not replay)
         self.workload_combo.setEnabled(not live and not replay)
@@ -618,8 +657,10 @@ class MainWindow(QMainWindow):
         """A failure; in script mode also how the script ended, or a notice while it runs."""
         if self.script_spec is None or getattr(self.session, "spec", None) is None:
             if state is SessionState.FAILED:
-                return (f"Run failed: {self.session.error or 'the runner ended with an error'}",
-                        "error")
+                return (
+                    f"Run failed: {self.session.error or 'the runner ended with an error'}",
+                    "error",
+                )
             notice = getattr(self.session, "notice", None)
             if state in ACTIVE_STATES and notice:  # e.g. no step for 30 s
                 return notice, "warning"
@@ -630,13 +671,21 @@ class MainWindow(QMainWindow):
         return outcome.sentence, outcome.level
 
     def _set_caption(self, kind: str | None, dense: bool) -> None:
-        device = ("CUDA stream active (upper bound)" if kind == "cuda" else
-                  "compute spans (CPU)" if kind == "cpu" else "device spans")
+        device = (
+            "CUDA stream active (upper bound)"
+            if kind == "cuda"
+            else "compute spans (CPU)"
+            if kind == "cpu"
+            else "device spans"
+        )
         stage = self.presentation.active  # on stage: the legend only, so it fits 1280 px
-        text = ("<b>Timeline</b> — " + ("" if stage else
-                                         "host phases from perf_counter marks; device lane: ")
-                + palette.swatch(palette.DEVICE_ACTIVE, device) + "&nbsp;&nbsp;"
-                + gap_legend(self.timeline.causes_shown))
+        text = (
+            "<b>Timeline</b> — "
+            + ("" if stage else "host phases from perf_counter marks; device lane: ")
+            + palette.swatch(palette.DEVICE_ACTIVE, device)
+            + "&nbsp;&nbsp;"
+            + gap_legend(self.timeline.causes_shown)
+        )
         if dense and not stage:
             text += "&nbsp;&nbsp;<i>(dense: bar height = share of each pixel column)</i>"
         if self.timeline_caption.text() != text:
@@ -690,8 +739,7 @@ class MainWindow(QMainWindow):
         menu.addSeparator()
         self.record_action = menu.addAction("Record")
         self.record_action.setCheckable(True)
-        self.record_action.setToolTip(f"Record the run to a {SUFFIX} file in "
-                                      f"{recordings_dir()}")
+        self.record_action.setToolTip(f"Record the run to a {SUFFIX} file in {recordings_dir()}")
         self.record_action.toggled.connect(self._on_record_toggled)
         self.run_bar.addAction(self.record_action)
         export = menu.addMenu("Export")
@@ -731,8 +779,9 @@ class MainWindow(QMainWindow):
         self.knob_panel.setEnabled(False)
 
     def _ask_open(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open recording", str(recordings_dir()),
-                                              RECORDING_FILTER)
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open recording", str(recordings_dir()), RECORDING_FILTER
+        )
         if path:
             self.open_recording_file(path)
 
@@ -750,8 +799,9 @@ class MainWindow(QMainWindow):
         return window
 
     def _ask_compare(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Compare with recording",
-                                              str(recordings_dir()), RECORDING_FILTER)
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Compare with recording", str(recordings_dir()), RECORDING_FILTER
+        )
         if path:
             self.compare_with(path)
 
@@ -763,9 +813,10 @@ class MainWindow(QMainWindow):
             self._show_error("Cannot open the recording", str(exc))
             return None
         if self.replay is None:
-            self._show_error("Nothing to compare with yet",
-                             "Open a recording first (File → Open recording…), then compare "
-                             "it with another.")
+            self._show_error(
+                "Nothing to compare with yet",
+                "Open a recording first (File → Open recording…), then compare it with another.",
+            )
             return None
         return self.show_compare(other)
 
@@ -791,11 +842,17 @@ class MainWindow(QMainWindow):
         name = self.script_spec.name if self.script_spec else self.workload_combo.currentText()
         path = recordings_dir() / f"{Path(name).stem}-{stamp}{SUFFIX}"
         spec = self.script_spec
-        recorder = Recorder(path, self.session, spec={
-            "script": spec.script if spec else None,
-            "args": list(spec.script_args) if spec else [],
-            "workload": None if spec else self.workload_combo.currentText(),
-            "device": self.device_combo.currentData() or "auto", "python": self._python})
+        recorder = Recorder(
+            path,
+            self.session,
+            spec={
+                "script": spec.script if spec else None,
+                "args": list(spec.script_args) if spec else [],
+                "workload": None if spec else self.workload_combo.currentText(),
+                "device": self.device_combo.currentData() or "auto",
+                "python": self._python,
+            },
+        )
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             recorder.start()
@@ -812,8 +869,11 @@ class MainWindow(QMainWindow):
             return
         recorder.close()
         self.last_recording = recorder.path
-        text = (f"recording stopped: {recorder.error}" if recorder.error else
-                f"recorded {recorder.steps_written:,} steps to {recorder.path}")
+        text = (
+            f"recording stopped: {recorder.error}"
+            if recorder.error
+            else f"recorded {recorder.steps_written:,} steps to {recorder.path}"
+        )
         self.statusBar().showMessage(text, 30_000)
         if self.record_action.isChecked():
             self.record_action.setChecked(False)
@@ -822,8 +882,9 @@ class MainWindow(QMainWindow):
         suffix, title = (".json", "Perfetto JSON") if kind == "perfetto" else (".csv", "CSV")
         source = self.replay.recording.path if self.replay is not None else self.last_recording
         default = recordings_dir() / f"{source.stem if source else 'gpuwatch'}{suffix}"
-        path, _ = QFileDialog.getSaveFileName(self, f"Export {title}", str(default),
-                                              f"{title} (*{suffix})")
+        path, _ = QFileDialog.getSaveFileName(
+            self, f"Export {title}", str(default), f"{title} (*{suffix})"
+        )
         if path:
             self.export_recording(kind, path)
 
@@ -839,8 +900,11 @@ class MainWindow(QMainWindow):
             elif self.last_recording is not None:
                 recording = open_recording(self.last_recording)
             else:
-                self._show_error("Nothing to export", "Exports are made from a recording: "
-                                 "record the run (File → Record) or open a recording first.")
+                self._show_error(
+                    "Nothing to export",
+                    "Exports are made from a recording: "
+                    "record the run (File → Record) or open a recording first.",
+                )
                 return False
             (write_perfetto if kind == "perfetto" else write_csv)(recording, Path(path))
         except RecordingError as exc:
@@ -853,9 +917,12 @@ class MainWindow(QMainWindow):
         return True
 
     def _ask_export_png(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export PNG of the window",
-                                              str(recordings_dir() / "gpuwatch.png"),
-                                              "PNG images (*.png)")
+        path, _ = QFileDialog.getSaveFileName(
+            self,
+            "Export PNG of the window",
+            str(recordings_dir() / "gpuwatch.png"),
+            "PNG images (*.png)",
+        )
         if path:
             self.export_png(path)
 
@@ -872,8 +939,9 @@ class MainWindow(QMainWindow):
     def _show_error(self, title: str, text: str) -> None:
         """A message box that does not block (the run and the redraw go on)."""
         self.statusBar().showMessage(text, 30_000)
-        self.error_box = QMessageBox(QMessageBox.Icon.Warning, title, text,
-                                     QMessageBox.StandardButton.Ok, self)
+        self.error_box = QMessageBox(
+            QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Ok, self
+        )
         self.error_box.open()
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 from PySide6.QtGui import QColor
 
 PHASE_COLORS: dict[str, str] = {
-    "data": "#E69F00",       # orange: waiting on the input pipeline
-    "h2d": "#56B4E9",        # sky blue: issuing host-to-device copies
-    "forward": "#009E73",    # green
-    "backward": "#0072B2",   # blue
+    "data": "#E69F00",  # orange: waiting on the input pipeline
+    "h2d": "#56B4E9",  # sky blue: issuing host-to-device copies
+    "forward": "#009E73",  # green
+    "backward": "#0072B2",  # blue
     "optimizer": "#CC79A7",  # pink
-    "sync": "#D55E00",       # vermillion: .item(), logging, explicit syncs
-    "other": "#9E9E9E",      # grey: loop overhead outside the marks
+    "sync": "#D55E00",  # vermillion: .item(), logging, explicit syncs
+    "other": "#9E9E9E",  # grey: loop overhead outside the marks
 }
 
 #: Device stream active / compute spans, and the busy % computed from them.
@@ -43,10 +43,14 @@ TRANSITION = QColor(255, 193, 7, 45)
 NOTE_TEXT = "#666666"
 COST_TEXT = "#2E7D32"
 #: The tour's stage caption: prominent, but not the red of a failure.
-TOUR_STYLE = ("QLabel { background: #1E3A5F; color: white; font-size: 16px; "
-              "padding: 6px 10px; border-radius: 3px; }")
-BANNER_STYLE = ("QLabel { background: #C62828; color: white; font-weight: bold; "
-                "padding: 6px 10px; border-radius: 3px; }")
+TOUR_STYLE = (
+    "QLabel { background: #1E3A5F; color: white; font-size: 16px; "
+    "padding: 6px 10px; border-radius: 3px; }"
+)
+BANNER_STYLE = (
+    "QLabel { background: #C62828; color: white; font-weight: bold; "
+    "padding: 6px 10px; border-radius: 3px; }"
+)
 
 
 def pale(color: str, alpha: int = 55) -> QColor:
@@ -75,8 +79,16 @@ def swatch(color: str | QColor, text: str) -> str:
     if isinstance(color, QColor):  # translucent tints: show the colour seen on the plot
         a = color.alphaF()
         bg = _swatch_background
-        color = QColor(*(round(c * a + b * (1 - a)) for c, b in (
-            (color.red(), bg.red()), (color.green(), bg.green()), (color.blue(), bg.blue()))))
+        color = QColor(
+            *(
+                round(c * a + b * (1 - a))
+                for c, b in (
+                    (color.red(), bg.red()),
+                    (color.green(), bg.green()),
+                    (color.blue(), bg.blue()),
+                )
+            )
+        )
     name = color.name() if isinstance(color, QColor) else color
     name = _swatch_colors.get(name.lower(), name)
     return f'<span style="color:{name}">&#9632;</span>&nbsp;{text}'

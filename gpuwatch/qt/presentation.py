@@ -59,7 +59,7 @@ DETAIL_PERCENT = 60
 
 
 def presentation_sentence(f: HeadlineFigures) -> str:
-    """"compute busy 41% · runner CPU says 97%": the headline's fine and coarse figures.
+    """ "compute busy 41% · runner CPU says 97%": the headline's fine and coarse figures.
 
     The words are the headline bar's own captions ("stream active" on CUDA: an upper bound),
     so the stage never shows a figure or a name the desk view does not.
@@ -102,8 +102,9 @@ class PresentationMode(QObject):
 
     sig_active_changed = Signal(bool)
 
-    def __init__(self, window: QMainWindow, headline: HeadlineBar,
-                 secondary: tuple[QWidget, ...] = ()) -> None:
+    def __init__(
+        self, window: QMainWindow, headline: HeadlineBar, secondary: tuple[QWidget, ...] = ()
+    ) -> None:
         super().__init__(window)
         self.window = window
         self.headline = headline
@@ -113,8 +114,10 @@ class PresentationMode(QObject):
         self.action.setCheckable(True)
         self.action.setShortcut(QKeySequence(Qt.Key.Key_F11))
         self.action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-        self.action.setToolTip("Presentation mode (F11; Esc leaves): full screen, large fonts "
-                               "and lines, high contrast, secondary panels hidden")
+        self.action.setToolTip(
+            "Presentation mode (F11; Esc leaves): full screen, large fonts "
+            "and lines, high contrast, secondary panels hidden"
+        )
         self.action.toggled.connect(self._on_toggled)
         #: Esc leaves too (only while presenting: elsewhere Esc belongs to whoever has focus).
         self.leave_action = QAction("Leave presentation", window)
@@ -137,9 +140,11 @@ class PresentationMode(QObject):
         self.big_headline.setWordWrap(True)
         self.big_headline.setTextFormat(Qt.TextFormat.RichText)
         self.big_headline.setProperty(HELP_SECTION_PROPERTY, "differ")  # F1 over it
-        self.big_headline.setToolTip("The fine figure from our own marks beside the coarse one "
-                                     "of the whole device, then throughput and step time."
-                                     + "\n\nPress F1 here: how to read it.")
+        self.big_headline.setToolTip(
+            "The fine figure from our own marks beside the coarse one "
+            "of the whole device, then throughput and step time."
+            + "\n\nPress F1 here: how to read it."
+        )
         #: On stage the tour caption and the big sentence span the full width, above the plots
         #: and the scoreboard beside them: a top dock without a title bar, hidden at the desk.
         self.stage_dock = QDockWidget("Stage headline", window)
@@ -191,14 +196,18 @@ class PresentationMode(QObject):
         own_font = w.testAttribute(Qt.WidgetAttribute.WA_SetFont)
         splitter = self._splitter()
         table = scoreboard.table if scoreboard is not None else None
-        self._saved = _Saved(geometry=w.saveGeometry(), dock_state=w.saveState(),
-                             splitter=splitter.sizes() if splitter else [],
-                             size=w.size(), state=w.windowState(),
-                             font=QFont(w.font()) if own_font else None,
-                             visible={p: p.isVisible() for p in panels},
-                             hidden_columns=[] if table is None else [
-                                 i for i in range(table.model().columnCount())
-                                 if table.isColumnHidden(i)])
+        self._saved = _Saved(
+            geometry=w.saveGeometry(),
+            dock_state=w.saveState(),
+            splitter=splitter.sizes() if splitter else [],
+            size=w.size(),
+            state=w.windowState(),
+            font=QFont(w.font()) if own_font else None,
+            visible={p: p.isVisible() for p in panels},
+            hidden_columns=[]
+            if table is None
+            else [i for i in range(table.model().columnCount()) if table.isColumnHidden(i)],
+        )
         for panel in panels:
             panel.hide()
         self.leave_action.setEnabled(True)
@@ -245,8 +254,10 @@ class PresentationMode(QObject):
         columns only: under the plots it squeezed them into strips at 1280×720."""
         w = self.window
         table = scoreboard.table
-        titles = [table.model().headerData(i, Qt.Orientation.Horizontal)
-                  for i in range(table.model().columnCount())]
+        titles = [
+            table.model().headerData(i, Qt.Orientation.Horizontal)
+            for i in range(table.model().columnCount())
+        ]
         for i, title in enumerate(titles):
             table.setColumnHidden(i, title not in STAGE_COLUMNS)
         dock = scoreboard.parentWidget()
@@ -283,8 +294,11 @@ class PresentationMode(QObject):
             return
         layout = self.stage_dock.widget().layout()
         width = max(self.stage_dock.width(), 200)
-        height = (layout.totalHeightForWidth(width) if layout.hasHeightForWidth()
-                  else layout.totalSizeHint().height())
+        height = (
+            layout.totalHeightForWidth(width)
+            if layout.hasHeightForWidth()
+            else layout.totalSizeHint().height()
+        )
         if height != self.stage_dock.height():
             self.stage_dock.setFixedHeight(height)
 
@@ -373,11 +387,18 @@ class PresentationMode(QObject):
             table = scoreboard.table
             table.resizeColumnsToContents()
             header = table.horizontalHeader()
-            width = (sum(header.sectionSize(i) for i in range(header.count())
-                         if not table.isColumnHidden(i))
-                     + table.verticalScrollBar().sizeHint().width() + 16)
-            w.resizeDocks([dock], [min(width, int(w.width() * SCOREBOARD_SHARE))],
-                          Qt.Orientation.Horizontal)
+            width = (
+                sum(
+                    header.sectionSize(i)
+                    for i in range(header.count())
+                    if not table.isColumnHidden(i)
+                )
+                + table.verticalScrollBar().sizeHint().width()
+                + 16
+            )
+            w.resizeDocks(
+                [dock], [min(width, int(w.width() * SCOREBOARD_SHARE))], Qt.Orientation.Horizontal
+            )
 
     def restyle(self) -> None:
         """Apply the high-contrast twin of the current theme at presentation scale."""
@@ -403,4 +424,5 @@ class PresentationMode(QObject):
             self.big_headline.setText(
                 f"{html.escape(presentation_sentence(figures))}<br>"
                 f'<span style="font-size: {DETAIL_PERCENT}%; font-weight: normal;">'
-                f"{html.escape(presentation_detail(figures))}</span>")
+                f"{html.escape(presentation_detail(figures))}</span>"
+            )

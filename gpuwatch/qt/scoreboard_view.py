@@ -66,26 +66,54 @@ def _stage(row: SegmentStats) -> str:
 
 COLUMNS: tuple[Column, ...] = (
     Column("stage", "The segment's name (▶ = still running)", _stage, numeric=False),
-    Column("samples/s", "Median of the 1 s window rates over the steady steps",
-           lambda r: _fmt("{:,.0f}")(r.samples_per_s)),
-    Column("speedup", "samples/s divided by the baseline row's samples/s",
-           lambda r: _fmt("{:.2f}×")(r.speedup)),
-    Column("step p50 ms", "Median step time (start to next start)",
-           lambda r: _fmt("{:.1f}")(r.step_ms_p50)),
+    Column(
+        "samples/s",
+        "Median of the 1 s window rates over the steady steps",
+        lambda r: _fmt("{:,.0f}")(r.samples_per_s),
+    ),
+    Column(
+        "speedup",
+        "samples/s divided by the baseline row's samples/s",
+        lambda r: _fmt("{:.2f}×")(r.speedup),
+    ),
+    Column(
+        "step p50 ms",
+        "Median step time (start to next start)",
+        lambda r: _fmt("{:.1f}")(r.step_ms_p50),
+    ),
     Column("step p95 ms", "95th percentile step time", lambda r: _fmt("{:.1f}")(r.step_ms_p95)),
-    Column("busy %", "Stream-active (CUDA, an upper bound) or compute share of the steady "
-                     "range", lambda r: _pct(r.busy_share)),
-    Column("input wait %", "Share of step time spent waiting for the next batch",
-           lambda r: _pct(r.input_wait_share)),
-    Column("coarse %", "NVML GPU utilization, or on a CPU the runner's CPU over its cores",
-           lambda r: _pct(r.coarse_util)),
-    Column("energy J/step", "NVML energy per steady step (n/a without a power reading)",
-           lambda r: _fmt("{:.2f}")(r.energy_j_per_step)),
-    Column("transition s", "From the change to the end of its transition steps (rebuild, "
-                           "compile, warm-up): left out of every figure",
-           lambda r: _fmt("{:.1f}")(r.transition_s)),
-    Column("changed", "The knobs this configuration changed",
-           lambda r: describe_change(r.changed) if r.changed else "—", numeric=False),
+    Column(
+        "busy %",
+        "Stream-active (CUDA, an upper bound) or compute share of the steady range",
+        lambda r: _pct(r.busy_share),
+    ),
+    Column(
+        "input wait %",
+        "Share of step time spent waiting for the next batch",
+        lambda r: _pct(r.input_wait_share),
+    ),
+    Column(
+        "coarse %",
+        "NVML GPU utilization, or on a CPU the runner's CPU over its cores",
+        lambda r: _pct(r.coarse_util),
+    ),
+    Column(
+        "energy J/step",
+        "NVML energy per steady step (n/a without a power reading)",
+        lambda r: _fmt("{:.2f}")(r.energy_j_per_step),
+    ),
+    Column(
+        "transition s",
+        "From the change to the end of its transition steps (rebuild, "
+        "compile, warm-up): left out of every figure",
+        lambda r: _fmt("{:.1f}")(r.transition_s),
+    ),
+    Column(
+        "changed",
+        "The knobs this configuration changed",
+        lambda r: describe_change(r.changed) if r.changed else "—",
+        numeric=False,
+    ),
 )
 
 
@@ -112,8 +140,7 @@ class ScoreboardModel(QAbstractTableModel):
             self.endResetModel()
         elif rows != self.rows or baseline_id != self.baseline_id:
             self.rows, self.baseline_id = rows, baseline_id
-            self.dataChanged.emit(self.index(0, 0),
-                                  self.index(len(rows) - 1, len(COLUMNS) - 1))
+            self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, len(COLUMNS) - 1))
 
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = _ROOT) -> int:
         return 0 if parent.isValid() else len(self.rows)
@@ -121,16 +148,18 @@ class ScoreboardModel(QAbstractTableModel):
     def columnCount(self, parent: QModelIndex | QPersistentModelIndex = _ROOT) -> int:
         return 0 if parent.isValid() else len(COLUMNS)
 
-    def data(self, index: QModelIndex | QPersistentModelIndex,
-             role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def data(
+        self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
         if not index.isValid() or index.row() >= len(self.rows):
             return None
         row, column = self.rows[index.row()], COLUMNS[index.column()]
         if role == Qt.ItemDataRole.DisplayRole:
             return column.text(row)
         if role == Qt.ItemDataRole.TextAlignmentRole:
-            horizontal = (Qt.AlignmentFlag.AlignRight if column.numeric
-                          else Qt.AlignmentFlag.AlignLeft)
+            horizontal = (
+                Qt.AlignmentFlag.AlignRight if column.numeric else Qt.AlignmentFlag.AlignLeft
+            )
             return int(horizontal | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.FontRole:
             font = QFont(self.base_font)
@@ -146,22 +175,27 @@ class ScoreboardModel(QAbstractTableModel):
         if row.config_id == self.baseline_id:
             lines.append("This row is the baseline of the speedups.")
         if not row.steady and column.numeric:
-            lines.append(f"n/a: not steady yet ({row.steady_steps} steady steps; figures "
-                         f"need {MIN_STEADY_STEPS}, transition steps are left out)")
+            lines.append(
+                f"n/a: not steady yet ({row.steady_steps} steady steps; figures "
+                f"need {MIN_STEADY_STEPS}, transition steps are left out)"
+            )
         if column.title == "coarse %" and row.coarse_source:
             lines.append(f"source: {_COARSE_SOURCES.get(row.coarse_source, row.coarse_source)}")
         if column.title == "changed" and row.changed:
             lines.append(describe_change(row.changed))  # in full, as the cell may be elided
         if column.title == "stage":
-            lines.append(f"config {row.config_id}: {row.steps} steps, "
-                         f"{row.steady_steps} steady")
-        if column.title in ("stage", "busy %", "input wait %") and row.breakdown and \
-                row.idle_causes:  # where the step time goes, and why the device idles
+            lines.append(f"config {row.config_id}: {row.steps} steps, {row.steady_steps} steady")
+        if (
+            column.title in ("stage", "busy %", "input wait %")
+            and row.breakdown
+            and row.idle_causes
+        ):  # where the step time goes, and why the device idles
             lines += [summary(row.breakdown, self.device_kind), idle_summary(row.idle_causes)]
         return "\n".join(lines)
 
-    def headerData(self, section: int, orientation: Qt.Orientation,
-                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def headerData(
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
         if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(COLUMNS):
             return None
         if role == Qt.ItemDataRole.DisplayRole:
@@ -212,8 +246,7 @@ class ScoreboardView(QWidget):
         """Follow a new font (presentation mode): cell fonts and row height."""
         if event.type() == QEvent.Type.FontChange:
             self.model.base_font = QFont(self.table.font())
-            self.table.verticalHeader().setDefaultSectionSize(
-                self.table.fontMetrics().height() + 6)
+            self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 6)
             self.model.layoutChanged.emit()
         super().changeEvent(event)
 

@@ -144,17 +144,24 @@ class Settings:
 
 # ---- The window's use of the settings ---------------------------------------------------
 
+
 def changed_knobs(session: Any) -> dict[str, Any]:
     """The session's current knob values that differ from their schema defaults."""
     defaults = {k.get("name"): k.get("default") for k in session.knobs}
-    return {name: value for name, value in session.config_values().items()
-            if name in defaults and value != defaults[name]}
+    return {
+        name: value
+        for name, value in session.config_values().items()
+        if name in defaults and value != defaults[name]
+    }
 
 
 def remember(window: Any, settings: Settings) -> None:
     """On close: layout, workload, device and the knobs the run ended with."""
-    if (settings.was_reset or getattr(window, "replay", None) is not None
-            or getattr(window, "demo_run", False)):
+    if (
+        settings.was_reset
+        or getattr(window, "replay", None) is not None
+        or getattr(window, "demo_run", False)
+    ):
         # A reset means "start fresh"; neither a replay window's layout nor that of a scripted
         # --demo-seconds/--screenshot run is the user's own.
         return
@@ -182,8 +189,7 @@ def apply_last_knobs(window: Any, settings: Settings) -> str:
         text = "this workload has none of the remembered knobs"
     else:
         session.set_knobs(values, label="last session")
-        text = "applied last session's knobs: " + ", ".join(f"{k}={v}"
-                                                          for k, v in values.items())
+        text = "applied last session's knobs: " + ", ".join(f"{k}={v}" for k, v in values.items())
     window.statusBar().showMessage(text, 15_000)
     return text
 
@@ -192,17 +198,19 @@ def build_settings_menu(window: Any, settings: Settings) -> None:
     """Settings ▸ Apply last session's knobs, Reset settings."""
     menu = window.menuBar().addMenu("&Settings")
     window.apply_knobs_action = menu.addAction("Apply last session's knobs")
-    window.apply_knobs_action.setToolTip("The knob values the last window closed with, sent "
-                                         "to the running workload (never applied silently)")
+    window.apply_knobs_action.setToolTip(
+        "The knob values the last window closed with, sent "
+        "to the running workload (never applied silently)"
+    )
     window.apply_knobs_action.triggered.connect(lambda: apply_last_knobs(window, settings))
     menu.addSeparator()
     window.reset_settings_action = menu.addAction("Reset settings")
-    window.reset_settings_action.setToolTip(f"Forget window layout, workload, device, knobs, "
-                                            f"interpreter and theme ({settings.path})")
+    window.reset_settings_action.setToolTip(
+        f"Forget window layout, workload, device, knobs, interpreter and theme ({settings.path})"
+    )
 
     def reset() -> None:
         settings.reset()
-        window.statusBar().showMessage("settings reset: the next start uses the defaults",
-                                       15_000)
+        window.statusBar().showMessage("settings reset: the next start uses the defaults", 15_000)
 
     window.reset_settings_action.triggered.connect(reset)

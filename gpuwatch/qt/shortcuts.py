@@ -32,25 +32,44 @@ class Shortcut:
     @property
     def label(self) -> str:
         """The keys as the platform writes them (e.g. ⌘S on macOS)."""
-        return " / ".join(QKeySequence(k).toString(QKeySequence.SequenceFormat.NativeText)
-                          for k in self.keys)
+        return " / ".join(
+            QKeySequence(k).toString(QKeySequence.SequenceFormat.NativeText) for k in self.keys
+        )
 
 
 SHORTCUTS: tuple[Shortcut, ...] = (
-    Shortcut(("Space",), "pause_view_action",
-             "Pause / resume the view: the plots and figures freeze, the run goes on"),
-    Shortcut(("F11",), "presentation.action",
-             "Presentation mode on / off (full screen; off returns to the window as it was)"),
+    Shortcut(
+        ("Space",),
+        "pause_view_action",
+        "Pause / resume the view: the plots and figures freeze, the run goes on",
+    ),
+    Shortcut(
+        ("F11",),
+        "presentation.action",
+        "Presentation mode on / off (full screen; off returns to the window as it was)",
+    ),
     Shortcut(("Esc",), "presentation.leave_action", "Leave presentation mode"),
-    Shortcut(("Ctrl+S",), "record_action",
-             "Save a recording: first press starts recording (what is on screen included), "
-             "second press finishes the file"),
-    Shortcut(("Ctrl+E",), "export_perfetto_action",
-             "Export the recording as Perfetto JSON (ui.perfetto.dev)"),
-    Shortcut(("Ctrl+=", "Ctrl++"), "zoom_in_action",
-             "Zoom the time axis in (shorter visible window, down to 5 s)"),
-    Shortcut(("Ctrl+-",), "zoom_out_action",
-             "Zoom the time axis out (longer visible window, up to 10 min)"),
+    Shortcut(
+        ("Ctrl+S",),
+        "record_action",
+        "Save a recording: first press starts recording (what is on screen included), "
+        "second press finishes the file",
+    ),
+    Shortcut(
+        ("Ctrl+E",),
+        "export_perfetto_action",
+        "Export the recording as Perfetto JSON (ui.perfetto.dev)",
+    ),
+    Shortcut(
+        ("Ctrl+=", "Ctrl++"),
+        "zoom_in_action",
+        "Zoom the time axis in (shorter visible window, down to 5 s)",
+    ),
+    Shortcut(
+        ("Ctrl+-",),
+        "zoom_out_action",
+        "Zoom the time axis out (longer visible window, up to 10 min)",
+    ),
     Shortcut(("Ctrl+O",), "open_action", "Open a recording"),
     Shortcut(("Ctrl+Q",), "quit_action", "Quit (stops the run)"),
     Shortcut(("F1",), "help_action", "Help: how to read the views"),
@@ -96,7 +115,8 @@ def build_view_actions(window: Any) -> None:
     pause.setToolTip("Freeze the plots and headline figures; the run goes on (Space)")
     pause.toggled.connect(lambda on: set_view_paused(window, on))
     window.follow_action.toggled.connect(
-        lambda on: on and pause.isChecked() and pause.setChecked(False))
+        lambda on: on and pause.isChecked() and pause.setChecked(False)
+    )
     window.pause_view_action = pause
     window.zoom_in_action = QAction("Zoom in (time)", window)
     window.zoom_in_action.triggered.connect(lambda: zoom(window, -1))

@@ -13,8 +13,7 @@ import numpy as np
 DENSE_SPANS_PER_PIXEL = 0.5
 
 
-def clip_to_window(s: np.ndarray, e: np.ndarray, lo: int, hi: int
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def clip_to_window(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """Spans overlapping ``[lo, hi]`` (not trimmed: the view clips the drawing)."""
     keep = (e >= lo) & (s <= hi)
     return s[keep], e[keep]
@@ -25,8 +24,9 @@ def is_dense(n_spans: int, width_px: float) -> bool:
     return n_spans > DENSE_SPANS_PER_PIXEL * max(width_px, 1.0)
 
 
-def step_series(t0: np.ndarray, t1: np.ndarray, value: np.ndarray, tolerance: float
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def step_series(
+    t0: np.ndarray, t1: np.ndarray, value: np.ndarray, tolerance: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A step line over each sample's real period, never interpolated.
 
     Returns ``x, y, connect`` for ``PlotCurveItem(connect=...)``: each sample is a flat
@@ -48,8 +48,9 @@ def step_series(t0: np.ndarray, t1: np.ndarray, value: np.ndarray, tolerance: fl
     return x, y, connect
 
 
-def weighted_mean(w0: np.ndarray, w1: np.ndarray, value: np.ndarray, lo: float, hi: float
-                  ) -> float | None:
+def weighted_mean(
+    w0: np.ndarray, w1: np.ndarray, value: np.ndarray, lo: float, hi: float
+) -> float | None:
     """Time-weighted mean of per-window values over the part of each window in [lo, hi]."""
     a, b = np.maximum(w0, lo), np.minimum(w1, hi)
     weight = np.clip(b - a, 0, None).astype(np.float64)

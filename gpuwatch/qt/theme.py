@@ -55,14 +55,28 @@ class ThemeColors:
 
 
 LIGHT = ThemeColors(
-    "light", window="#EFEFEF", base="#FFFFFF", alternate="#F5F5F5", text="#202020",
-    button="#E8E8E8", highlight="#2D6CC0", plot_background=palette.BACKGROUND,
-    plot_foreground=palette.FOREGROUND)
+    "light",
+    window="#EFEFEF",
+    base="#FFFFFF",
+    alternate="#F5F5F5",
+    text="#202020",
+    button="#E8E8E8",
+    highlight="#2D6CC0",
+    plot_background=palette.BACKGROUND,
+    plot_foreground=palette.FOREGROUND,
+)
 
 #: Dark: every base colour that would vanish on a dark background gets a lighter twin.
 DARK = ThemeColors(
-    "dark", window="#2B2B2B", base="#1E1E1E", alternate="#262626", text="#E6E6E6",
-    button="#353535", highlight="#4A8FE7", plot_background="#1A1A1A", plot_foreground="#DCDCDC",
+    "dark",
+    window="#2B2B2B",
+    base="#1E1E1E",
+    alternate="#262626",
+    text="#E6E6E6",
+    button="#353535",
+    highlight="#4A8FE7",
+    plot_background="#1A1A1A",
+    plot_foreground="#DCDCDC",
     remap={
         palette.DEVICE_ACTIVE.lower(): "#8C9EFF",
         palette.COARSE.lower(): "#E1A6F0",
@@ -76,19 +90,44 @@ DARK = ThemeColors(
         palette.ERROR_TEXT.lower(): "#FF8A80",
         palette.COST_TEXT.lower(): "#81C784",
         "#000000": "#FFFFFF",  # LANE_SHADE: a faint black band becomes a faint white one
-    })
+    },
+)
 
 #: Presentation mode's high-contrast variants: pure black on white, or white on black.
 LIGHT_CONTRAST = ThemeColors(
-    "light-contrast", window="#FFFFFF", base="#FFFFFF", alternate="#F0F0F0", text="#000000",
-    button="#F0F0F0", highlight="#0050B0", plot_background="#FFFFFF", plot_foreground="#000000",
-    remap={palette.FOREGROUND.lower(): "#000000", palette.NOTE_TEXT.lower(): "#202020",
-           "#666": "#202020", palette.GRID_LINE.lower(): "#C8C8C8"})
+    "light-contrast",
+    window="#FFFFFF",
+    base="#FFFFFF",
+    alternate="#F0F0F0",
+    text="#000000",
+    button="#F0F0F0",
+    highlight="#0050B0",
+    plot_background="#FFFFFF",
+    plot_foreground="#000000",
+    remap={
+        palette.FOREGROUND.lower(): "#000000",
+        palette.NOTE_TEXT.lower(): "#202020",
+        "#666": "#202020",
+        palette.GRID_LINE.lower(): "#C8C8C8",
+    },
+)
 DARK_CONTRAST = ThemeColors(
-    "dark-contrast", window="#000000", base="#000000", alternate="#141414", text="#FFFFFF",
-    button="#1A1A1A", highlight="#4A8FE7", plot_background="#000000", plot_foreground="#FFFFFF",
-    remap={**DARK.remap, palette.FOREGROUND.lower(): "#FFFFFF",
-           palette.NOTE_TEXT.lower(): "#E0E0E0", "#666": "#E0E0E0"})
+    "dark-contrast",
+    window="#000000",
+    base="#000000",
+    alternate="#141414",
+    text="#FFFFFF",
+    button="#1A1A1A",
+    highlight="#4A8FE7",
+    plot_background="#000000",
+    plot_foreground="#FFFFFF",
+    remap={
+        **DARK.remap,
+        palette.FOREGROUND.lower(): "#FFFFFF",
+        palette.NOTE_TEXT.lower(): "#E0E0E0",
+        "#666": "#E0E0E0",
+    },
+)
 
 
 def system_is_dark() -> bool:
@@ -102,14 +141,22 @@ def qpalette(colors: ThemeColors) -> QPalette:
     p = QPalette()
     role = QPalette.ColorRole
     text = QColor(colors.text)
-    for r, value in ((role.Window, colors.window), (role.WindowText, colors.text),
-                     (role.Base, colors.base), (role.AlternateBase, colors.alternate),
-                     (role.Text, colors.text), (role.Button, colors.button),
-                     (role.ButtonText, colors.text), (role.ToolTipBase, colors.base),
-                     (role.ToolTipText, colors.text), (role.Highlight, colors.highlight),
-                     (role.HighlightedText, "#FFFFFF"), (role.BrightText, "#FF5252"),
-                     (role.PlaceholderText, "#888888"),
-                     (role.Link, "#8AB4F8" if colors.dark else "#1A5DB8")):
+    for r, value in (
+        (role.Window, colors.window),
+        (role.WindowText, colors.text),
+        (role.Base, colors.base),
+        (role.AlternateBase, colors.alternate),
+        (role.Text, colors.text),
+        (role.Button, colors.button),
+        (role.ButtonText, colors.text),
+        (role.ToolTipBase, colors.base),
+        (role.ToolTipText, colors.text),
+        (role.Highlight, colors.highlight),
+        (role.HighlightedText, "#FFFFFF"),
+        (role.BrightText, "#FF5252"),
+        (role.PlaceholderText, "#888888"),
+        (role.Link, "#8AB4F8" if colors.dark else "#1A5DB8"),
+    ):
         p.setColor(r, QColor(value))
     dim = QColor(text)
     dim.setAlpha(110)
@@ -126,19 +173,22 @@ _BASE_STYLE = "gpuwatch_base_style"
 _SHOWN_STYLE = "gpuwatch_shown_style"
 
 
-def transform_style(style: str, colors: ThemeColors, scale: float,
-                    base_pt: float | None = None) -> str:
+def transform_style(
+    style: str, colors: ThemeColors, scale: float, base_pt: float | None = None
+) -> str:
     """A style sheet with its text colours mapped and its pixel font sizes scaled.
 
     A style sheet without a font size gets ``base_pt * scale`` points when scaled: Qt does
     not pass a parent's new font on to widgets that have a style sheet of their own.
     """
-    style = _COLOR.sub(lambda m: "color: " + colors.remap.get(m.group(1).lower(), m.group(1)),
-                       style)
+    style = _COLOR.sub(
+        lambda m: "color: " + colors.remap.get(m.group(1).lower(), m.group(1)), style
+    )
     if scale != 1.0:
         if _FONT_SIZE.search(style) or not base_pt:
-            style = _FONT_SIZE.sub(lambda m: f"font-size: {round(float(m.group(1)) * scale)}px",
-                                   style)
+            style = _FONT_SIZE.sub(
+                lambda m: f"font-size: {round(float(m.group(1)) * scale)}px", style
+            )
         else:
             size = f"font-size: {round(base_pt * scale)}pt;"
             if "{" in style:  # "QLabel { ... }": the size goes inside the first rule
@@ -149,8 +199,9 @@ def transform_style(style: str, colors: ThemeColors, scale: float,
     return style
 
 
-def restyle_widgets(root: QWidget, colors: ThemeColors, scale: float = 1.0,
-                    base_pt: float | None = None) -> None:
+def restyle_widgets(
+    root: QWidget, colors: ThemeColors, scale: float = 1.0, base_pt: float | None = None
+) -> None:
     """Map every child's style sheet from its base (remembered on first visit).
 
     A style sheet the code has set since (e.g. a banner's new level) becomes the new base.
@@ -252,6 +303,7 @@ def style_window(window: QWidget, colors: ThemeColors, scale: float = 1.0) -> No
 
 
 # ---- The application's theme --------------------------------------------------------------
+
 
 class ThemeManager(QObject):
     """The app's theme mode (system/light/dark); re-styles every registered window."""

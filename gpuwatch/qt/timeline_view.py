@@ -70,8 +70,9 @@ class SpanBars(pg.BarGraphItem):
         with 20 items); without a pen there is nothing to pad."""
         return QRectF(self._bounds)
 
-    def set_spans(self, x0: np.ndarray, x1: np.ndarray, y0: float | np.ndarray,
-                  height: float | np.ndarray) -> None:
+    def set_spans(
+        self, x0: np.ndarray, x1: np.ndarray, y0: float | np.ndarray, height: float | np.ndarray
+    ) -> None:
         if np.size(x0) == 0 and self.count() == 0:
             return  # empty stays empty (dense views empty ~20 bar items every frame)
         self.prepareGeometryChange()
@@ -168,8 +169,16 @@ class TimelineView(pg.PlotWidget):
         self.plot_item.getAxis("left").setTicks([ticks, []])
         self.plot_item.setYRange(-0.6, n - 0.4, padding=0)
 
-    def show_steps(self, view: StepsView, active: tuple[np.ndarray, np.ndarray], t0_ns: int,
-                   lo_ns: int, hi_ns: int, *, changes: Sequence[ConfigChange] = ()) -> None:
+    def show_steps(
+        self,
+        view: StepsView,
+        active: tuple[np.ndarray, np.ndarray],
+        t0_ns: int,
+        lo_ns: int,
+        hi_ns: int,
+        *,
+        changes: Sequence[ConfigChange] = (),
+    ) -> None:
         """Redraw every lane for the visible window ``[lo_ns, hi_ns]`` from ``view``.
 
         ``active`` are the merged device spans of ``view`` (``analysis.active_spans``);
@@ -183,8 +192,9 @@ class TimelineView(pg.PlotWidget):
         width_px = self.width_px()
         in_window = (view.host[:, -1] >= lo_ns) & (view.host[:, 0] <= hi_ns)
         if is_dense(int(in_window.sum()), width_px):
-            self.show_columns(columns_of(view, changes, lo_ns, hi_ns, int(np.ceil(width_px))),
-                              t0_ns, lo_ns, hi_ns)
+            self.show_columns(
+                columns_of(view, changes, lo_ns, hi_ns, int(np.ceil(width_px))), t0_ns, lo_ns, hi_ns
+            )
             return
         self.dense = False
         self.dense_lanes.setVisible(False)
@@ -195,18 +205,21 @@ class TimelineView(pg.PlotWidget):
         for row, (_, phases) in enumerate(self.host_lanes):
             for name in phases:
                 s, e = clip_to_window(*spans_of[name], lo_ns, hi_ns)
-                self.phase_bars[name].set_spans(_to_s(s, t0_ns),
-                                                _to_s(np.maximum(e, s + px_ns), t0_ns),
-                                                lane_y(row, self.n_lanes), BAR_HEIGHT)
+                self.phase_bars[name].set_spans(
+                    _to_s(s, t0_ns),
+                    _to_s(np.maximum(e, s + px_ns), t0_ns),
+                    lane_y(row, self.n_lanes),
+                    BAR_HEIGHT,
+                )
                 self.phase_backing[name].set_spans(empty, empty, 0.0, BAR_HEIGHT)
         s, e = clip_to_window(*active, lo_ns, hi_ns)
         y = lane_y(self.n_lanes - 1, self.n_lanes)
-        self.device_bars.set_spans(_to_s(s, t0_ns), _to_s(np.maximum(e, s + px_ns), t0_ns), y,
-                                   BAR_HEIGHT)
+        self.device_bars.set_spans(
+            _to_s(s, t0_ns), _to_s(np.maximum(e, s + px_ns), t0_ns), y, BAR_HEIGHT
+        )
         g0, g1 = gaps(s, e)
         pad = (1 - BAR_HEIGHT) / 4
-        self.gap_bars.set_spans(_to_s(g0, t0_ns), _to_s(g1, t0_ns), y - pad,
-                                BAR_HEIGHT + 2 * pad)
+        self.gap_bars.set_spans(_to_s(g0, t0_ns), _to_s(g1, t0_ns), y - pad, BAR_HEIGHT + 2 * pad)
 
     def show_gap_causes(self, idle: CausedIdle, t0_ns: int, lo_ns: int, hi_ns: int) -> None:
         """Tint the device lane's idle gaps by cause (call right after ``show_steps``).
@@ -233,46 +246,64 @@ class TimelineView(pg.PlotWidget):
         self.dense = True
         self._shade_lanes(t0_ns, lo_ns, hi_ns)
         empty = np.empty(0)
-        for bars in (*self.phase_bars.values(), *self.phase_backing.values(), self.device_bars,
-                     self.gap_bars, *self.cause_bars.values()):
+        for bars in (
+            *self.phase_bars.values(),
+            *self.phase_backing.values(),
+            self.device_bars,
+            self.gap_bars,
+            *self.cause_bars.values(),
+        ):
             bars.set_spans(empty, empty, 0.0, BAR_HEIGHT)
         n = len(cols.c0)
         lanes = []
         for _, phases in self.host_lanes:
             backing = np.full(n, CLEAR, np.uint32)
             for name in reversed(phases):  # the first phase present wins
-                backing = np.where(cols[name] > 0, np.uint32(_color(self.phase_backing[name])),
-                                   backing)
-            lanes.append(Lane([cols[name] for name in phases],
-                              [_color(self.phase_bars[name]) for name in phases], backing))
+                backing = np.where(
+                    cols[name] > 0, np.uint32(_color(self.phase_backing[name])), backing
+                )
+            lanes.append(
+                Lane(
+                    [cols[name] for name in phases],
+                    [_color(self.phase_bars[name]) for name in phases],
+                    backing,
+                )
+            )
         active = cols["active"]
         idle = np.zeros(n, bool)
         where = np.flatnonzero(active > 0)
         if len(where):
-            idle[where[0]:where[-1] + 1] = active[where[0]:where[-1] + 1] < 1.0
+            idle[where[0] : where[-1] + 1] = active[where[0] : where[-1] + 1] < 1.0
         shares = np.vstack([cols[f"idle:{c}"] for c in CAUSES])
         top = np.argmax(shares, axis=0)
         caused = shares.sum(axis=0) > 0
         tint = np.where(idle, np.uint32(_color(self.gap_bars)), np.uint32(CLEAR))
         for i, cause in enumerate(CAUSES):
             tint = np.where(caused & (top == i), np.uint32(_color(self.cause_bars[cause])), tint)
-        lanes.append(Lane([active], [_color(self.device_bars)], tint,
-                          backing_pad=(1 - BAR_HEIGHT) / 4))
+        lanes.append(
+            Lane([active], [_color(self.device_bars)], tint, backing_pad=(1 - BAR_HEIGHT) / 4)
+        )
         rows = max(int(self.plot_item.getViewBox().height() / (self.n_lanes + 0.2)), 4)
-        self.dense_lanes.show_pixels(render(lanes, n, rows, BAR_HEIGHT),
-                                     (cols.c0[0] - t0_ns) / 1e9 if n else 0.0,
-                                     (cols.c1[-1] - t0_ns) / 1e9 if n else 0.0, self.n_lanes)
-        self.causes_shown = present_causes({c: _column_runs(caused & (top == i), cols.c0, cols.c1)
-                                            for i, c in enumerate(CAUSES)})
+        self.dense_lanes.show_pixels(
+            render(lanes, n, rows, BAR_HEIGHT),
+            (cols.c0[0] - t0_ns) / 1e9 if n else 0.0,
+            (cols.c1[-1] - t0_ns) / 1e9 if n else 0.0,
+            self.n_lanes,
+        )
+        self.causes_shown = present_causes(
+            {c: _column_runs(caused & (top == i), cols.c0, cols.c1) for i, c in enumerate(CAUSES)}
+        )
 
-    def _tint(self, spans: dict[str, tuple[np.ndarray, np.ndarray]], t0_ns: int,
-              px_ns: float) -> None:
+    def _tint(
+        self, spans: dict[str, tuple[np.ndarray, np.ndarray]], t0_ns: int, px_ns: float
+    ) -> None:
         """Cause bars at the gap tint's place (each at least ``px_ns`` wide); the plain gap
         tint shows only where no cause is drawn."""
         y, height = self.gap_bars.opts["y0"], self.gap_bars.opts["height"]
         for cause, (s, e) in spans.items():
-            self.cause_bars[cause].set_spans(_to_s(s, t0_ns),
-                                             _to_s(np.maximum(e, s + px_ns), t0_ns), y, height)
+            self.cause_bars[cause].set_spans(
+                _to_s(s, t0_ns), _to_s(np.maximum(e, s + px_ns), t0_ns), y, height
+            )
         self.causes_shown = present_causes(spans)
         self.gap_bars.setVisible(not self.causes_shown)  # the tint replaces the plain one
 
@@ -283,7 +314,7 @@ class TimelineView(pg.PlotWidget):
         rows = pixels.shape[0] // self.n_lanes
         bar_px = max(round(BAR_HEIGHT * rows), 1)
         margin = (rows - bar_px) // 2
-        cell = pixels[row * rows + margin:row * rows + margin + bar_px]
+        cell = pixels[row * rows + margin : row * rows + margin + bar_px]
         return (cell == np.uint32(_color(bars))).sum(axis=0) / bar_px
 
     def width_px(self) -> float:
@@ -293,8 +324,12 @@ class TimelineView(pg.PlotWidget):
     def _shade_lanes(self, t0_ns: int, lo_ns: int, hi_ns: int) -> None:
         """Every other lane lightly shaded across the window."""
         shade_y = np.arange(self.n_lanes - 1, -1, -2, dtype=np.float64) - 0.5
-        self._shade.set_spans(np.full(len(shade_y), (lo_ns - t0_ns) / 1e9),
-                              np.full(len(shade_y), (hi_ns - t0_ns) / 1e9), shade_y, 1.0)
+        self._shade.set_spans(
+            np.full(len(shade_y), (lo_ns - t0_ns) / 1e9),
+            np.full(len(shade_y), (hi_ns - t0_ns) / 1e9),
+            shade_y,
+            1.0,
+        )
 
 
 def _to_s(t: np.ndarray, t0_ns: int) -> np.ndarray:
@@ -302,8 +337,7 @@ def _to_s(t: np.ndarray, t0_ns: int) -> np.ndarray:
     return (np.asarray(t) - t0_ns) / 1e9
 
 
-def _column_runs(mask: np.ndarray, c0: np.ndarray, c1: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def _column_runs(mask: np.ndarray, c0: np.ndarray, c1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Runs of neighbouring pixel columns where ``mask`` holds (columns are contiguous)."""
     return runs(np.append(c0, c1[-1:]), mask)
 
@@ -346,4 +380,3 @@ def style_plot(widget: pg.PlotWidget) -> None:
         # HTML, hidden axes' too, on each range change (each frame while following "now").
         item.getAxis(name).enableAutoSIPrefix(False)
     item.getAxis("left").setWidth(AXIS_WIDTH)
-

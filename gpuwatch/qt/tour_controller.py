@@ -38,10 +38,17 @@ class TourController(QObject):
     #: True while a tour drives the knobs (the knob panel stops sending meanwhile).
     active_changed = Signal(bool)
 
-    def __init__(self, session: Any, parent: QWidget, log: LogFn, *,
-                 plan: Callable[..., Any] = plan_tour,
-                 conductor: Callable[..., Any] = Conductor,
-                 min_steady_s: float = TOUR_STEADY_S, tick_ms: int = TICK_MS) -> None:
+    def __init__(
+        self,
+        session: Any,
+        parent: QWidget,
+        log: LogFn,
+        *,
+        plan: Callable[..., Any] = plan_tour,
+        conductor: Callable[..., Any] = Conductor,
+        min_steady_s: float = TOUR_STEADY_S,
+        tick_ms: int = TICK_MS,
+    ) -> None:
         super().__init__(parent)
         self.session = session
         self._log = log
@@ -55,7 +62,8 @@ class TourController(QObject):
         self.action.setToolTip(
             f"Walk the run through the well-known fixes one by one (workers, pinned memory, "
             f"batched logging, AMP, channels_last, compile), holding each stage until it has "
-            f"{self._min_steady_s:g} s of steady rates; the scoreboard shows what each bought.")
+            f"{self._min_steady_s:g} s of steady rates; the scoreboard shows what each bought."
+        )
         self.action.triggered.connect(self.toggle)
         self.caption = QLabel()
         self.caption.setTextFormat(Qt.TextFormat.RichText)
@@ -84,24 +92,22 @@ class TourController(QObject):
         session = self.session
         hello = session.hello
         if self.active or session.state is not SessionState.RUNNING or not session.knobs:
-            self._log("warning", "tour: start a run first; the tour changes a running run's "
-                                 "knobs")
+            self._log("warning", "tour: start a run first; the tour changes a running run's knobs")
             return
         device = hello.get("device") or {}
-        stages, skipped = self._plan(session.knobs, hello.get("workload", ""),
-                                     device.get("cores"))
+        stages, skipped = self._plan(session.knobs, hello.get("workload", ""), device.get("cores"))
         for skip in skipped:
             self._log("info", f"tour: skipping “{skip.label}”: {skip.reason}")
         try:
-            self.conductor = self._make_conductor(session, stages,
-                                                  min_steady_s=self._min_steady_s)
+            self.conductor = self._make_conductor(session, stages, min_steady_s=self._min_steady_s)
         except ValueError as exc:
             self._log("error", f"tour: cannot start: {exc}")
             return
         self._hello = hello
         self._stage_index = None
-        self._log("info", f"tour: {len(stages)} stage(s): "
-                          + ", ".join(stage.label for stage in stages))
+        self._log(
+            "info", f"tour: {len(stages)} stage(s): " + ", ".join(stage.label for stage in stages)
+        )
         self.timer.start()
         self.active_changed.emit(True)
         self.sync()
@@ -112,8 +118,11 @@ class TourController(QObject):
         if self.conductor is None:
             return
         self.conductor.stop()
-        self._end("tour stopped; the run goes on with its current knobs", "info",
-                  "Tour stopped — the run goes on with its current knobs.")
+        self._end(
+            "tour stopped; the run goes on with its current knobs",
+            "info",
+            "Tour stopped — the run goes on with its current knobs.",
+        )
 
     def tick(self) -> None:
         conductor = self.conductor
@@ -123,16 +132,23 @@ class TourController(QObject):
         stage = progress.stage
         if progress.index != self._stage_index and stage is not None:
             self._stage_index = progress.index
-            self._log("info", f"tour: stage {progress.index + 1}/{progress.n_stages} "
-                              f"“{stage.label}”: {stage.caption}")
+            self._log(
+                "info",
+                f"tour: stage {progress.index + 1}/{progress.n_stages} "
+                f"“{stage.label}”: {stage.caption}",
+            )
         if conductor.failed:
-            self._end(f"tour failed: {conductor.failed}", "error",
-                      f"Tour failed: {conductor.failed}")
+            self._end(
+                f"tour failed: {conductor.failed}", "error", f"Tour failed: {conductor.failed}"
+            )
             return
         if conductor.done:
-            self._end(f"tour done: {progress.n_stages} stage(s) measured", "info",
-                      f"Tour done: {progress.n_stages} stage(s) measured — see the "
-                      "scoreboard for what each one bought.")
+            self._end(
+                f"tour done: {progress.n_stages} stage(s) measured",
+                "info",
+                f"Tour done: {progress.n_stages} stage(s) measured — see the "
+                "scoreboard for what each one bought.",
+            )
             return
         self._show_progress(progress)
 

@@ -41,13 +41,17 @@ def choose_coarse(statuses: dict[str, MetricStatus], device_kind: str | None) ->
     notes: list[str] = []
     if nvml_ok and device_kind in ("cuda", None):
         period = f"period {nvml.period_s * 1e3:.0f} ms" if nvml.period_s else "period unknown"
-        return CoarseChoice(NVML_GPU_UTIL, f"NVML GPU util (whole device, {period})",
-                            "busy % from our marks (stream active, upper bound)", "NVML", ())
+        return CoarseChoice(
+            NVML_GPU_UTIL,
+            f"NVML GPU util (whole device, {period})",
+            "busy % from our marks (stream active, upper bound)",
+            "NVML",
+            (),
+        )
     if nvml is None and device_kind == "cpu":
         notes.append("NVML: n/a — the runner trains on the CPU")
     elif nvml is None:
-        notes.append("NVML: n/a — no reading yet (it starts once the runner reports a "
-                     "CUDA device)")
+        notes.append("NVML: n/a — no reading yet (it starts once the runner reports a CUDA device)")
     elif not nvml.available:
         notes.append(f"NVML: n/a — {nvml.reason or 'unsupported here'}")
     else:
@@ -56,10 +60,18 @@ def choose_coarse(statuses: dict[str, MetricStatus], device_kind: str | None) ->
     period = f"period {cpu.period_s:g} s" if cpu is not None and cpu.period_s else "1 s periods"
     if cpu is not None and not cpu.available:
         notes.append(f"runner CPU: n/a — {cpu.reason or 'unsupported here'}")
-    busy = ("busy % from our marks (stream active, upper bound)" if device_kind == "cuda"
-            else "compute busy % (host spans)")
-    return CoarseChoice(PROC_CPU, f"runner CPU % (process tree, % of one core, {period})",
-                        busy, "runner CPU", tuple(notes))
+    busy = (
+        "busy % from our marks (stream active, upper bound)"
+        if device_kind == "cuda"
+        else "compute busy % (host spans)"
+    )
+    return CoarseChoice(
+        PROC_CPU,
+        f"runner CPU % (process tree, % of one core, {period})",
+        busy,
+        "runner CPU",
+        tuple(notes),
+    )
 
 
 class UtilizationView(QWidget):
@@ -91,10 +103,10 @@ class UtilizationView(QWidget):
         item.setLabel("bottom", "seconds since start", color=palette.FOREGROUND)
         item.setYRange(0, 105, padding=0)
         # 2 px is affordable here: a few hundred points, unlike the timeline's many spans.
-        self.coarse_curve = pg.PlotCurveItem(pen=pg.mkPen(palette.COARSE, width=2),
-                                             name="coarse")
-        self.busy_curve = pg.PlotCurveItem(pen=pg.mkPen(palette.DEVICE_ACTIVE, width=2),
-                                           name="busy")
+        self.coarse_curve = pg.PlotCurveItem(pen=pg.mkPen(palette.COARSE, width=2), name="coarse")
+        self.busy_curve = pg.PlotCurveItem(
+            pen=pg.mkPen(palette.DEVICE_ACTIVE, width=2), name="busy"
+        )
         self.plot.addItem(self.coarse_curve)
         self.plot.addItem(self.busy_curve)
         self._y_top = 0.0
@@ -117,8 +129,9 @@ class UtilizationView(QWidget):
         if compact:
             self.note_label.hide()
 
-    def show_data(self, choice: CoarseChoice, coarse: SeriesView, busy: np.ndarray,
-                  t0_ns: int) -> None:
+    def show_data(
+        self, choice: CoarseChoice, coarse: SeriesView, busy: np.ndarray, t0_ns: int
+    ) -> None:
         """Redraw both step series: the coarse samples, and ``busy`` (our marks' busy % over
         each sample's period, NaN where unknown)."""
         if choice != self.choice:
@@ -130,8 +143,11 @@ class UtilizationView(QWidget):
                 coarse_label = coarse_label.split(" (")[0]
                 busy_label = busy_label.split(" (")[0]
             self.legend_label.setText(
-                "<b>Utilization</b> — " + palette.swatch(palette.COARSE, coarse_label)
-                + "&nbsp;&nbsp;&nbsp;" + palette.swatch(palette.DEVICE_ACTIVE, busy_label))
+                "<b>Utilization</b> — "
+                + palette.swatch(palette.COARSE, coarse_label)
+                + "&nbsp;&nbsp;&nbsp;"
+                + palette.swatch(palette.DEVICE_ACTIVE, busy_label)
+            )
             self.note_label.setText("\n".join(choice.notes))
             self.note_label.setVisible(bool(choice.notes) and not self.compact)
         w0 = (coarse.t0 - t0_ns) / 1e9
@@ -155,8 +171,10 @@ class UtilizationView(QWidget):
         item.getAxis("left").setTicks([[(v, f"{v:g}") for v in (0.0, *levels)]])
         for line in self._grid:
             item.removeItem(line)
-        self._grid = [pg.InfiniteLine(pos=y, angle=0, movable=False,
-                                      pen=pg.mkPen(palette.GRID_LINE)) for y in levels]
+        self._grid = [
+            pg.InfiniteLine(pos=y, angle=0, movable=False, pen=pg.mkPen(palette.GRID_LINE))
+            for y in levels
+        ]
         for line in self._grid:
             line.setZValue(-10)
             item.addItem(line)
@@ -166,8 +184,9 @@ class UtilizationView(QWidget):
         return [self.coarse_curve.name() or "", self.busy_curve.name() or ""]
 
 
-def _set_steps(curve: pg.PlotCurveItem, w0: np.ndarray, w1: np.ndarray, value: np.ndarray,
-               tolerance: float) -> None:
+def _set_steps(
+    curve: pg.PlotCurveItem, w0: np.ndarray, w1: np.ndarray, value: np.ndarray, tolerance: float
+) -> None:
     x, y, connect = step_series(w0, w1, value, tolerance)
     curve.setData(x=x, y=y, connect=connect)
 

@@ -91,8 +91,7 @@ class AutoHooks:
         self.enabled = False
 
     def _watching(self) -> bool:
-        return (self.enabled and self.recorder.detecting
-                and threading.get_ident() == self._main)
+        return self.enabled and self.recorder.detecting and threading.get_ident() == self._main
 
     def install(self) -> None:
         torch = self.torch
@@ -297,8 +296,7 @@ class AutoHooks:
         self._quieted = True
         optimized = getattr(eval_frame, "OptimizedModule", None)
         in_optimized_module = getattr(eval_frame, "_set_in_optimized_module", None)
-        if optimized is None or in_optimized_module is None \
-                or "__call__" not in optimized.__dict__:
+        if optimized is None or in_optimized_module is None or "__call__" not in optimized.__dict__:
             return
         module_call = self.torch.nn.Module.__call__
 

@@ -21,21 +21,28 @@ NEEDS_CUDA = "needs CUDA"
 NEEDS_IMAGES = "needs a workload with 4-D image inputs and convolutions"
 
 
-def check_availability(torch: Any, device: Any, *, optimizer_cls: type[Any],
-                       channels_last: bool) -> Availability:
+def check_availability(
+    torch: Any, device: Any, *, optimizer_cls: type[Any], channels_last: bool
+) -> Availability:
     """Probe every knob on ``device``; ``optimizer_cls`` is the workload's optimizer (for
     ``fused``) and ``channels_last`` whether the workload has 4-D image inputs."""
     cuda = device.type == "cuda"
     disabled: dict[str, str] = {}
     choices: dict[str, dict[str, str]] = {}
     if not cuda:
-        disabled.update(pin_memory=NEEDS_CUDA, non_blocking=NEEDS_CUDA, tf32=NEEDS_CUDA,
-                        cudnn_benchmark=NEEDS_CUDA)
+        disabled.update(
+            pin_memory=NEEDS_CUDA,
+            non_blocking=NEEDS_CUDA,
+            tf32=NEEDS_CUDA,
+            cudnn_benchmark=NEEDS_CUDA,
+        )
     else:
         capability = torch.cuda.get_device_capability(device)
         if capability < (8, 0):
-            disabled["tf32"] = (f"needs compute capability 8.0 or newer "
-                                f"(this GPU has {capability[0]}.{capability[1]})")
+            disabled["tf32"] = (
+                f"needs compute capability 8.0 or newer "
+                f"(this GPU has {capability[0]}.{capability[1]})"
+            )
         if not torch.backends.cudnn.is_available():
             disabled["cudnn_benchmark"] = "cuDNN is not available to this torch"
     if not channels_last:
@@ -80,8 +87,10 @@ def compile_toolchain_problem(torch: Any, device: Any) -> str | None:
             return "Triton is not installed"
         capability = torch.cuda.get_device_capability(device)
         if capability < (7, 0):
-            return (f"Triton needs compute capability 7.0 or newer "
-                    f"(this GPU has {capability[0]}.{capability[1]})")
+            return (
+                f"Triton needs compute capability 7.0 or newer "
+                f"(this GPU has {capability[0]}.{capability[1]})"
+            )
         return None
     compiler = cpp_compiler()
     if shutil.which(compiler) is None:
@@ -116,6 +125,10 @@ def _first_line(exc: BaseException) -> str:
 
 def knob_schema(torch: Any, workload: Workload, device: Any) -> KnobSchema:
     """The knobs of ``workload`` on ``device``: its naive values and limits, probed here."""
-    availability = check_availability(torch, device, optimizer_cls=workload.optimizer_class(),
-                                      channels_last=workload.channels_last_applies)
+    availability = check_availability(
+        torch,
+        device,
+        optimizer_cls=workload.optimizer_class(),
+        channels_last=workload.channels_last_applies,
+    )
     return KnobSchema(workload.knob_values(), availability, workload.knob_limits())

@@ -50,8 +50,9 @@ def stream_sampler(loader: Iterable[Any]) -> StreamBatchSampler | None:
 class _Prepared:
     """A loader whose iterator and first batch are being made on a helper thread."""
 
-    def __init__(self, loader: Iterable[Any], persistent: bool,
-                 on_ready: Callable[[], None] | None) -> None:
+    def __init__(
+        self, loader: Iterable[Any], persistent: bool, on_ready: Callable[[], None] | None
+    ) -> None:
         self.loader = loader
         self.persistent = persistent
         self.iterator: Iterator[Any] | None = None
@@ -60,8 +61,9 @@ class _Prepared:
         self.error: BaseException | None = None
         self.ready = threading.Event()
         self._on_ready = on_ready
-        self.thread = threading.Thread(target=self._fetch, name="gpuwatch-loader-prepare",
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self._fetch, name="gpuwatch-loader-prepare", daemon=True
+        )
         self.thread.start()
 
     def _fetch(self) -> None:
@@ -71,8 +73,9 @@ class _Prepared:
             sampler = stream_sampler(self.loader)
             self.span = sampler.take() if sampler is not None else None
         except StopIteration:
-            self.error = RuntimeError("the loader yields no batch (dataset smaller than one "
-                                      "batch?)")
+            self.error = RuntimeError(
+                "the loader yields no batch (dataset smaller than one batch?)"
+            )
         except Exception as exc:  # reported when the loop switches to this loader
             self.error = exc
         finally:
@@ -125,8 +128,9 @@ class BatchSource:
         try:
             return next(self._iterator), self._taken()
         except StopIteration:
-            raise RuntimeError("the loader yields no batch (dataset smaller than one batch?)"
-                               ) from None
+            raise RuntimeError(
+                "the loader yields no batch (dataset smaller than one batch?)"
+            ) from None
 
     def _taken(self) -> Span | None:
         sampler = stream_sampler(self.loader)
@@ -139,8 +143,7 @@ class BatchSource:
         self.loader = self._built(knobs)
         self._persistent = bool(knobs["persistent_workers"] and knobs["num_workers"] > 0)
 
-    def prepare(self, knobs: Mapping[str, Any], on_ready: Callable[[], None] | None = None
-                ) -> None:
+    def prepare(self, knobs: Mapping[str, Any], on_ready: Callable[[], None] | None = None) -> None:
         """Build the loader for ``knobs`` and start fetching its first batch in the background;
         the current loader stays in use until ``switch``. ``on_ready`` is called (on the
         helper thread) once the batch or an error is there. Building raises here, at once."""

@@ -52,26 +52,51 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gpuwatch.runner",
         description="gpuwatch's training process: runs a workload and streams step timing to "
-                    "the gpuwatch window over an authenticated link (key on stdin with "
-                    f"{AUTHKEY_STDIN_FLAG}, else in ${AUTHKEY_ENV}).")
+        "the gpuwatch window over an authenticated link (key on stdin with "
+        f"{AUTHKEY_STDIN_FLAG}, else in ${AUTHKEY_ENV}).",
+    )
     mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--connect", metavar="ADDRESS",
-                      help="link address: socket path, Windows pipe name, or HOST:PORT")
-    mode.add_argument("--probe", action="store_true",
-                      help="print what this interpreter has (torch, CUDA, devices) as JSON")
+    mode.add_argument(
+        "--connect",
+        metavar="ADDRESS",
+        help="link address: socket path, Windows pipe name, or HOST:PORT",
+    )
+    mode.add_argument(
+        "--probe",
+        action="store_true",
+        help="print what this interpreter has (torch, CUDA, devices) as JSON",
+    )
     what = parser.add_mutually_exclusive_group()
-    what.add_argument("--workload", choices=WORKLOAD_NAMES, default=None,
-                      help="built-in workload (default: vision)")
-    what.add_argument("--script", metavar="PATH",
-                      help="run this Python script as __main__ instead of a workload; "
-                           "its arguments follow a --")
-    parser.add_argument(AUTHKEY_STDIN_FLAG, action="store_true",
-                        help="read the link's hex key from the first line of stdin (how "
-                             f"gpuwatch starts the runner) instead of ${AUTHKEY_ENV}")
-    parser.add_argument("--device", type=_device, default="auto",
-                        help="auto, cpu, cuda or cuda:N (default: %(default)s)")
-    parser.add_argument("--max-steps", type=_positive, default=None, metavar="N",
-                        help="stop after N steps (default: run until stopped)")
+    what.add_argument(
+        "--workload",
+        choices=WORKLOAD_NAMES,
+        default=None,
+        help="built-in workload (default: vision)",
+    )
+    what.add_argument(
+        "--script",
+        metavar="PATH",
+        help="run this Python script as __main__ instead of a workload; its arguments follow a --",
+    )
+    parser.add_argument(
+        AUTHKEY_STDIN_FLAG,
+        action="store_true",
+        help="read the link's hex key from the first line of stdin (how "
+        f"gpuwatch starts the runner) instead of ${AUTHKEY_ENV}",
+    )
+    parser.add_argument(
+        "--device",
+        type=_device,
+        default="auto",
+        help="auto, cpu, cuda or cuda:N (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-steps",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="stop after N steps (default: run until stopped)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="data and model seed")
     return parser
 
@@ -82,7 +107,7 @@ def split_script_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     if "--" not in argv:
         return argv, []
     cut = argv.index("--")
-    return argv[:cut], argv[cut + 1:]
+    return argv[:cut], argv[cut + 1 :]
 
 
 def main(argv: Sequence[str] | None = None, *, source_root: str | None = None) -> int:
@@ -120,10 +145,20 @@ def main(argv: Sequence[str] | None = None, *, source_root: str | None = None) -
             # its children lose it, but this process's /proc/self/environ keeps it (only the
             # same user can read that). gpuwatch passes the key on stdin instead.
             os.environ.pop(AUTHKEY_ENV, None)
-            return run_script(link, path=args.script, args=script_args,
-                              device_spec=args.device, max_steps=args.max_steps)
-        return run(link, workload_name=args.workload or "vision", device_spec=args.device,
-                   max_steps=args.max_steps, seed=args.seed)
+            return run_script(
+                link,
+                path=args.script,
+                args=script_args,
+                device_spec=args.device,
+                max_steps=args.max_steps,
+            )
+        return run(
+            link,
+            workload_name=args.workload or "vision",
+            device_spec=args.device,
+            max_steps=args.max_steps,
+            seed=args.seed,
+        )
     except KeyboardInterrupt:  # Ctrl-C while torch imports (started by hand)
         say("interrupted")
         return EXIT_INTERRUPTED

@@ -20,8 +20,9 @@ class ControlTarget(Protocol):
     capture: Any  # gpuwatch.runner.kernel_capture.KernelCapture
 
 
-def apply_control(target: ControlTarget, message: dict[str, Any], *, next_step: int,
-                  flush: Callable[[], None]) -> None:
+def apply_control(
+    target: ControlTarget, message: dict[str, Any], *, next_step: int, flush: Callable[[], None]
+) -> None:
     """Apply ``pause``/``resume``/``set``/``capture`` (``stop`` is the caller's)."""
     kind = message["kind"]
     if kind == "pause" and not target.paused:

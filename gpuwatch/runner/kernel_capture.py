@@ -72,15 +72,20 @@ MARKER = "gpuwatch:clock#"
 #: (pytorch/pytorch#146604).
 TEARDOWN_MIN_CUDA = (12, 6)
 
-DISTURBED = ("the script started its own profiler during the window; gpuwatch closed its "
-             "capture first so the script's trace stays whole")
-REPLACED = ("the capture's profiler session was replaced by another one (its events are not "
-            "this window's)")
+DISTURBED = (
+    "the script started its own profiler during the window; gpuwatch closed its "
+    "capture first so the script's trace stays whole"
+)
+REPLACED = (
+    "the capture's profiler session was replaced by another one (its events are not this window's)"
+)
 
-_KIND_OF_ACTIVITY = {"kernel": KERNEL_KINDS.index("kernel"),
-                     "gpu_memcpy": KERNEL_KINDS.index("memcpy"),
-                     "gpu_memset": KERNEL_KINDS.index("memset"),
-                     "cpu_op": KERNEL_KINDS.index("cpu_op")}
+_KIND_OF_ACTIVITY = {
+    "kernel": KERNEL_KINDS.index("kernel"),
+    "gpu_memcpy": KERNEL_KINDS.index("memcpy"),
+    "gpu_memset": KERNEL_KINDS.index("memset"),
+    "cpu_op": KERNEL_KINDS.index("cpu_op"),
+}
 _CPU_OP = KERNEL_KINDS.index("cpu_op")
 _RUNTIME = frozenset({"cuda_runtime", "cuda_driver"})
 
@@ -109,9 +114,11 @@ class KinetoEvent(Protocol):
     def metadata_json(self) -> str: ...
 
 
-def epoch_offset(wall: Callable[[], int] = time.time_ns,
-                 clock: Callable[[], int] = time.perf_counter_ns,
-                 pairs: int = CLOCK_PAIRS) -> int:
+def epoch_offset(
+    wall: Callable[[], int] = time.time_ns,
+    clock: Callable[[], int] = time.perf_counter_ns,
+    pairs: int = CLOCK_PAIRS,
+) -> int:
     """``time_ns() - perf_counter_ns()`` from the narrowest of ``pairs`` brackets."""
     best: tuple[int, int] | None = None
     for _ in range(pairs):
@@ -170,9 +177,11 @@ class CuptiRelease:
     attached"), by setting ``TEARDOWN_CUPTI=1`` around the stop; leaves a value the script
     set alone."""
 
-    def __init__(self, environ: MutableMapping[str, str] | None = None,
-                 cuda_version: Callable[[], tuple[int, int] | None] = cuda_runtime_version
-                 ) -> None:
+    def __init__(
+        self,
+        environ: MutableMapping[str, str] | None = None,
+        cuda_version: Callable[[], tuple[int, int] | None] = cuda_runtime_version,
+    ) -> None:
         self.environ = os.environ if environ is None else environ
         self._cuda_version = cuda_version
         self._set = False
@@ -187,15 +196,20 @@ class CuptiRelease:
             return None
         current = self.environ.get("TEARDOWN_CUPTI")
         if current is not None:
-            return (None if current == "1" else
-                    f"CUPTI stays attached after the capture (TEARDOWN_CUPTI={current} is "
-                    f"set): later steps may run slower, and no other CUPTI tool can attach")
+            return (
+                None
+                if current == "1"
+                else f"CUPTI stays attached after the capture (TEARDOWN_CUPTI={current} is "
+                f"set): later steps may run slower, and no other CUPTI tool can attach"
+            )
         version = self._cuda_version()
         if version is None or version < TEARDOWN_MIN_CUDA:
             shown = "unknown" if version is None else f"{version[0]}.{version[1]}"
-            return (f"CUPTI stays attached after the capture: before CUDA 12.6 Kineto's "
-                    f"teardown can crash CUDA graphs (this torch: CUDA {shown}); later steps "
-                    f"may run slower")
+            return (
+                f"CUPTI stays attached after the capture: before CUDA 12.6 Kineto's "
+                f"teardown can crash CUDA graphs (this torch: CUDA {shown}); later steps "
+                f"may run slower"
+            )
         self.environ["TEARDOWN_CUPTI"] = "1"
         self._set = True
         return None
@@ -251,9 +265,17 @@ def kernel_geometry(metadata: str) -> tuple[list[int] | None, list[int] | None, 
     return _dim3(data.get("grid")), _dim3(data.get("block")), _number(data.get("blocks per SM"))
 
 
-def window_message(events: Iterable[KinetoEvent], *, device: str, offset_ns: int,
-                   t0_ns: int, t1_ns: int, steps: list[int], perturbed: list[int],
-                   max_events: int = MAX_EVENTS) -> dict[str, Any]:
+def window_message(
+    events: Iterable[KinetoEvent],
+    *,
+    device: str,
+    offset_ns: int,
+    t0_ns: int,
+    t1_ns: int,
+    steps: list[int],
+    perturbed: list[int],
+    max_events: int = MAX_EVENTS,
+) -> dict[str, Any]:
     """The fields of an ``ok`` ``kernels`` message from raw events (epoch ns → host ns)."""
     cuda = device == "cuda"
     launches: dict[int, int] = {}  # correlation id -> host ns of the runtime launch call
@@ -269,10 +291,17 @@ def window_message(events: Iterable[KinetoEvent], *, device: str, offset_ns: int
         name = event.name()
         if name.startswith(MARKER):  # the capture's own clock markers
             continue
-        rows.append((event.start_ns() - offset_ns, event.end_ns() - offset_ns, kind,
-                     event.device_resource_id(), name,
-                     event.metadata_json() if cuda else "",
-                     event.correlation_id() if cuda else 0))
+        rows.append(
+            (
+                event.start_ns() - offset_ns,
+                event.end_ns() - offset_ns,
+                kind,
+                event.device_resource_id(),
+                name,
+                event.metadata_json() if cuda else "",
+                event.correlation_id() if cuda else 0,
+            )
+        )
     order = sorted(range(len(rows)), key=lambda i: (rows[i][0], -rows[i][1]))
     if not cuda:
         order = _outermost(rows, order)
@@ -284,9 +313,20 @@ def window_message(events: Iterable[KinetoEvent], *, device: str, offset_ns: int
     covered = t1_ns if first_dropped is None else first_dropped
     names: dict[str, int] = {}
     out: dict[str, Any] = {
-        "status": "ok", "device": device, "steps": steps, "perturbed": perturbed,
-        "t0_ns": t0_ns, "t1_ns": t1_ns, "covered_t1_ns": covered, "dropped": dropped,
-        "type": [], "name": [], "stream": [], "start": [], "end": []}
+        "status": "ok",
+        "device": device,
+        "steps": steps,
+        "perturbed": perturbed,
+        "t0_ns": t0_ns,
+        "t1_ns": t1_ns,
+        "covered_t1_ns": covered,
+        "dropped": dropped,
+        "type": [],
+        "name": [],
+        "stream": [],
+        "start": [],
+        "end": [],
+    }
     for i in order:
         start, end, kind, stream, name, _, _ = rows[i]
         out["type"].append(kind)
@@ -304,8 +344,9 @@ def window_message(events: Iterable[KinetoEvent], *, device: str, offset_ns: int
     return out
 
 
-def fit_message(events: list[KinetoEvent], *, budget: int = MESSAGE_BUDGET,
-                **fields: Any) -> dict[str, Any]:
+def fit_message(
+    events: list[KinetoEvent], *, budget: int = MESSAGE_BUDGET, **fields: Any
+) -> dict[str, Any]:
     """``window_message`` with as many events as fit ``budget`` bytes of JSON."""
     limit = fields.pop("max_events", MAX_EVENTS)
     while True:
@@ -317,8 +358,7 @@ def fit_message(events: list[KinetoEvent], *, budget: int = MESSAGE_BUDGET,
         limit = max(0, min(n - 1, int(n * budget / size * 0.95)))
 
 
-def _outermost(rows: list[tuple[int, int, int, int, str, str, int]], order: list[int]
-               ) -> list[int]:
+def _outermost(rows: list[tuple[int, int, int, int, str, str, int]], order: list[int]) -> list[int]:
     """Rows not nested in an earlier row of the same thread (``order`` is by start)."""
     reach: dict[int, int] = {}  # thread -> latest end so far
     keep = []
@@ -331,8 +371,11 @@ def _outermost(rows: list[tuple[int, int, int, int, str, str, int]], order: list
 
 
 def _dim3(value: Any) -> list[int] | None:
-    if (isinstance(value, list) and len(value) == 3
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+    if (
+        isinstance(value, list)
+        and len(value) == 3
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
         return [int(v) for v in value]
     return None
 
@@ -354,10 +397,14 @@ def torch_profiler(device: str, steps: int, on_ready: Callable[[Any], None]) -> 
     activities = [ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    return profile(activities=activities,
-                   schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
-                   on_trace_ready=on_ready, record_shapes=False, with_stack=False,
-                   profile_memory=False)
+    return profile(
+        activities=activities,
+        schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
+        on_trace_ready=on_ready,
+        record_shapes=False,
+        with_stack=False,
+        profile_memory=False,
+    )
 
 
 class KernelCapture:
@@ -369,14 +416,18 @@ class KernelCapture:
     release are injectable for tests.
     """
 
-    def __init__(self, link: CaptureLink, *, device: str,
-                 profiler_factory: Callable[[str, int, Callable[[Any], None]], Any]
-                 = torch_profiler,
-                 clock: Callable[[], int] = time.perf_counter_ns,
-                 wall: Callable[[], int] = time.time_ns,
-                 marker: Callable[[str], AbstractContextManager[Any]] = torch_marker,
-                 watch: SessionWatch | None = None,
-                 release: CuptiRelease | None = None) -> None:
+    def __init__(
+        self,
+        link: CaptureLink,
+        *,
+        device: str,
+        profiler_factory: Callable[[str, int, Callable[[Any], None]], Any] = torch_profiler,
+        clock: Callable[[], int] = time.perf_counter_ns,
+        wall: Callable[[], int] = time.time_ns,
+        marker: Callable[[str], AbstractContextManager[Any]] = torch_marker,
+        watch: SessionWatch | None = None,
+        release: CuptiRelease | None = None,
+    ) -> None:
         self.link = link
         self.device = device
         self._factory = profiler_factory
@@ -413,11 +464,13 @@ class KernelCapture:
         with self._lock:
             reason = self._watch.busy_reason()
             if n is None:
-                self._report("refused", f"capture needs a whole number of steps from 1 to "
-                                        f"{MAX_CAPTURE_STEPS}, not {steps!r}")
+                self._report(
+                    "refused",
+                    f"capture needs a whole number of steps from 1 to "
+                    f"{MAX_CAPTURE_STEPS}, not {steps!r}",
+                )
             elif self.busy:
-                self._report("refused", "a kernel capture is already running: wait for its "
-                                        "window")
+                self._report("refused", "a kernel capture is already running: wait for its window")
             elif reason is not None:
                 self._report("refused", reason)
             else:
@@ -462,8 +515,10 @@ class KernelCapture:
                 self._prof.start()
         except Exception as exc:
             self._teardown()
-            self._report("failed", f"the profiler could not start ({_reason(exc)}); "
-                                   f"{_cupti_hint(self.device)}")
+            self._report(
+                "failed",
+                f"the profiler could not start ({_reason(exc)}); {_cupti_hint(self.device)}",
+            )
             return
         self._steps = steps
         self._first_step = next_step
@@ -513,8 +568,14 @@ class KernelCapture:
                 return
             active = list(range(self._first_step + 1, self._first_step + 1 + self._steps))
             self._message = fit_message(
-                events, device=self.device, offset_ns=offset, t0_ns=self._t0_ns,
-                t1_ns=self._t1_ns, steps=active, perturbed=[self._first_step, *active])
+                events,
+                device=self.device,
+                offset_ns=offset,
+                t0_ns=self._t0_ns,
+                t1_ns=self._t1_ns,
+                steps=active,
+                perturbed=[self._first_step, *active],
+            )
         except Exception as exc:
             self._error = f"the profiler's events could not be read ({_reason(exc)})"
 
@@ -537,18 +598,24 @@ class KernelCapture:
             self._report("failed", self._error or "the profiler delivered no events")
             return
         if not message["type"]:
-            self._report("failed", ("the profiler recorded no GPU activity; "
-                                    + _cupti_hint(self.device)) if self.device == "cuda"
-                         else "the profiler recorded no CPU ops in the window")
+            self._report(
+                "failed",
+                ("the profiler recorded no GPU activity; " + _cupti_hint(self.device))
+                if self.device == "cuda"
+                else "the profiler recorded no CPU ops in the window",
+            )
             return
         if self._release.armed:  # CUPTI is finalized on the next step's first CUDA call
             message["perturbed"] = [*message["perturbed"], next_step]
         self.link.send("kernels", **message)
         self.windows_sent += 1
         # Reading the events runs between two steps: say what it cost (a step left out).
-        self.link.log("info", f"kernel window: {len(message['start'])} events read in "
-                              f"{stall_ns / 1e9:.2f} s between steps {next_step - 1} and "
-                              f"{next_step}")
+        self.link.log(
+            "info",
+            f"kernel window: {len(message['start'])} events read in "
+            f"{stall_ns / 1e9:.2f} s between steps {next_step - 1} and "
+            f"{next_step}",
+        )
 
     def _arm_release(self, next_step: int) -> None:
         """On CUDA, before the profiler stops: have Kineto detach CUPTI (``CuptiRelease``)
@@ -588,8 +655,20 @@ class KernelCapture:
 
     def _report(self, status: str, error: str) -> None:
         self.link.log("warning", f"kernel capture {status}: {error}")
-        self.link.send("kernels", status=status, error=error, device=self.device, steps=[],
-                       perturbed=[], names=[], type=[], name=[], stream=[], start=[], end=[])
+        self.link.send(
+            "kernels",
+            status=status,
+            error=error,
+            device=self.device,
+            steps=[],
+            perturbed=[],
+            names=[],
+            type=[],
+            name=[],
+            stream=[],
+            start=[],
+            end=[],
+        )
 
 
 def _reason(exc: BaseException) -> str:
@@ -600,5 +679,7 @@ def _reason(exc: BaseException) -> str:
 def _cupti_hint(device: str) -> str:
     if device != "cuda":
         return "training goes on"
-    return ("another CUPTI user (Nsight Systems, compute-sanitizer, another profiler) may hold "
-            "CUPTI, which allows one per process; training goes on")
+    return (
+        "another CUPTI user (Nsight Systems, compute-sanitizer, another profiler) may hold "
+        "CUPTI, which allows one per process; training goes on"
+    )

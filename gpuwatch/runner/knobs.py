@@ -35,57 +35,164 @@ class KnobSpec:
 
 #: Every knob, in display order.
 KNOBS: tuple[KnobSpec, ...] = (
-    KnobSpec("num_workers", "DataLoader workers", "loader", "int", "loader",
-             "decode and augment in worker processes, in parallel with training "
-             "(same samples, same weights)", 0, 16),
-    KnobSpec("pin_memory", "Pinned memory", "loader", "bool", "loader",
-             "collate batches into page-locked memory so host-to-device copies are faster "
-             "(same weights)"),
-    KnobSpec("persistent_workers", "Persistent workers", "loader", "bool", "loader",
-             "keep the workers alive between epochs instead of restarting them "
-             "(only matters with workers; same weights)"),
-    KnobSpec("prefetch_factor", "Prefetch per worker", "loader", "int", "loader",
-             "batches each worker prepares ahead (only matters with workers; same weights)", 1, 16),
-    KnobSpec("batch_size", "Batch size", "loader", "int", "loader",
-             "samples per step: larger batches amortize per-step overhead; changes the weights "
-             "(each step averages over other samples)", 1, 4096),
-    KnobSpec("non_blocking", "Non-blocking copies", "copies", "bool", "loop",
-             "let host-to-device copies of pinned batches overlap with compute (same weights)"),
-    KnobSpec("amp", "Mixed precision", "precision", "choice", "loop",
-             "run the forward pass in 16-bit floats (fp16 adds a GradScaler); changes the "
-             "weights: 16-bit results round far more coarsely than float32",
-             choices=("off", "fp16", "bf16")),
-    KnobSpec("tf32", "TF32 matmuls", "precision", "bool", "global",
-             "let float32 matmuls and convolutions use TF32 tensor cores; changes the weights: "
-             "TF32 multiplies with a 10-bit mantissa"),
-    KnobSpec("channels_last", "channels_last", "layout", "bool", "model",
-             "store images and conv weights as NHWC, the layout fast conv kernels want "
-             "(same weights up to float rounding)"),
-    KnobSpec("cudnn_benchmark", "cuDNN benchmark", "kernels", "bool", "global",
-             "time the cuDNN convolution algorithms once per shape and keep the fastest "
-             "(same weights up to float rounding)"),
-    KnobSpec("compile", "torch.compile", "kernels", "choice", "model",
-             "compile the model into fused kernels (the first steps pay the compilation); "
-             "changes the weights slightly: fused kernels round differently",
-             choices=("off", "default", "reduce-overhead", "max-autotune")),
-    KnobSpec("log_every", "Read the loss every", "loop", "int", "loop",
-             "steps between .item() calls: each one waits for the device to finish "
-             "(same weights)", 1, 1000,
-             unit="steps"),
-    KnobSpec("zero_grad_set_to_none", "zero_grad(set_to_none)", "loop", "bool", "loop",
-             "drop the gradients instead of writing zeros into them (same weights: every "
-             "parameter of these models gets a gradient each step)"),
-    KnobSpec("optimizer_impl", "Optimizer implementation", "loop", "choice", "optimizer",
-             "one kernel per parameter, one per group of tensors, or a single fused kernel "
-             "(same weights up to float rounding)",
-             choices=("for-loop", "foreach", "fused")),
-    KnobSpec("storage_latency_ms", "Storage latency", "demo", "float", "loader",
-             "sleep per sample in the Dataset, like reading from a slow disk (same samples, "
-             "same weights)", 0, 200,
-             unit="ms"),
-    KnobSpec("augment_cost", "Augmentation cost", "demo", "int", "loader",
-             "extra CPU work per sample (~0.5 ms each), like a heavy augmentation "
-             "(same samples, same weights)", 0, 20),
+    KnobSpec(
+        "num_workers",
+        "DataLoader workers",
+        "loader",
+        "int",
+        "loader",
+        "decode and augment in worker processes, in parallel with training "
+        "(same samples, same weights)",
+        0,
+        16,
+    ),
+    KnobSpec(
+        "pin_memory",
+        "Pinned memory",
+        "loader",
+        "bool",
+        "loader",
+        "collate batches into page-locked memory so host-to-device copies are faster "
+        "(same weights)",
+    ),
+    KnobSpec(
+        "persistent_workers",
+        "Persistent workers",
+        "loader",
+        "bool",
+        "loader",
+        "keep the workers alive between epochs instead of restarting them "
+        "(only matters with workers; same weights)",
+    ),
+    KnobSpec(
+        "prefetch_factor",
+        "Prefetch per worker",
+        "loader",
+        "int",
+        "loader",
+        "batches each worker prepares ahead (only matters with workers; same weights)",
+        1,
+        16,
+    ),
+    KnobSpec(
+        "batch_size",
+        "Batch size",
+        "loader",
+        "int",
+        "loader",
+        "samples per step: larger batches amortize per-step overhead; changes the weights "
+        "(each step averages over other samples)",
+        1,
+        4096,
+    ),
+    KnobSpec(
+        "non_blocking",
+        "Non-blocking copies",
+        "copies",
+        "bool",
+        "loop",
+        "let host-to-device copies of pinned batches overlap with compute (same weights)",
+    ),
+    KnobSpec(
+        "amp",
+        "Mixed precision",
+        "precision",
+        "choice",
+        "loop",
+        "run the forward pass in 16-bit floats (fp16 adds a GradScaler); changes the "
+        "weights: 16-bit results round far more coarsely than float32",
+        choices=("off", "fp16", "bf16"),
+    ),
+    KnobSpec(
+        "tf32",
+        "TF32 matmuls",
+        "precision",
+        "bool",
+        "global",
+        "let float32 matmuls and convolutions use TF32 tensor cores; changes the weights: "
+        "TF32 multiplies with a 10-bit mantissa",
+    ),
+    KnobSpec(
+        "channels_last",
+        "channels_last",
+        "layout",
+        "bool",
+        "model",
+        "store images and conv weights as NHWC, the layout fast conv kernels want "
+        "(same weights up to float rounding)",
+    ),
+    KnobSpec(
+        "cudnn_benchmark",
+        "cuDNN benchmark",
+        "kernels",
+        "bool",
+        "global",
+        "time the cuDNN convolution algorithms once per shape and keep the fastest "
+        "(same weights up to float rounding)",
+    ),
+    KnobSpec(
+        "compile",
+        "torch.compile",
+        "kernels",
+        "choice",
+        "model",
+        "compile the model into fused kernels (the first steps pay the compilation); "
+        "changes the weights slightly: fused kernels round differently",
+        choices=("off", "default", "reduce-overhead", "max-autotune"),
+    ),
+    KnobSpec(
+        "log_every",
+        "Read the loss every",
+        "loop",
+        "int",
+        "loop",
+        "steps between .item() calls: each one waits for the device to finish (same weights)",
+        1,
+        1000,
+        unit="steps",
+    ),
+    KnobSpec(
+        "zero_grad_set_to_none",
+        "zero_grad(set_to_none)",
+        "loop",
+        "bool",
+        "loop",
+        "drop the gradients instead of writing zeros into them (same weights: every "
+        "parameter of these models gets a gradient each step)",
+    ),
+    KnobSpec(
+        "optimizer_impl",
+        "Optimizer implementation",
+        "loop",
+        "choice",
+        "optimizer",
+        "one kernel per parameter, one per group of tensors, or a single fused kernel "
+        "(same weights up to float rounding)",
+        choices=("for-loop", "foreach", "fused"),
+    ),
+    KnobSpec(
+        "storage_latency_ms",
+        "Storage latency",
+        "demo",
+        "float",
+        "loader",
+        "sleep per sample in the Dataset, like reading from a slow disk (same samples, "
+        "same weights)",
+        0,
+        200,
+        unit="ms",
+    ),
+    KnobSpec(
+        "augment_cost",
+        "Augmentation cost",
+        "demo",
+        "int",
+        "loader",
+        "extra CPU work per sample (~0.5 ms each), like a heavy augmentation "
+        "(same samples, same weights)",
+        0,
+        20,
+    ),
 )
 KNOB_NAMES: tuple[str, ...] = tuple(spec.name for spec in KNOBS)
 #: Knobs that change what a step computes, not only how: their help says so. Every other knob
@@ -96,10 +203,21 @@ SPECS: dict[str, KnobSpec] = {spec.name: spec for spec in KNOBS}
 
 #: The naive baseline every workload starts from; a workload overrides ``batch_size``.
 NAIVE_DEFAULTS: dict[str, Any] = {
-    "num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": 2,
-    "batch_size": 32, "non_blocking": False, "amp": "off", "tf32": False,
-    "channels_last": False, "cudnn_benchmark": False, "compile": "off", "log_every": 1,
-    "zero_grad_set_to_none": False, "optimizer_impl": "for-loop", "storage_latency_ms": 0.0,
+    "num_workers": 0,
+    "pin_memory": False,
+    "persistent_workers": False,
+    "prefetch_factor": 2,
+    "batch_size": 32,
+    "non_blocking": False,
+    "amp": "off",
+    "tf32": False,
+    "channels_last": False,
+    "cudnn_benchmark": False,
+    "compile": "off",
+    "log_every": 1,
+    "zero_grad_set_to_none": False,
+    "optimizer_impl": "for-loop",
+    "storage_latency_ms": 0.0,
     "augment_cost": 0,
 }
 
@@ -120,8 +238,12 @@ class KnobSchema:
     """The knobs of one run: the specs with this workload's defaults and limits and this
     device's availability. Sent in ``hello`` and used to validate every ``set``."""
 
-    def __init__(self, defaults: Mapping[str, Any], availability: Availability,
-                 limits: Mapping[str, tuple[float, float]] | None = None) -> None:
+    def __init__(
+        self,
+        defaults: Mapping[str, Any],
+        availability: Availability,
+        limits: Mapping[str, tuple[float, float]] | None = None,
+    ) -> None:
         missing = set(KNOB_NAMES) - set(defaults)
         if missing:
             raise ValueError(f"no default for knob(s) {sorted(missing)}")
@@ -139,13 +261,24 @@ class KnobSchema:
         for spec in KNOBS:
             low, high = self._limits[spec.name]
             reason = self.availability.disabled.get(spec.name)
-            entries.append({
-                "name": spec.name, "label": spec.label, "group": spec.group,
-                "type": spec.type, "default": self.defaults[spec.name], "min": low, "max": high,
-                "choices": list(spec.choices) if spec.choices is not None else None,
-                "unit": spec.unit, "enabled": reason is None, "reason": reason,
-                "disabled_choices": dict(self.availability.disabled_choices.get(spec.name, {})),
-                "rebuilds": spec.rebuilds, "help": spec.help})
+            entries.append(
+                {
+                    "name": spec.name,
+                    "label": spec.label,
+                    "group": spec.group,
+                    "type": spec.type,
+                    "default": self.defaults[spec.name],
+                    "min": low,
+                    "max": high,
+                    "choices": list(spec.choices) if spec.choices is not None else None,
+                    "unit": spec.unit,
+                    "enabled": reason is None,
+                    "reason": reason,
+                    "disabled_choices": dict(self.availability.disabled_choices.get(spec.name, {})),
+                    "rebuilds": spec.rebuilds,
+                    "help": spec.help,
+                }
+            )
         return entries
 
     def validate(self, values: Any, current: Mapping[str, Any]) -> dict[str, Any]:
@@ -159,8 +292,7 @@ class KnobSchema:
         clean: dict[str, Any] = {}
         for name, value in values.items():
             if name not in SPECS:
-                raise KnobError(f"unknown knob {name!r}; the knobs are: "
-                                f"{', '.join(KNOB_NAMES)}")
+                raise KnobError(f"unknown knob {name!r}; the knobs are: {', '.join(KNOB_NAMES)}")
             clean[name] = self._check(SPECS[name], value)
             if clean[name] == current[name]:
                 continue
@@ -181,15 +313,20 @@ class KnobSchema:
         if spec.type == "choice":
             assert spec.choices is not None
             if not isinstance(value, str) or value not in spec.choices:
-                raise KnobError(f"{spec.name} must be one of {', '.join(spec.choices)}, "
-                                f"got {value!r}")
+                raise KnobError(
+                    f"{spec.name} must be one of {', '.join(spec.choices)}, got {value!r}"
+                )
             return value
         number = _number(value, integer=spec.type == "int")
-        if number is None or (low is not None and number < low) or (
-                high is not None and number > high):
+        if (
+            number is None
+            or (low is not None and number < low)
+            or (high is not None and number > high)
+        ):
             kind = "an integer" if spec.type == "int" else "a number"
-            raise KnobError(f"{spec.name} must be {kind} from {_plain(low)} to {_plain(high)}, "
-                            f"got {value!r}")
+            raise KnobError(
+                f"{spec.name} must be {kind} from {_plain(low)} to {_plain(high)}, got {value!r}"
+            )
         return number
 
 

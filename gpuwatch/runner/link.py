@@ -125,10 +125,12 @@ class Link:
         self._finished = threading.Event()
         self._dropped = 0
         self._drop_lock = threading.Lock()
-        self._sender = threading.Thread(target=self._send_loop, name="gpuwatch-link-send",
-                                        daemon=True)
-        self._reader = threading.Thread(target=self._read_loop, name="gpuwatch-link-read",
-                                        daemon=True)
+        self._sender = threading.Thread(
+            target=self._send_loop, name="gpuwatch-link-send", daemon=True
+        )
+        self._reader = threading.Thread(
+            target=self._read_loop, name="gpuwatch-link-read", daemon=True
+        )
         self._sender.start()
         self._reader.start()
 
@@ -138,8 +140,9 @@ class Link:
         try:
             conn = Client(parse_address(address), authkey=authkey)
         except multiprocessing.AuthenticationError:
-            raise LinkError(f"authentication with gpuwatch at {address} failed "
-                            f"(wrong {AUTHKEY_ENV})") from None
+            raise LinkError(
+                f"authentication with gpuwatch at {address} failed (wrong {AUTHKEY_ENV})"
+            ) from None
         except (OSError, EOFError, ValueError) as exc:
             raise LinkError(f"cannot connect to gpuwatch at {address}: {exc}") from None
         return cls(conn)
@@ -164,8 +167,11 @@ class Link:
         if self._dropped and self._out.qsize() < QUEUE_SIZE // 2:
             with self._drop_lock:
                 dropped, self._dropped = self._dropped, 0
-            self._put_nowait("log", level="warning",
-                             text=f"dropped {dropped} message(s): the GUI did not keep up")
+            self._put_nowait(
+                "log",
+                level="warning",
+                text=f"dropped {dropped} message(s): the GUI did not keep up",
+            )
         if not self._put_nowait(kind, **fields):
             self._count_drop()
 
@@ -194,8 +200,11 @@ class Link:
         A Windows pipe has no socket (``fromfd`` fails); closing its handle cancels the read.
         """
         with contextlib.suppress(OSError, ValueError):
-            sock = socket.fromfd(self._conn.fileno(), socket.AF_UNIX if hasattr(socket, "AF_UNIX")
-                                 else socket.AF_INET, socket.SOCK_STREAM)
+            sock = socket.fromfd(
+                self._conn.fileno(),
+                socket.AF_UNIX if hasattr(socket, "AF_UNIX") else socket.AF_INET,
+                socket.SOCK_STREAM,
+            )
             with sock:
                 sock.shutdown(socket.SHUT_RDWR)
 
@@ -246,8 +255,7 @@ class Link:
             return
         self.lost.set()
         atexit.register(end_own_group)
-        threading.Thread(target=self._watchdog, name="gpuwatch-link-watchdog",
-                         daemon=True).start()
+        threading.Thread(target=self._watchdog, name="gpuwatch-link-watchdog", daemon=True).start()
 
     def _watchdog(self) -> None:
         if self._finished.wait(self._grace_s):

@@ -69,9 +69,18 @@ class TrainingLoop:
     validates every ``set``.
     """
 
-    def __init__(self, workload: Workload, *, state: TrainingState, schema: KnobSchema,
-                 backend: TimingBackend, link: LoopLink, max_steps: int | None = None,
-                 config_id: int = 0, clock: Callable[[], int] = time.perf_counter_ns) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        *,
+        state: TrainingState,
+        schema: KnobSchema,
+        backend: TimingBackend,
+        link: LoopLink,
+        max_steps: int | None = None,
+        config_id: int = 0,
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
         self.workload = workload
         self.state = state
         self.backend = backend
@@ -79,8 +88,9 @@ class TrainingLoop:
         self.max_steps = max_steps
         self.clock = clock
         self.batches = BatchSource(workload, state.values)
-        self.knobs = Reconfigurer(schema, state, self.batches, link, config_id=config_id,
-                                  clock=clock)
+        self.knobs = Reconfigurer(
+            schema, state, self.batches, link, config_id=config_id, clock=clock
+        )
         self.steps_done = 0
         self.last_loss: float | None = None
         self.paused = False
@@ -88,8 +98,9 @@ class TrainingLoop:
         self.capture = KernelCapture(link, device=state.device.type)
         self._columns = StepColumns(clock)
         #: Sends finished steps while a step hangs (e.g. a stuck DataLoader worker).
-        self._flush_timer = FlushTimer(self._columns, lambda: self._columns.send(link),
-                                       lambda text: link.log("warning", text))
+        self._flush_timer = FlushTimer(
+            self._columns, lambda: self._columns.send(link), lambda text: link.log("warning", text)
+        )
         self._last_host: list[int] = []
         self._loss_sum: torch.Tensor | None = None
         self._loss_count = 0
@@ -218,8 +229,11 @@ class TrainingLoop:
         skipped = self.backend.skipped
         now = self.clock()
         if skipped > self._skips_reported and now - self._skip_warned_ns > SKIP_WARN_INTERVAL_NS:
-            self.link.log("warning", f"{skipped - self._skips_reported} step(s) left without "
-                          "device marks: the device is far behind the host (event pool empty)")
+            self.link.log(
+                "warning",
+                f"{skipped - self._skips_reported} step(s) left without "
+                "device marks: the device is far behind the host (event pool empty)",
+            )
             self._skips_reported, self._skip_warned_ns = skipped, now
 
     def _flush(self) -> None:

@@ -26,8 +26,13 @@ class NvtxPhases(TimingBackend):
     """``inner`` with an NVTX range per phase; ``start``/``end`` default to
     ``torch.cuda.nvtx.range_start``/``range_end``."""
 
-    def __init__(self, inner: TimingBackend, *, start: Callable[[str], int] | None = None,
-                 end: Callable[[int], object] | None = None) -> None:
+    def __init__(
+        self,
+        inner: TimingBackend,
+        *,
+        start: Callable[[str], int] | None = None,
+        end: Callable[[int], object] | None = None,
+    ) -> None:
         if start is None or end is None:
             import torch
 

@@ -47,8 +47,9 @@ def pci_bus_id(props: Any) -> str | None:
     """``DDDD:BB:DD.F`` (NVML's legacy busId spelling, upper-case hex); torch has no function
     number, so ``.0`` is assumed, as for every single-function GPU."""
     try:
-        domain, bus, device = (int(getattr(props, f"pci_{part}_id"))
-                               for part in ("domain", "bus", "device"))
+        domain, bus, device = (
+            int(getattr(props, f"pci_{part}_id")) for part in ("domain", "bus", "device")
+        )
     except (AttributeError, TypeError, ValueError):
         return None
     return f"{domain:04X}:{bus:02X}:{device:02X}.0"
@@ -74,11 +75,17 @@ def collect() -> dict[str, Any]:
         "python": platform.python_version(),
         "executable": sys.executable,
         "platform": platform.platform(),
-        "torch": None, "torch_error": None,
-        "torchvision": None, "torchvision_error": None,
-        "cuda_available": None, "cuda": None, "cuda_error": None,
+        "torch": None,
+        "torch_error": None,
+        "torchvision": None,
+        "torchvision_error": None,
+        "cuda_available": None,
+        "cuda": None,
+        "cuda_error": None,
         "devices": [],
-        "triton": False, "triton_version": None, "triton_error": None,
+        "triton": False,
+        "triton_version": None,
+        "triton_error": None,
     }
     torch, info["torch_error"] = _import("torch")
     if torch is None:

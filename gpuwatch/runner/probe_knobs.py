@@ -46,13 +46,16 @@ class ProbeKnobs:
             self.values[name] = entry["default"]
             self.link.send("knobs", knobs=list(self._schema.values()), values=dict(self.values))
         elif _declaration(known) != _declaration(entry):
-            raise ValueError(f"gw.knob({name!r}) was declared before with other settings "
-                             f"(default, choices, min or max); declare it the same way each "
-                             f"time")
+            raise ValueError(
+                f"gw.knob({name!r}) was declared before with other settings "
+                f"(default, choices, min or max); declare it the same way each "
+                f"time"
+            )
         return self.values[name]
 
-    def handle_set(self, message: Mapping[str, Any], *, first_step: int,
-                   flush: Callable[[], None]) -> None:
+    def handle_set(
+        self, message: Mapping[str, Any], *, first_step: int, flush: Callable[[], None]
+    ) -> None:
         """Answer one ``set`` (between two steps): ``refused``, nothing to do, or ``config``."""
         request = message.get("request")
         if not isinstance(request, int) or isinstance(request, bool):
@@ -61,12 +64,16 @@ class ProbeKnobs:
         try:
             clean = self._validate(asked)
         except KnobError as exc:
-            self.link.send("refused", request=request,
-                           values=dict(asked) if isinstance(asked, Mapping) else {},
-                           message=str(exc))
+            self.link.send(
+                "refused",
+                request=request,
+                values=dict(asked) if isinstance(asked, Mapping) else {},
+                message=str(exc),
+            )
             return
-        changed = {name: value for name, value in clean.items()
-                   if not _identical(self.values[name], value)}
+        changed = {
+            name: value for name, value in clean.items() if not _identical(self.values[name], value)
+        }
         if not changed:
             described = ", ".join(f"{k}={v}" for k, v in clean.items()) or "an empty set"
             self.link.log("info", f"nothing to change: {described} is already in effect")
@@ -75,9 +82,18 @@ class ProbeKnobs:
         self.values.update(changed)
         flush()
         self.config_id += 1
-        self.link.send("config", id=self.config_id, request=request, values=dict(self.values),
-                       changed=changed, t_ns=t_ns, apply_s=round((self.clock() - t_ns) / 1e9, 6),
-                       first_step=first_step, warmup_steps=PROBE_WARMUP_STEPS, rebuilt=["loop"])
+        self.link.send(
+            "config",
+            id=self.config_id,
+            request=request,
+            values=dict(self.values),
+            changed=changed,
+            t_ns=t_ns,
+            apply_s=round((self.clock() - t_ns) / 1e9, 6),
+            first_step=first_step,
+            warmup_steps=PROBE_WARMUP_STEPS,
+            rebuilt=["loop"],
+        )
 
     def _validate(self, values: Any) -> dict[str, Any]:
         if not isinstance(values, Mapping):
@@ -86,8 +102,11 @@ class ProbeKnobs:
         for name, value in values.items():
             entry = self._schema.get(name)
             if entry is None:
-                declared = (f"this script declares {', '.join(self._schema)}" if self._schema
-                            else "this script declares no knobs (gpuwatch.probe.knob)")
+                declared = (
+                    f"this script declares {', '.join(self._schema)}"
+                    if self._schema
+                    else "this script declares no knobs (gpuwatch.probe.knob)"
+                )
                 raise KnobError(f"unknown knob {name!r}: {declared}")
             clean[name] = _checked(entry, value)
         return clean
@@ -111,9 +130,12 @@ def _checked(entry: Mapping[str, Any], value: Any) -> Any:
         choices = entry["choices"]
         for choice in choices:
             if _identical(choice, value) or (
-                    isinstance(value, int | float) and not isinstance(value, bool)
-                    and isinstance(choice, int | float) and not isinstance(choice, bool)
-                    and choice == value):
+                isinstance(value, int | float)
+                and not isinstance(value, bool)
+                and isinstance(choice, int | float)
+                and not isinstance(choice, bool)
+                and choice == value
+            ):
                 return choice
         for choice in choices:  # "2" from a command line means the choice 2
             if isinstance(value, str) and str(choice).lower() == value.strip().lower():
@@ -121,11 +143,11 @@ def _checked(entry: Mapping[str, Any], value: Any) -> Any:
         raise KnobError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
     low, high = entry["min"], entry["max"]
     number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
-    if number is not None and (not math.isfinite(number) or (
-            kind == "int" and not float(number).is_integer())):
+    if number is not None and (
+        not math.isfinite(number) or (kind == "int" and not float(number).is_integer())
+    ):
         number = None
-    if number is None or (low is not None and number < low) or (
-            high is not None and number > high):
+    if number is None or (low is not None and number < low) or (high is not None and number > high):
         what = "an integer" if kind == "int" else "a number"
         span = "" if low is None and high is None else f" from {_plain(low)} to {_plain(high)}"
         raise KnobError(f"{name} must be {what}{span}, got {value!r}")

@@ -79,9 +79,16 @@ class _Trial:
 class Reconfigurer:
     """Owns the config ids and applies knob changes to ``state`` and ``batches``."""
 
-    def __init__(self, schema: KnobSchema, state: TrainingState, batches: BatchSource,
-                 link: AnswerLink, *, config_id: int = 0,
-                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
+    def __init__(
+        self,
+        schema: KnobSchema,
+        state: TrainingState,
+        batches: BatchSource,
+        link: AnswerLink,
+        *,
+        config_id: int = 0,
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
         self.schema = schema
         self.state = state
         self.batches = batches
@@ -95,15 +102,17 @@ class Reconfigurer:
         #: (a scripted stand-in), loader changes are applied at once.
         controls = getattr(link, "controls", None)
         self._controls: queue.Queue[dict[str, Any]] | None = (
-            controls if isinstance(controls, queue.Queue) else None)
+            controls if isinstance(controls, queue.Queue) else None
+        )
 
     @property
     def values(self) -> dict[str, Any]:
         """The knob values in effect."""
         return self.state.values
 
-    def handle_set(self, message: Mapping[str, Any], *, first_step: int,
-                   flush: Callable[[], None]) -> None:
+    def handle_set(
+        self, message: Mapping[str, Any], *, first_step: int, flush: Callable[[], None]
+    ) -> None:
         """Answer one ``set``: refuse it, say it changes nothing, or apply it (``flush`` sends
         the buffered steps first, so every earlier step precedes the ``config``)."""
         token = message.get("prepared")
@@ -120,13 +129,14 @@ class Reconfigurer:
         try:
             clean = self.schema.validate(asked, self.values)
         except KnobError as exc:
-            self.link.send("refused", request=request, values=_as_sent(asked),
-                           message=str(exc))
+            self.link.send("refused", request=request, values=_as_sent(asked), message=str(exc))
             return
         changed = {name: value for name, value in clean.items() if self.values[name] != value}
         if not changed:
-            self.link.log("info", f"nothing to change: {_describe(clean) or 'an empty set'} "
-                          "is already in effect")
+            self.link.log(
+                "info",
+                f"nothing to change: {_describe(clean) or 'an empty set'} is already in effect",
+            )
             return
         previous = dict(self.values)
         t_ns = self.clock()
@@ -152,18 +162,23 @@ class Reconfigurer:
         controls = self._controls
         assert controls is not None
         try:
-            self.batches.prepare({**pending.previous, **pending.changed},
-                                 on_ready=lambda: controls.put({"kind": "set",
-                                                                "prepared": pending}))
+            self.batches.prepare(
+                {**pending.previous, **pending.changed},
+                on_ready=lambda: controls.put({"kind": "set", "prepared": pending}),
+            )
         except Exception as exc:  # building the loader failed: nothing changed
             reason = f"could not apply {_describe(pending.changed)}: {_reason(exc)}"
             self.link.log("error", f"{reason}; the previous settings stay in effect")
-            self.link.send("refused", request=pending.request, values=_as_sent(pending.asked),
-                           message=reason)
+            self.link.send(
+                "refused", request=pending.request, values=_as_sent(pending.asked), message=reason
+            )
             return
         self._pending = pending
-        self.link.log("info", f"preparing {_describe(pending.changed)}: the new loader's "
-                      "workers start while training goes on")
+        self.link.log(
+            "info",
+            f"preparing {_describe(pending.changed)}: the new loader's "
+            "workers start while training goes on",
+        )
 
     def _complete_pending(self, *, first_step: int, flush: Callable[[], None]) -> None:
         """Switch to the prepared loader (waiting for it if need be) and apply the rest of
@@ -180,22 +195,32 @@ class Reconfigurer:
         try:
             self.state.apply(values, pending.changed)
         except Exception as exc:  # undo the loader switch too
-            self._restore(pending.previous, pending.changed, exc,
-                          f"could not apply {_describe(pending.changed)}: {_reason(exc)}")
+            self._restore(
+                pending.previous,
+                pending.changed,
+                exc,
+                f"could not apply {_describe(pending.changed)}: {_reason(exc)}",
+            )
             self._refuse_pending(pending, exc)
             return
         if self._trial is None:
             self._trial = _Trial(pending.previous, 0)
         self._trial.steps_left = warmup_steps(pending.changed, self.values)
         flush()
-        self._announce(pending.changed, request=pending.request, t_ns=t_ns,
-                       first_step=first_step, taken_ns=pending.taken_ns)
+        self._announce(
+            pending.changed,
+            request=pending.request,
+            t_ns=t_ns,
+            first_step=first_step,
+            taken_ns=pending.taken_ns,
+        )
 
     def _refuse_pending(self, pending: _Pending, exc: BaseException) -> None:
         reason = f"could not apply {_describe(pending.changed)}: {_reason(exc)}"
         self.link.log("error", f"{reason}; the previous settings stay in effect")
-        self.link.send("refused", request=pending.request, values=_as_sent(pending.asked),
-                       message=reason)
+        self.link.send(
+            "refused", request=pending.request, values=_as_sent(pending.asked), message=reason
+        )
 
     def step_done(self) -> None:
         """A step finished: one step less of the current change's trial."""
@@ -204,8 +229,7 @@ class Reconfigurer:
             if self._trial.steps_left <= 0:
                 self._trial = None
 
-    def step_failed(self, exc: BaseException, *, step_id: int,
-                    flush: Callable[[], None]) -> bool:
+    def step_failed(self, exc: BaseException, *, step_id: int, flush: Callable[[], None]) -> bool:
         """A step raised. True if it was a change on trial, now reverted (keep training);
         False if the failure is not a change's (the caller lets it end the run)."""
         trial, self._trial = self._trial, None
@@ -214,10 +238,14 @@ class Reconfigurer:
         if self._pending is not None:  # going back supersedes a change still preparing
             pending, self._pending = self._pending, None
             self.batches.discard_prepared()
-            self._refuse_pending(pending, RuntimeError(
-                f"step {step_id} of the previous change failed first"))
-        back = {name: trial.previous[name] for name in KNOB_NAMES
-                if self.values[name] != trial.previous[name]}
+            self._refuse_pending(
+                pending, RuntimeError(f"step {step_id} of the previous change failed first")
+            )
+        back = {
+            name: trial.previous[name]
+            for name in KNOB_NAMES
+            if self.values[name] != trial.previous[name]
+        }
         reason = f"step {step_id} failed under config {self.config_id}: {_reason(exc)}"
         self.link.log("error", f"{reason}; going back to {_describe(back)}")
         self.state.optimizer.zero_grad(set_to_none=True)  # whatever the failed step left
@@ -235,34 +263,54 @@ class Reconfigurer:
             self.batches.rebuild(values)
         self.state.apply(values, changed)
 
-    def _restore(self, previous: dict[str, Any], touched: Mapping[str, Any],
-                 exc: BaseException, reason: str) -> None:
+    def _restore(
+        self, previous: dict[str, Any], touched: Mapping[str, Any], exc: BaseException, reason: str
+    ) -> None:
         """Redo ``previous`` for the ``touched`` knobs and any that differ, or end the run."""
-        back = {name: previous[name] for name in KNOB_NAMES
-                if name in touched or self.values[name] != previous[name]}
+        back = {
+            name: previous[name]
+            for name in KNOB_NAMES
+            if name in touched or self.values[name] != previous[name]
+        }
         try:
             self._apply(dict(previous), back)
         except Exception as again:
-            raise ReconfigureError(f"{reason}, and going back to the previous settings failed "
-                                   f"too: {_reason(again)}") from exc
+            raise ReconfigureError(
+                f"{reason}, and going back to the previous settings failed too: {_reason(again)}"
+            ) from exc
 
-    def _announce(self, changed: Mapping[str, Any], *, request: int | None, t_ns: int,
-                  first_step: int, taken_ns: int | None = None) -> None:
+    def _announce(
+        self,
+        changed: Mapping[str, Any],
+        *,
+        request: int | None,
+        t_ns: int,
+        first_step: int,
+        taken_ns: int | None = None,
+    ) -> None:
         """``apply_s`` runs from ``taken_ns`` (a prepared change: when its ``set`` was taken
         up), else from ``t_ns``."""
         self.config_id += 1
         since = t_ns if taken_ns is None else taken_ns
-        self.link.send("config", id=self.config_id, request=request, values=dict(self.values),
-                       changed=dict(changed), t_ns=t_ns,
-                       apply_s=round((self.clock() - since) / 1e9, 6), first_step=first_step,
-                       warmup_steps=warmup_steps(changed, self.values),
-                       rebuilt=rebuilt(changed))
+        self.link.send(
+            "config",
+            id=self.config_id,
+            request=request,
+            values=dict(self.values),
+            changed=dict(changed),
+            t_ns=t_ns,
+            apply_s=round((self.clock() - since) / 1e9, 6),
+            first_step=first_step,
+            warmup_steps=warmup_steps(changed, self.values),
+            rebuilt=rebuilt(changed),
+        )
 
 
 def _prepares_loader(changed: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
     """The change rebuilds the loader and the new one starts worker processes."""
-    return (any(SPECS[name].rebuilds == "loader" for name in changed)
-            and int(values["num_workers"]) > 0)
+    return (
+        any(SPECS[name].rebuilds == "loader" for name in changed) and int(values["num_workers"]) > 0
+    )
 
 
 def _describe(values: Mapping[str, Any]) -> str:

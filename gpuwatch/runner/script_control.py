@@ -45,8 +45,15 @@ GRACE_RANGE_S = (0.1, 600.0)
 class ScriptControl:
     """See the module docstring; ``stop_reason`` says why the script was stopped, if it was."""
 
-    def __init__(self, link: Link, knobs: ProbeKnobs, *, max_steps: int | None = None,
-                 stop_grace_s: float = 2.0, device: str = "cpu") -> None:
+    def __init__(
+        self,
+        link: Link,
+        knobs: ProbeKnobs,
+        *,
+        max_steps: int | None = None,
+        stop_grace_s: float = 2.0,
+        device: str = "cpu",
+    ) -> None:
         self.link = link
         self.knobs = knobs
         #: Which of the controls' instruments failed and are off.
@@ -66,8 +73,9 @@ class ScriptControl:
         self._running = False
         self._stop_raised = False
         self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="gpuwatch-script-control",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._watch, name="gpuwatch-script-control", daemon=True
+        )
 
     def start(self) -> None:
         """The script is about to run: interrupting it is allowed from now on."""
@@ -87,8 +95,7 @@ class ScriptControl:
 
     def at_boundary(self, next_step: int) -> None:
         """Between two steps: apply queued controls; may block (pause) or raise (stop)."""
-        if (self.stop_reason is None and self.max_steps is not None
-                and next_step >= self.max_steps):
+        if self.stop_reason is None and self.max_steps is not None and next_step >= self.max_steps:
             self.stop_reason = "max_steps"
         while True:
             if self.stop_reason is not None:
@@ -96,8 +103,11 @@ class ScriptControl:
                     self._stop_raised = True
                 raise KeyboardInterrupt(f"gpuwatch: {self.stop_reason}")
             try:
-                message = (self._inbox.get(timeout=PAUSE_POLL_S) if self.paused
-                           else self._inbox.get_nowait())
+                message = (
+                    self._inbox.get(timeout=PAUSE_POLL_S)
+                    if self.paused
+                    else self._inbox.get_nowait()
+                )
             except queue.Empty:
                 if self.paused:
                     continue
@@ -126,9 +136,20 @@ class ScriptControl:
 
     def _refuse_capture(self) -> None:
         error = self.switch.off[KERNEL_CAPTURE.name]
-        self.link.send("kernels", status="refused", error=error, device=self.capture.device,
-                       steps=[], perturbed=[], names=[], type=[], name=[], stream=[],
-                       start=[], end=[])
+        self.link.send(
+            "kernels",
+            status="refused",
+            error=error,
+            device=self.capture.device,
+            steps=[],
+            perturbed=[],
+            names=[],
+            type=[],
+            name=[],
+            stream=[],
+            start=[],
+            end=[],
+        )
 
     def _watch(self) -> None:
         """Move controls to the inbox; a stop or a lost link arms the interrupt fallback."""
@@ -158,9 +179,12 @@ class ScriptControl:
             if self._running and not self._stop_raised:
                 self._stop_raised = True
                 self.interrupted = True
-                self.link.log("warning", f"the script reached no step boundary within "
-                              f"{grace:.1f} s of the stop: interrupting it (the step it "
-                              f"was in is not counted)")
+                self.link.log(
+                    "warning",
+                    f"the script reached no step boundary within "
+                    f"{grace:.1f} s of the stop: interrupting it (the step it "
+                    f"was in is not counted)",
+                )
                 interrupt_main_thread()
 
 
@@ -178,8 +202,7 @@ def interrupt_main_thread() -> None:
 def grace_s(message: dict[str, Any], default: float) -> float:
     """The grace a ``stop`` message asks for (a number of seconds), clamped; else ``default``."""
     value = message.get("grace_s")
-    if isinstance(value, bool) or not isinstance(value, int | float) \
-            or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return default
     low, high = GRACE_RANGE_S
     return min(high, max(low, float(value)))

@@ -53,8 +53,9 @@ class Outcome:
     error: BaseException | None = None
 
 
-def run_script(link: Link, *, path: str, args: Sequence[str], device_spec: str,
-               max_steps: int | None) -> int:
+def run_script(
+    link: Link, *, path: str, args: Sequence[str], device_spec: str, max_steps: int | None
+) -> int:
     """Check, announce, run and report the script; returns the runner's exit code."""
     full_path = os.path.abspath(path)
     try:
@@ -66,19 +67,31 @@ def run_script(link: Link, *, path: str, args: Sequence[str], device_spec: str,
     try:
         compile(source, full_path, "exec", dont_inherit=True)
     except SyntaxError as exc:
-        return _failed_early(link, "SyntaxError", str(exc),
-                             "".join(traceback.format_exception_only(exc)), EXIT_SCRIPT_ERROR,
-                             file=exc.filename, line=exc.lineno)
+        return _failed_early(
+            link,
+            "SyntaxError",
+            str(exc),
+            "".join(traceback.format_exception_only(exc)),
+            EXIT_SCRIPT_ERROR,
+            file=exc.filename,
+            line=exc.lineno,
+        )
     except ValueError as exc:  # e.g. null bytes
-        return _failed_early(link, type(exc).__name__, f"cannot compile {path!r}: {exc}", "",
-                             EXIT_SCRIPT_ERROR)
+        return _failed_early(
+            link, type(exc).__name__, f"cannot compile {path!r}: {exc}", "", EXIT_SCRIPT_ERROR
+        )
     if device_spec == "cpu":  # hide CUDA, so "cuda if available" scripts train on the CPU
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     try:
         import torch
     except Exception as exc:
-        return _failed_early(link, type(exc).__name__, f"cannot import torch: {exc}",
-                             traceback.format_exc(), EXIT_SCRIPT_ERROR)
+        return _failed_early(
+            link,
+            type(exc).__name__,
+            f"cannot import torch: {exc}",
+            traceback.format_exc(),
+            EXIT_SCRIPT_ERROR,
+        )
     from gpuwatch.runner.session import DeviceError, script_device
 
     try:
@@ -86,16 +99,29 @@ def run_script(link: Link, *, path: str, args: Sequence[str], device_spec: str,
     except DeviceError as exc:
         return _failed_early(link, "DeviceError", str(exc), "", EXIT_USAGE)
     try:
-        return _watch(link, torch, device, path=path, full_path=full_path, args=args,
-                      max_steps=max_steps)
+        return _watch(
+            link, torch, device, path=path, full_path=full_path, args=args, max_steps=max_steps
+        )
     except Exception as exc:  # the runner's own failure (the script's are caught inside)
-        return _failed_early(link, type(exc).__name__, f"gpuwatch could not watch the script: "
-                             f"{type(exc).__name__}: {exc}", traceback.format_exc(),
-                             EXIT_SCRIPT_ERROR)
+        return _failed_early(
+            link,
+            type(exc).__name__,
+            f"gpuwatch could not watch the script: {type(exc).__name__}: {exc}",
+            traceback.format_exc(),
+            EXIT_SCRIPT_ERROR,
+        )
 
 
-def _watch(link: Link, torch: Any, device: Any, *, path: str, full_path: str,
-           args: Sequence[str], max_steps: int | None) -> int:
+def _watch(
+    link: Link,
+    torch: Any,
+    device: Any,
+    *,
+    path: str,
+    full_path: str,
+    args: Sequence[str],
+    max_steps: int | None,
+) -> int:
     from gpuwatch import probe
     from gpuwatch.runner.autohooks import AutoHooks
     from gpuwatch.runner.probe_agent import ProbeAgent
@@ -107,19 +133,33 @@ def _watch(link: Link, torch: Any, device: Any, *, path: str, full_path: str,
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # --device cuda:N: the script's default CUDA device
     backend = make_script_backend(
-        torch, device, notify=lambda text: link.log("info", text),
+        torch,
+        device,
+        notify=lambda text: link.log("info", text),
         on_device=lambda index: link.send(
-            "device", device=device_info(torch, torch.device("cuda", index))))
-    link.send("hello", protocol=PROTOCOL_VERSION, pid=os.getpid(),
-              workload=os.path.basename(full_path), device=device_info(torch, device),
-              versions=versions(torch), os=platform.platform(), knobs=[],
-              config={"id": 0, "values": {}, "warmup_steps": INITIAL_WARMUP_STEPS},
-              workload_config={}, timing=backend.kind, instrumentation="auto",
-              script={"path": full_path, "args": list(args), "cwd": os.getcwd()})
+            "device", device=device_info(torch, torch.device("cuda", index))
+        ),
+    )
+    link.send(
+        "hello",
+        protocol=PROTOCOL_VERSION,
+        pid=os.getpid(),
+        workload=os.path.basename(full_path),
+        device=device_info(torch, device),
+        versions=versions(torch),
+        os=platform.platform(),
+        knobs=[],
+        config={"id": 0, "values": {}, "warmup_steps": INITIAL_WARMUP_STEPS},
+        workload_config={},
+        timing=backend.kind,
+        instrumentation="auto",
+        script={"path": full_path, "args": list(args), "cwd": os.getcwd()},
+    )
     knobs = ProbeKnobs(link)
     control = ScriptControl(link, knobs, max_steps=max_steps, device=device.type)
-    recorder = StepRecorder(link, backend, boundary=control.at_boundary,
-                            config_id=lambda: knobs.config_id)
+    recorder = StepRecorder(
+        link, backend, boundary=control.at_boundary, config_id=lambda: knobs.config_id
+    )
     control.flush = recorder.flush
     hooks = AutoHooks(torch, recorder)
     agent = ProbeAgent(recorder, knobs)
@@ -151,21 +191,31 @@ def _watch(link: Link, torch: Any, device: Any, *, path: str, full_path: str,
         link.log("warning", f"{skips.total} step(s) without device marks: {skips.describe()}")
     cuda_used = _cuda_used(torch)
     if device.type != "cuda" and cuda_used:
-        link.log("warning", "the script used CUDA, but gpuwatch timed it on the host "
-                 "(it watched the CPU device): choose a CUDA device to see device marks")
+        link.log(
+            "warning",
+            "the script used CUDA, but gpuwatch timed it on the host "
+            "(it watched the CPU device): choose a CUDA device to see device marks",
+        )
     if outcome.error is not None:
         exc = outcome.error
-        link.send("error", type=type(exc).__name__, message=str(exc),
-                  traceback=script_traceback(exc))
+        link.send(
+            "error", type=type(exc).__name__, message=str(exc), traceback=script_traceback(exc)
+        )
         say(f"the script failed: {type(exc).__name__}: {exc}")
         del exc
     outcome.error = None
     gc.collect()  # frames of the traceback may hold DataLoader iterators: end their workers
     if outcome.reason != "link_closed":
-        link.send("bye", reason=outcome.reason, code=outcome.code, steps=recorder.steps,
-                  cuda_used=cuda_used, instrumentation=recorder.instrumentation,
-                  interrupted=control.interrupted,
-                  **({"device_marks_skipped": skips.total} if device.type == "cuda" else {}))
+        link.send(
+            "bye",
+            reason=outcome.reason,
+            code=outcome.code,
+            steps=recorder.steps,
+            cuda_used=cuda_used,
+            instrumentation=recorder.instrumentation,
+            interrupted=control.interrupted,
+            **({"device_marks_skipped": skips.total} if device.type == "cuda" else {}),
+        )
     link.finished()
     link.close()
     return outcome.exit_code
@@ -212,7 +262,8 @@ def script_traceback(exc: BaseException) -> str:
                 continue
             seen.add(id(part))
             part.stack = traceback.StackSummary.from_list(
-                [frame for frame in part.stack if not _not_users(frame.filename)])
+                [frame for frame in part.stack if not _not_users(frame.filename)]
+            )
             pending.extend(p for p in (part.__cause__, part.__context__) if p is not None)
             pending.extend(getattr(part, "exceptions", None) or ())
         return "".join(formatted.format())
@@ -232,20 +283,19 @@ def _cuda_used(torch: Any) -> bool:
     try:
         if not torch.cuda.is_initialized():
             return False
-        return any(torch.cuda.max_memory_allocated(index) > 0
-                   for index in range(torch.cuda.device_count()))
+        return any(
+            torch.cuda.max_memory_allocated(index) > 0 for index in range(torch.cuda.device_count())
+        )
     except Exception:  # a broken driver: say "not used" rather than fail the report
         return False
 
 
-def _failed_early(link: Link, kind: str, message: str, trace: str, code: int,
-                  **extra: Any) -> int:
+def _failed_early(link: Link, kind: str, message: str, trace: str, code: int, **extra: Any) -> int:
     """An outcome before ``hello`` (nothing ran): ``error`` + ``bye``, one line on stderr."""
     from gpuwatch.runner.session import say
 
     link.send("error", type=kind, message=message, traceback=trace, **extra)
-    link.send("bye", reason="error", code=code, steps=0, cuda_used=False,
-              instrumentation="auto")
+    link.send("bye", reason="error", code=code, steps=0, cuda_used=False, instrumentation="auto")
     link.finished()
     link.close()
     say(message)

@@ -122,18 +122,38 @@ def device_info(torch: Any, device: Any) -> dict[str, Any]:
     a script's device before its first step (reading its properties would start CUDA):
     ``pending``, named by a ``device`` message once the script has chosen it."""
     if device.type == "cuda" and device.index is None:
-        return {"kind": "cuda", "index": None, "name": "CUDA (the script's device, named at "
-                "its first step)", "uuid": None, "pci_bus_id": None, "driver_model": None,
-                "pending": True, "cores": usable_cores()}
+        return {
+            "kind": "cuda",
+            "index": None,
+            "name": "CUDA (the script's device, named at its first step)",
+            "uuid": None,
+            "pci_bus_id": None,
+            "driver_model": None,
+            "pending": True,
+            "cores": usable_cores(),
+        }
     if device.type == "cuda":
         info = cuda_device(torch, device.index)
-        return {"kind": "cuda", "index": device.index, "name": info["name"],
-                "uuid": info["uuid"], "pci_bus_id": info["pci_bus_id"],
-                "driver_model": None,  # torch cannot tell WDDM from TCC; NVML can
-                "capability": info["capability"], "total_memory": info["total_memory"],
-                "cores": usable_cores()}
-    return {"kind": "cpu", "index": None, "name": cpu_name(), "uuid": None,
-            "pci_bus_id": None, "driver_model": None, "cores": usable_cores()}
+        return {
+            "kind": "cuda",
+            "index": device.index,
+            "name": info["name"],
+            "uuid": info["uuid"],
+            "pci_bus_id": info["pci_bus_id"],
+            "driver_model": None,  # torch cannot tell WDDM from TCC; NVML can
+            "capability": info["capability"],
+            "total_memory": info["total_memory"],
+            "cores": usable_cores(),
+        }
+    return {
+        "kind": "cpu",
+        "index": None,
+        "name": cpu_name(),
+        "uuid": None,
+        "pci_bus_id": None,
+        "driver_model": None,
+        "cores": usable_cores(),
+    }
 
 
 def versions(torch: Any) -> dict[str, str | None]:
@@ -144,8 +164,12 @@ def versions(torch: Any) -> dict[str, str | None]:
         vision: str | None = importlib.metadata.version("torchvision")
     except importlib.metadata.PackageNotFoundError:
         vision = None
-    return {"python": platform.python_version(), "torch": torch.__version__,
-            "torchvision": vision, "cuda": torch.version.cuda}
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchvision": vision,
+        "cuda": torch.version.cuda,
+    }
 
 
 def make_backend(torch: Any, device: Any) -> TimingBackend:
@@ -157,8 +181,9 @@ def make_backend(torch: Any, device: Any) -> TimingBackend:
     return HostBackend()
 
 
-def make_script_backend(torch: Any, device: Any, *, notify: Callable[[str], None],
-                        on_device: Callable[[int], None]) -> TimingBackend:
+def make_script_backend(
+    torch: Any, device: Any, *, notify: Callable[[str], None], on_device: Callable[[int], None]
+) -> TimingBackend:
     """A watched script's backend: on CUDA it starts nothing until the script's first step
     (``FollowDevice``); on a CPU host marks are the device truth."""
     if device.type == "cuda":
@@ -166,8 +191,9 @@ def make_script_backend(torch: Any, device: Any, *, notify: Callable[[str], None
     return HostBackend()
 
 
-def run(link: Link, *, workload_name: str, device_spec: str, max_steps: int | None,
-        seed: int) -> int:
+def run(
+    link: Link, *, workload_name: str, device_spec: str, max_steps: int | None, seed: int
+) -> int:
     """Train over an open link until stop/max-steps/link loss; returns the exit code."""
     try:
         import torch
@@ -188,8 +214,9 @@ def run(link: Link, *, workload_name: str, device_spec: str, max_steps: int | No
         return _failed(link, exc, "training failed", EXIT_TRAINING)
 
 
-def _train(link: Link, torch: Any, workload_cls: Any, device: Any, *, max_steps: int | None,
-           seed: int) -> int:
+def _train(
+    link: Link, torch: Any, workload_cls: Any, device: Any, *, max_steps: int | None, seed: int
+) -> int:
     """Model, optimizer and knob checks first (a second or two, mostly the first optimizer
     importing ``torch._dynamo``), so ``hello``, the first message, carries the checked schema;
     then the dataset (seconds), announced by its own log line."""
@@ -204,34 +231,51 @@ def _train(link: Link, torch: Any, workload_cls: Any, device: Any, *, max_steps:
 
     started = time.perf_counter()
     model = workload.build_model(device)
-    state = TrainingState(workload, model=model, optimizer=workload.build_optimizer(model),
-                          device=device, values=workload.knob_values())
+    state = TrainingState(
+        workload,
+        model=model,
+        optimizer=workload.build_optimizer(model),
+        device=device,
+        values=workload.knob_values(),
+    )
     checking = time.perf_counter()
     schema = knob_schema(torch, workload, device)
     checked_s = time.perf_counter() - checking
-    link.send("hello", protocol=PROTOCOL_VERSION, pid=os.getpid(), workload=workload.name,
-              device=device_info(torch, device), versions=versions(torch),
-              os=platform.platform(), knobs=schema.as_hello(),
-              config={"id": 0, "values": dict(state.values)},
-              workload_config=workload.parameters(),
-              timing="cuda_events" if device.type == "cuda" else "host",
-              batch_size=state.values["batch_size"])
-    info(f"training on {device} with {threads} intra-op thread(s); knobs checked in "
-         f"{checked_s:.2f} s")
+    link.send(
+        "hello",
+        protocol=PROTOCOL_VERSION,
+        pid=os.getpid(),
+        workload=workload.name,
+        device=device_info(torch, device),
+        versions=versions(torch),
+        os=platform.platform(),
+        knobs=schema.as_hello(),
+        config={"id": 0, "values": dict(state.values)},
+        workload_config=workload.parameters(),
+        timing="cuda_events" if device.type == "cuda" else "host",
+        batch_size=state.values["batch_size"],
+    )
+    info(
+        f"training on {device} with {threads} intra-op thread(s); knobs checked in "
+        f"{checked_s:.2f} s"
+    )
     # The workers' fork server imports torch and the workload while the dataset is built,
     # so a later num_workers change starts its workers in milliseconds (worker_start).
     if warm_up(("torch", type(workload).__module__)):
         info("DataLoader workers: forkserver (torch preloaded while the dataset is built)")
     workload.prepare(info)
     parameters = sum(p.numel() for p in model.parameters())
-    info(f"ready in {time.perf_counter() - started:.1f} s: {type(model).__name__} with "
-         f"{parameters:,} parameters, {type(state.optimizer).__name__}")
+    info(
+        f"ready in {time.perf_counter() - started:.1f} s: {type(model).__name__} with "
+        f"{parameters:,} parameters, {type(state.optimizer).__name__}"
+    )
     backend = make_backend(torch, device)
     events = backend.inner if isinstance(backend, NvtxPhases) else backend
     if isinstance(events, CudaEventBackend):
         info(f"CUDA event clock anchored to perf_counter_ns (±{events.bracket_ns / 1e3:.1f} µs)")
-    loop = TrainingLoop(workload, state=state, schema=schema, backend=backend, link=link,
-                        max_steps=max_steps)
+    loop = TrainingLoop(
+        workload, state=state, schema=schema, backend=backend, link=link, max_steps=max_steps
+    )
     reason = loop.run()
     backend.close()
     _finish(link, reason)
@@ -246,8 +290,12 @@ def _finish(link: Link, reason: str) -> None:
 
 
 def _failed(link: Link, exc: BaseException, summary: str, code: int) -> int:
-    link.send("error", type=type(exc).__name__, message=str(exc),
-              traceback="".join(traceback.format_exception(exc)))
+    link.send(
+        "error",
+        type=type(exc).__name__,
+        message=str(exc),
+        traceback="".join(traceback.format_exception(exc)),
+    )
     _finish(link, "error")
     say(f"{summary}: {type(exc).__name__}: {exc}" if summary != str(exc) else summary)
     return code

@@ -64,8 +64,9 @@ class StepColumns:
 
     def due(self) -> bool:
         """Something has waited ``BATCH_INTERVAL_S``, or the batch is full."""
-        return (self._clock() - self.sent_ns >= BATCH_INTERVAL_S * 1e9
-                or len(self) >= MAX_BATCH_STEPS)
+        return (
+            self._clock() - self.sent_ns >= BATCH_INTERVAL_S * 1e9 or len(self) >= MAX_BATCH_STEPS
+        )
 
     def send_if_due(self, link: BatchLink) -> None:
         if self.due():
@@ -75,8 +76,13 @@ class StepColumns:
         """Hand the buffered columns to the link and start new lists (never mutate sent ones)."""
         with self._lock:
             if self.step:
-                link.send_batch("steps", step=self.step, config=self.config,
-                                samples=self.samples, host=self.host)
+                link.send_batch(
+                    "steps",
+                    step=self.step,
+                    config=self.config,
+                    samples=self.samples,
+                    host=self.host,
+                )
             if self.device_step:
                 link.send_batch("device_marks", step=self.device_step, device=self.device)
             self._reset()
@@ -91,8 +97,14 @@ class FlushTimer:
     ``log`` warning and never reaches the training loop.
     """
 
-    def __init__(self, columns: StepColumns, send: Callable[[], None], log: Callable[[str], None],
-                 *, interval_s: float = BATCH_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        columns: StepColumns,
+        send: Callable[[], None],
+        log: Callable[[str], None],
+        *,
+        interval_s: float = BATCH_INTERVAL_S,
+    ) -> None:
         self._columns = columns
         self._send = send
         self._log = log
@@ -115,6 +127,8 @@ class FlushTimer:
             try:
                 self._send()
             except Exception as exc:
-                self._log(f"steps are now sent only at step boundaries: the flush timer "
-                          f"failed ({type(exc).__name__}: {exc})")
+                self._log(
+                    f"steps are now sent only at step boundaries: the flush timer "
+                    f"failed ({type(exc).__name__}: {exc})"
+                )
                 return

@@ -131,9 +131,15 @@ class GuardedBackend(TimingBackend):
 class StepRecorder:
     """See the module docstring. ``config_id`` gives the id the next step is trained under."""
 
-    def __init__(self, link: RecorderLink, backend: TimingBackend, *,
-                 boundary: Callable[[int], None], config_id: Callable[[], int],
-                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
+    def __init__(
+        self,
+        link: RecorderLink,
+        backend: TimingBackend,
+        *,
+        boundary: Callable[[int], None],
+        config_id: Callable[[], int],
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
         self.link = link
         #: Which instruments failed and are off (each said so once).
         self.switch = InstrumentSwitch(link)
@@ -145,8 +151,9 @@ class StepRecorder:
         self._config_id = config_id
         self._columns = StepColumns(clock)
         #: Sends finished steps the script's loop has not (it hangs, or is about to crash).
-        self.flush_timer = FlushTimer(self._columns, self._send_buffered,
-                                      lambda text: link.log("warning", text))
+        self.flush_timer = FlushTimer(
+            self._columns, self._send_buffered, lambda text: link.log("warning", text)
+        )
         #: Steps recorded (and sent, or queued to be sent).
         self.steps = 0
         #: "auto" until the script uses ``gw.step()``, then "probe".
@@ -244,8 +251,11 @@ class StepRecorder:
             if self._host is not None and self._reached == DATA_END:  # next(loader) just ran
                 self._pending_data = (self._host[0], self._host[DATA_END], self._samples)
             self._drop()
-            self.link.log("info", "the script marks its steps with gpuwatch.probe.step(): "
-                          "automatic step detection is off from here on")
+            self.link.log(
+                "info",
+                "the script marks its steps with gpuwatch.probe.step(): "
+                "automatic step detection is off from here on",
+            )
         self._boundary(self.steps)
         now = self.clock()
         pending, self._pending_data = self._pending_data, None
@@ -296,8 +306,12 @@ class StepRecorder:
         so is any open step when ``keep_open`` is false (a stop interrupted it mid-step: a cut
         step's figures would be wrong)."""
         self.flush_timer.stop()
-        if (keep_open and self._host is not None and self._iterator is not None
-                and self._reached > DATA_END):
+        if (
+            keep_open
+            and self._host is not None
+            and self._iterator is not None
+            and self._reached > DATA_END
+        ):
             self._close(self._host[self._reached])
         else:
             self._drop()
@@ -345,8 +359,7 @@ class StepRecorder:
         self.backend.mark(END)
         self.backend.end()
         samples = self._probe_samples if self._probe_samples is not None else self._samples
-        self._columns.add_step(self.steps, self._config, 1 if samples is None else samples,
-                               host)
+        self._columns.add_step(self.steps, self._config, 1 if samples is None else samples, host)
         self.steps += 1
         self._host = None
         self._reached = 0

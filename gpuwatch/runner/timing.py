@@ -58,8 +58,11 @@ class MarkSkips:
 
     def describe(self) -> str:
         """``3 while the device was a pool of steps behind, 2 during CUDA-graph capture``."""
-        parts = [f"{getattr(self, name)} {text}" for name, text in _SKIP_REASONS.items()
-                 if getattr(self, name)]
+        parts = [
+            f"{getattr(self, name)} {text}"
+            for name, text in _SKIP_REASONS.items()
+            if getattr(self, name)
+        ]
         return ", ".join(parts)
 
 
@@ -181,15 +184,22 @@ class CudaEventBackend(TimingBackend):
 
     kind = "cuda_events"
 
-    def __init__(self, *, depth: int = 64,
-                 event_factory: Callable[[], TimingEvent] | None = None,
-                 clock: Callable[[], int] = time.perf_counter_ns,
-                 synchronize: Callable[[], None] | None = None,
-                 tries: int = 5, spin_limit_ns: int = 2_000_000,
-                 calibrate_every_s: float = 5.0, chain_after_s: float = 1.0,
-                 calibration_stream: Any = None, device: int | None = None,
-                 current_stream: Callable[[], Any] | None = None,
-                 capturing: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        depth: int = 64,
+        event_factory: Callable[[], TimingEvent] | None = None,
+        clock: Callable[[], int] = time.perf_counter_ns,
+        synchronize: Callable[[], None] | None = None,
+        tries: int = 5,
+        spin_limit_ns: int = 2_000_000,
+        calibrate_every_s: float = 5.0,
+        chain_after_s: float = 1.0,
+        calibration_stream: Any = None,
+        device: int | None = None,
+        current_stream: Callable[[], Any] | None = None,
+        capturing: Callable[[], bool] | None = None,
+    ) -> None:
         if event_factory is None or synchronize is None:
             import torch
 
@@ -217,7 +227,8 @@ class CudaEventBackend(TimingBackend):
         self._calibrate_every_ns = int(calibrate_every_s * 1e9)
         self._chain_after_ns = int(chain_after_s * 1e9)
         self._free: list[list[TimingEvent]] = [
-            [event_factory() for _ in range(N_MARKS)] for _ in range(depth)]
+            [event_factory() for _ in range(N_MARKS)] for _ in range(depth)
+        ]
         self._spares: list[TimingEvent] = [event_factory() for _ in range(tries + 1)]
         # torch creates the CUDA event at its first record(): do that now, not inside the loop,
         # on the idle calibration stream (it binds the event to the device and waits for nothing).
@@ -316,8 +327,12 @@ class CudaEventBackend(TimingBackend):
         while self._pending and self._pending[0].done():
             newest = self._pending.popleft()
             anchor, ref = newest.anchor.host_ns, newest.anchor.event
-            done.append((newest.step_id,
-                         [anchor + round(1e6 * ref.elapsed_time(ev)) for ev in newest.events]))
+            done.append(
+                (
+                    newest.step_id,
+                    [anchor + round(1e6 * ref.elapsed_time(ev)) for ev in newest.events],
+                )
+            )
             self._free.append(newest.events)
             while self._retiring and self._retiring[0][1] <= newest.seq:
                 self._spares.append(self._retiring.popleft()[0])
@@ -326,13 +341,19 @@ class CudaEventBackend(TimingBackend):
         calibrated = False
         now = self._clock()
         idle = self._calibration_stream is not None or self._drained()
-        if (idle and now - self._calibrated_at_ns >= self._calibrate_every_ns
-                and now >= self._retry_at_ns):
+        if (
+            idle
+            and now - self._calibrated_at_ns >= self._calibrate_every_ns
+            and now >= self._retry_at_ns
+        ):
             calibrated = self._calibrate(spin_limit_ns=self._spin_limit_ns)
             if not calibrated:  # busy after all (another stream?): don't spin at every step
                 self._retry_at_ns = now + self._chain_after_ns
-        if (not calibrated and newest is not None
-                and done[-1][1][-1] - self.anchor_host_ns >= self._chain_after_ns):
+        if (
+            not calibrated
+            and newest is not None
+            and done[-1][1][-1] - self.anchor_host_ns >= self._chain_after_ns
+        ):
             self._chain(newest.events, done[-1][1][-1])
         return done
 

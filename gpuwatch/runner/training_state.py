@@ -57,9 +57,15 @@ def apply_backend_flags(values: Mapping[str, Any]) -> None:
 class TrainingState:
     """The model, optimizer and precision settings one step runs with."""
 
-    def __init__(self, workload: Workload, *, model: torch.nn.Module,
-                 optimizer: torch.optim.Optimizer, device: torch.device,
-                 values: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        *,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        device: torch.device,
+        values: Mapping[str, Any],
+    ) -> None:
         self.workload = workload
         self.device = device
         #: The module as the workload built it; compiled wrappers share its parameters.
@@ -84,8 +90,9 @@ class TrainingState:
         if "compile" in changed:
             self._select_compiled(values["compile"])
         if "amp" in changed:
-            self.scaler = (torch.amp.GradScaler(self.device.type) if values["amp"] == "fp16"
-                           else None)
+            self.scaler = (
+                torch.amp.GradScaler(self.device.type) if values["amp"] == "fp16" else None
+            )
         if "optimizer_impl" in changed:
             self.optimizer = self._rebuilt_optimizer(values["optimizer_impl"])
         if changed & {"tf32", "cudnn_benchmark"}:
@@ -103,15 +110,21 @@ class TrainingState:
             self._compiled.pop(mode, None)
 
     def to_device(self, batch: Any) -> Any:
-        return self.workload.to_device(batch, self.device,
-                                       non_blocking=self.values["non_blocking"],
-                                       channels_last=self.values["channels_last"])
+        return self.workload.to_device(
+            batch,
+            self.device,
+            non_blocking=self.values["non_blocking"],
+            channels_last=self.values["channels_last"],
+        )
 
     def loss(self, batch: Any) -> torch.Tensor:
         """Forward and loss, under autocast when ``amp`` is on."""
         dtype = AMP_DTYPES.get(self.values["amp"])
-        context = (torch.autocast(self.device.type, dtype=dtype) if dtype is not None
-                   else contextlib.nullcontext())
+        context = (
+            torch.autocast(self.device.type, dtype=dtype)
+            if dtype is not None
+            else contextlib.nullcontext()
+        )
         with context:
             return self.workload.loss(self.model, batch)
 
@@ -133,7 +146,8 @@ class TrainingState:
             return
         if mode not in self._compiled:
             self._compiled[mode] = torch.compile(  # type: ignore[assignment]
-                self.base_model, mode=None if mode == "default" else mode)
+                self.base_model, mode=None if mode == "default" else mode
+            )
             self._compiled_untried = mode
         self.model = self._compiled[mode]
 
@@ -167,11 +181,15 @@ def state_follows_parameters(optimizer: torch.optim.Optimizer) -> None:
             if not state:
                 continue
             for key, value in state.items():
-                if (isinstance(value, torch.Tensor) and value.shape == param.shape
-                        and value.stride() != param.stride()):
+                if (
+                    isinstance(value, torch.Tensor)
+                    and value.shape == param.shape
+                    and value.stride() != param.stride()
+                ):
                     # empty_like keeps the strides of a dense parameter (preserve_format)
-                    state[key] = torch.empty_like(param, dtype=value.dtype,
-                                                  device=value.device).copy_(value)
+                    state[key] = torch.empty_like(
+                        param, dtype=value.dtype, device=value.device
+                    ).copy_(value)
 
 
 def _steps_to_host(optimizer: torch.optim.Optimizer) -> None:

@@ -34,26 +34,41 @@ def send(conn, kind: str, **fields) -> None:
 
 
 def hello(conn, protocol: int = PROTOCOL_VERSION) -> None:
-    send(conn, "hello", protocol=protocol, pid=os.getpid(), workload="fake",
-         device={"kind": "cpu", "name": "fake CPU", "cores": 1}, versions={"python": "3"},
-         knobs=[], config={"id": 0, "values": {}, "warmup_steps": 0}, batch_size=1)
+    send(
+        conn,
+        "hello",
+        protocol=protocol,
+        pid=os.getpid(),
+        workload="fake",
+        device={"kind": "cpu", "name": "fake CPU", "cores": 1},
+        versions={"python": "3"},
+        knobs=[],
+        config={"id": 0, "values": {}, "warmup_steps": 0},
+        batch_size=1,
+    )
 
 
 def steps(conn, first: int, count: int) -> None:
     """``count`` steps of 10 µs each (1 µs per phase), ending now."""
     now = time.perf_counter_ns()
-    rows = [[now - (count - i) * 10_000 + j * 1_000 for j in range(N_MARKS)]
-            for i in range(count)]
-    send(conn, "steps", step=list(range(first, first + count)), config=[0] * count,
-         samples=[1] * count, host=rows)
+    rows = [[now - (count - i) * 10_000 + j * 1_000 for j in range(N_MARKS)] for i in range(count)]
+    send(
+        conn,
+        "steps",
+        step=list(range(first, first + count)),
+        config=[0] * count,
+        samples=[1] * count,
+        host=rows,
+    )
 
 
 def garbage(conn) -> None:
     conn.send_bytes(b"{not json")
     conn.send_bytes(b"\xff\xfe binary")
     conn.send_bytes(b"[1, 2, 3]")
-    conn.send_bytes(json.dumps({"kind": "steps", "step": "1", "config": [], "samples": [],
-                                "host": []}).encode())
+    conn.send_bytes(
+        json.dumps({"kind": "steps", "step": "1", "config": [], "samples": [], "host": []}).encode()
+    )
     conn.send_bytes(json.dumps({"kind": "log", "level": 3, "text": None}).encode())
     conn.send_bytes(json.dumps({"kind": "launch_missiles"}).encode())
     conn.send_bytes(json.dumps({"kind": "stop"}).encode())  # a GUI-only kind
@@ -66,8 +81,11 @@ def main() -> int:
     args = sys.argv[1:]
     address = args[args.index("--connect") + 1]
     mode = os.environ.get("GPUWATCH_FAKE_MODE") or args[args.index("--workload") + 1]
-    key = (sys.stdin.readline() if "--authkey-stdin" in args  # how gpuwatch passes it
-           else os.environ["GPUWATCH_AUTHKEY"])
+    key = (
+        sys.stdin.readline()
+        if "--authkey-stdin" in args  # how gpuwatch passes it
+        else os.environ["GPUWATCH_AUTHKEY"]
+    )
     conn = Client(address, authkey=bytes.fromhex(key.strip()))
     stop = threading.Event()
     lock = threading.Lock()

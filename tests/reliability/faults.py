@@ -20,7 +20,7 @@ from waiting import wait_until
 
 FAULT_AFTER = 6
 
-FAULT_SCRIPT = textwrap.dedent('''
+FAULT_SCRIPT = textwrap.dedent("""
     import os, signal, subprocess, sys, time
     import torch
     from torch.utils.data import DataLoader, Dataset
@@ -74,7 +74,7 @@ FAULT_SCRIPT = textwrap.dedent('''
             loss.backward()
             opt.step()
             time.sleep(0.02)
-''').replace("FAULT_AFTER", str(FAULT_AFTER))
+""").replace("FAULT_AFTER", str(FAULT_AFTER))
 
 
 def write_fault_script(folder: Path) -> Path:
@@ -111,8 +111,11 @@ def assert_all_gone(out: Path, timeout: float) -> None:
     """Every process the script started exits within ``timeout`` seconds."""
     pids = [pid for group in recorded_pids(out).values() for pid in group]
     assert pids, "the script noted no pid"
-    wait_until(lambda: not alive(pids), timeout,
-               f"no process of the runner's tree alive (left: {alive(pids)})")
+    wait_until(
+        lambda: not alive(pids),
+        timeout,
+        f"no process of the runner's tree alive (left: {alive(pids)})",
+    )
 
 
 def kill_all(out: Path) -> None:

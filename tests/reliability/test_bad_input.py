@@ -54,8 +54,7 @@ CASES = [
     (["run", "--seconds", "0", "{d}/script.py"], "between 0 and 86400"),
     (["run", "--device", "tpu", "{d}/script.py"], "is not a device"),
     (["run", "--record", "{d}/no folder/x.gpuwatch", "{d}/script.py"], "does not exist"),
-    (["run", "--headless", "--record", "{d}/existing.gpuwatch", "{d}/script.py"],
-     "already exists"),
+    (["run", "--headless", "--record", "{d}/existing.gpuwatch", "{d}/script.py"], "already exists"),
     (["run", "--headless", "--screenshot", "x.png", "{d}/script.py"], "need the window"),
     (["replay", "{d}/missing.gpuwatch"], "no such file"),
     (["replay", "{d}/corrupt.gpuwatch"], "is not a gpuwatch recording"),
@@ -74,8 +73,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(("argv", "says"), CASES, ids=[" ".join(a) for a, _ in CASES])
-def test_every_bad_option_gets_one_clear_line(files: Path, capsys, argv: list[str],
-                                              says: str) -> None:
+def test_every_bad_option_gets_one_clear_line(
+    files: Path, capsys, argv: list[str], says: str
+) -> None:
     code, err = _cli([a.replace("{d}", str(files)) for a in argv], capsys)
     assert code not in (0, None), err
     assert "Traceback" not in err
@@ -88,8 +88,21 @@ def test_every_bad_option_gets_one_clear_line(files: Path, capsys, argv: list[st
 @pytest.mark.skipif(sys.platform == "win32", reason="/bin/true")
 def test_an_interpreter_that_is_not_python_is_named_in_one_line(files: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "gpuwatch", "run", "--headless", "--python", "/bin/true",
-         str(files / "script.py")], check=False, capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "gpuwatch",
+            "run",
+            "--headless",
+            "--python",
+            "/bin/true",
+            str(files / "script.py"),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1
     assert "Traceback" not in done.stderr + done.stdout
     assert "is /bin/true a Python interpreter with torch?" in done.stdout
@@ -101,8 +114,21 @@ def test_an_interpreter_without_torch_is_named_in_one_line(files: Path) -> None:
     venv.create(files / "env", with_pip=False)
     python = files / "env" / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
     done = subprocess.run(
-        [sys.executable, "-m", "gpuwatch", "run", "--headless", "--python", str(python),
-         str(files / "script.py")], check=False, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "gpuwatch",
+            "run",
+            "--headless",
+            "--python",
+            str(python),
+            str(files / "script.py"),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1
     assert "cannot import torch" in done.stdout, done.stdout
     assert "Traceback" not in done.stdout.splitlines()[0]
@@ -128,8 +154,11 @@ def test_no_pickle_eval_exec_or_connection_recv_in_gpuwatch() -> None:
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
                 names = [node.module or ""]
-            found += [f"{where}: imports {n}" for n in names
-                      if n.split(".")[0] in ("pickle", "marshal", "shelve", "dill", "cloudpickle")]
+            found += [
+                f"{where}: imports {n}"
+                for n in names
+                if n.split(".")[0] in ("pickle", "marshal", "shelve", "dill", "cloudpickle")
+            ]
         for call in _calls(tree):
             func = call.func
             if isinstance(func, ast.Name) and func.id in ("eval", "exec"):

@@ -258,7 +258,8 @@ def test_a_recorded_script_run_names_the_device_its_device_message_named(
     hello["device"] = {"kind": "cuda", "pending": True, "name": "CUDA (pending)"}
     conn.execute("UPDATE events SET body = ? WHERE kind = 'hello'", (json.dumps(hello),))
     named = {"kind": "cuda", "index": 0, "name": "NVIDIA A100", "uuid": "GPU-1"}
-    conn.execute("INSERT INTO events VALUES (1000000, 1, 'device', ?)",
-                 (json.dumps({"device": named}),))
+    conn.execute(
+        "INSERT INTO events VALUES (1000000, 1, 'device', ?)", (json.dumps({"device": named}),)
+    )
     conn.close()
     assert open_recording(path).hello["device"] == named

@@ -41,14 +41,19 @@ GUI = textwrap.dedent("""
 
 
 def test_gui_process_killed_ends_runner_and_workers_and_the_recording_is_readable(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "out"
     out.mkdir()
     record = tmp_path / "killed gui.gpuwatch"
     gui_py = tmp_path / "gui.py"
     gui_py.write_text(GUI)
-    gui = subprocess.Popen([sys.executable, str(gui_py), str(write_fault_script(tmp_path)),
-                            str(out), str(record)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    gui = subprocess.Popen(
+        [sys.executable, str(gui_py), str(write_fault_script(tmp_path)), str(out), str(record)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert gui.stdout is not None and gui.stdout.readline().strip() == "recording"
         pids = recorded_pids(out)
@@ -56,8 +61,11 @@ def test_gui_process_killed_ends_runner_and_workers_and_the_recording_is_readabl
         gui.send_signal(signal.SIGKILL)
         gui.wait(10)
         runner_tree = pids["main"] + pids["worker"] + pids["helper"]
-        wait_until(lambda: not alive(runner_tree), RUNNER_GONE_S,
-                   f"the runner and its workers to exit (left: {alive(runner_tree)})")
+        wait_until(
+            lambda: not alive(runner_tree),
+            RUNNER_GONE_S,
+            f"the runner and its workers to exit (left: {alive(runner_tree)})",
+        )
         recording = open_recording(record)
         assert len(recording.steps) >= 10
         assert recording.hello is not None
@@ -68,7 +76,8 @@ def test_gui_process_killed_ends_runner_and_workers_and_the_recording_is_readabl
 
 
 def test_closing_the_window_ends_the_whole_tree_and_keeps_the_recording(
-        qtbot, tmp_path: Path, monkeypatch) -> None:
+    qtbot, tmp_path: Path, monkeypatch
+) -> None:
     from gpuwatch.qt import main_window
     from gpuwatch.qt.main_window import MainWindow
 
@@ -76,9 +85,18 @@ def test_closing_the_window_ends_the_whole_tree_and_keeps_the_recording(
     out = tmp_path / "out"
     out.mkdir()
     session = Session(sample_coarse=False)
-    window = MainWindow(session, Namespace(
-        workload="vision", device="cpu", python=None, script=str(write_fault_script(tmp_path)),
-        script_args=(str(out), "none"), cwd=str(tmp_path), seconds=None))
+    window = MainWindow(
+        session,
+        Namespace(
+            workload="vision",
+            device="cpu",
+            python=None,
+            script=str(write_fault_script(tmp_path)),
+            script_args=(str(out), "none"),
+            cwd=str(tmp_path),
+            seconds=None,
+        ),
+    )
     qtbot.addWidget(window)
     window.show()
     try:

@@ -38,7 +38,8 @@ def listening(tmp_path):
 
 
 def test_a_silent_or_babbling_plain_socket_is_rejected_logged_and_the_runner_still_gets_in(
-        listening, caplog) -> None:
+    listening, caplog
+) -> None:
     from multiprocessing.connection import Client
 
     lst, accepted, thread = listening
@@ -63,8 +64,11 @@ def test_the_link_is_a_private_unix_socket_and_nothing_listens_on_tcp(fake_pytho
     session = Session(sample_coarse=False)
     try:
         session.start(LaunchSpec(workload="rate:100", device="cpu", python=fake_python))
-        wait_until(lambda: session.steps.count > 0 or session.state is SessionState.FAILED, 30,
-                   "steps from the fake runner")
+        wait_until(
+            lambda: session.steps.count > 0 or session.state is SessionState.FAILED,
+            30,
+            "steps from the fake runner",
+        )
         address = session._listener.address  # the socket the runner connected to
         folder = os.path.dirname(address)
         info = os.stat(folder)
@@ -93,12 +97,16 @@ def test_a_second_client_cannot_connect(fake_python) -> None:
 
 
 def test_malformed_wrong_typed_unknown_oversized_and_flooded_messages_are_dropped(
-        fake_python) -> None:
+    fake_python,
+) -> None:
     session = Session(sample_coarse=False)
     try:
         session.start(LaunchSpec(workload="garbage", device="cpu", python=fake_python))
-        wait_until(lambda: session.steps.count == 10 or session.state is SessionState.FAILED,
-                   60, "the good steps after the garbage")
+        wait_until(
+            lambda: session.steps.count == 10 or session.state is SessionState.FAILED,
+            60,
+            "the good steps after the garbage",
+        )
         assert session.state is SessionState.RUNNING, session.error
         assert session.dropped_messages == 8 + 20_000
         log = [line.text for line in session.drain_log()]
@@ -133,8 +141,10 @@ def test_a_protocol_mismatch_is_one_clear_message(fake_python) -> None:
         session.start(LaunchSpec(workload="v99", device="cpu", python=fake_python))
         assert session.wait_ended(30)
         assert session.state is SessionState.FAILED
-        assert session.error == ("the runner speaks protocol 99, this gpuwatch speaks 1: "
-                                 "install the same gpuwatch version in the training environment")
+        assert session.error == (
+            "the runner speaks protocol 99, this gpuwatch speaks 1: "
+            "install the same gpuwatch version in the training environment"
+        )
     finally:
         session.close()
 

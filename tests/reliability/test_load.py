@@ -34,7 +34,8 @@ class _PaintCounter(QObject):
 
 
 def test_ten_thousand_steps_per_second_keep_the_window_drawing_in_bounded_memory(
-        qtbot, fake_python: str) -> None:
+    qtbot, fake_python: str
+) -> None:
     from gpuwatch.qt.main_window import MainWindow
 
     session = Session(step_capacity=CAPACITY, sample_coarse=False)
@@ -63,8 +64,10 @@ def test_ten_thousand_steps_per_second_keep_the_window_drawing_in_bounded_memory
         during = [t for t in painted.times if t >= started]
         gaps = [b - a for a, b in itertools.pairwise(ticks) if a >= started]
         grew_mb = (rss_end - rss_start) / 2**20
-        print(f"{rate:,.0f} steps/s, {len(during)} frames in {elapsed:.1f} s, longest event-loop "
-              f"gap {max(gaps) * 1e3:.0f} ms, RSS {rss_end / 2**20:.0f} MiB ({grew_mb:+.1f})")
+        print(
+            f"{rate:,.0f} steps/s, {len(during)} frames in {elapsed:.1f} s, longest event-loop "
+            f"gap {max(gaps) * 1e3:.0f} ms, RSS {rss_end / 2**20:.0f} MiB ({grew_mb:+.1f})"
+        )
         assert session.state is SessionState.RUNNING, session.error
         assert rate >= 0.5 * RATE, f"only {rate:,.0f} steps/s arrived"
         assert len(session.steps.snapshot()) == CAPACITY, "the ring keeps the newest steps only"

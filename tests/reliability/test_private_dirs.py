@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
 START_S = 120  # the runner imports torch first; the machine may be busy
 
-ENDLESS = textwrap.dedent('''
+ENDLESS = textwrap.dedent("""
     import torch
     from torch.utils.data import DataLoader, TensorDataset
     model = torch.nn.Linear(4, 1)
@@ -37,11 +37,12 @@ ENDLESS = textwrap.dedent('''
             model(x).sum().backward()
             opt.step()
             opt.zero_grad()
-''')
+""")
 
 
-def test_a_failing_run_leaves_the_temp_folder_as_it_found_it(session: Session,
-                                                            tmp_path: Path) -> None:
+def test_a_failing_run_leaves_the_temp_folder_as_it_found_it(
+    session: Session, tmp_path: Path
+) -> None:
     before = private_dirs()
     script = tmp_path / "bad.py"
     script.write_text("raise RuntimeError('boom')\n")
@@ -53,9 +54,13 @@ def test_a_failing_run_leaves_the_temp_folder_as_it_found_it(session: Session,
 
 
 def _cli(tmp_path: Path, script: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "gpuwatch", "run", "--headless", *args,
-                             str(script)], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpuwatch", "run", "--headless", *args, str(script)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_the_headless_cli_removes_its_directory_after_a_failing_script(tmp_path: Path) -> None:
@@ -73,8 +78,12 @@ def test_ctrl_c_of_the_headless_cli_removes_its_directory(tmp_path: Path) -> Non
     proc = _cli(tmp_path, script)
     try:
         # Polled finely, so the Ctrl-C lands while the runner is being launched.
-        wait_until(lambda: private_dirs(proc.pid) or proc.poll() is not None, START_S,
-                   "the CLI's private directory", interval=0.001)
+        wait_until(
+            lambda: private_dirs(proc.pid) or proc.poll() is not None,
+            START_S,
+            "the CLI's private directory",
+            interval=0.001,
+        )
         assert private_dirs(proc.pid), "the run has its private directory"
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=60)
@@ -104,9 +113,10 @@ def test_what_a_killed_gpuwatch_left_is_removed_by_the_next_one(tmp_path: Path) 
 
 def test_a_new_private_dir_is_named_after_its_maker_and_removed_at_exit() -> None:
     """The at-exit clean-up of a process that never ended its run (an error in the GUI)."""
-    code = ("from gpuwatch.core import link; import sys; print(link.private_dir(), flush=True)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=True)
+    code = "from gpuwatch.core import link; import sys; print(link.private_dir(), flush=True)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     made = Path(done.stdout.strip())
     assert made.parent == Path(tempfile.gettempdir())
     assert made.name.startswith("gpuwatch-")

@@ -43,12 +43,17 @@ WRITER = textwrap.dedent("""
 
 @pytest.mark.parametrize("after_s", [0.0, 0.15, 0.4, 0.8, 1.3, 2.1])
 def test_a_writer_killed_at_any_moment_leaves_a_readable_recording(
-        tmp_path: Path, fake_python: str, after_s: float) -> None:
+    tmp_path: Path, fake_python: str, after_s: float
+) -> None:
     record = tmp_path / "run.gpuwatch"
     writer_py = tmp_path / "writer.py"
     writer_py.write_text(WRITER)
-    writer = subprocess.Popen([sys.executable, str(writer_py), fake_python, str(record)],
-                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, str(writer_py), fake_python, str(record)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert writer.stdout is not None and writer.stdout.readline().strip() == "started"
         time.sleep(after_s)  # the moment of the kill is the parameter, not a wait for a result
@@ -79,24 +84,36 @@ def _full_after_first_batch():
 
 
 def test_a_full_disk_is_reported_headless_and_the_run_goes_on(
-        tmp_path: Path, fake_python: str, monkeypatch) -> None:
+    tmp_path: Path, fake_python: str, monkeypatch
+) -> None:
     monkeypatch.setattr(recording_module.Recorder, "_write", _full_after_first_batch())
     monkeypatch.setenv("GPUWATCH_FAKE_MODE", "rate:500")
     script = tmp_path / "train.py"
     script.write_text("")
     out, err = io.StringIO(), io.StringIO()
-    code = run_headless(HeadlessOptions(script=str(script), python=fake_python, seconds=1.5,
-                                        record=str(tmp_path / "full.gpuwatch"),
-                                        cwd=str(tmp_path)), out=out, err=err)
+    code = run_headless(
+        HeadlessOptions(
+            script=str(script),
+            python=fake_python,
+            seconds=1.5,
+            record=str(tmp_path / "full.gpuwatch"),
+            cwd=str(tmp_path),
+        ),
+        out=out,
+        err=err,
+    )
     assert code == 0, err.getvalue()
-    assert f"the recording stopped early: recording to {tmp_path / 'full.gpuwatch'} stopped " \
-           f"({FULL}); the run goes on" in err.getvalue()
+    assert (
+        f"the recording stopped early: recording to {tmp_path / 'full.gpuwatch'} stopped "
+        f"({FULL}); the run goes on" in err.getvalue()
+    )
     assert "was stopped after 1.5 s" in out.getvalue(), "the run itself went on to its end"
     open_recording(tmp_path / "full.gpuwatch")  # what was committed stays readable
 
 
 def test_an_unexpected_error_in_the_writer_stops_the_recording_with_a_message(
-        tmp_path: Path, fake_python: str, monkeypatch) -> None:
+    tmp_path: Path, fake_python: str, monkeypatch
+) -> None:
     """A bug (not a disk error) must not kill the writer thread silently while the queue
     fills and drops everything after it."""
     from gpuwatch.core.recording import Recorder
@@ -127,15 +144,15 @@ def _fake_spec(fake_python: str):
 def _window(qtbot, session: Session, fake_python: str):
     from gpuwatch.qt.main_window import MainWindow
 
-    window = MainWindow(session, Namespace(workload="rate:500", device="cpu",
-                                           python=fake_python))
+    window = MainWindow(session, Namespace(workload="rate:500", device="cpu", python=fake_python))
     qtbot.addWidget(window)
     window.show()
     return window
 
 
 def test_a_full_disk_is_reported_in_the_window_at_once(
-        qtbot, tmp_path: Path, fake_python: str, monkeypatch) -> None:
+    qtbot, tmp_path: Path, fake_python: str, monkeypatch
+) -> None:
     from gpuwatch.qt import main_window
 
     monkeypatch.setattr(main_window, "recordings_dir", lambda: tmp_path)
@@ -143,12 +160,14 @@ def test_a_full_disk_is_reported_in_the_window_at_once(
     session = Session(sample_coarse=False)
     window = _window(qtbot, session, fake_python)
     try:
-        window.session.start(main_window.LaunchSpec(workload="rate:500", device="cpu",
-                                                    python=fake_python))
+        window.session.start(
+            main_window.LaunchSpec(workload="rate:500", device="cpu", python=fake_python)
+        )
         qtbot.waitUntil(lambda: session.steps.count > 0, timeout=30_000)
         window.record_action.setChecked(True)
-        qtbot.waitUntil(lambda: window.error_box is not None and window.error_box.isVisible(),
-                        timeout=10_000)
+        qtbot.waitUntil(
+            lambda: window.error_box is not None and window.error_box.isVisible(), timeout=10_000
+        )
         assert window.error_box.windowTitle() == "Recording stopped"
         assert FULL in window.error_box.text()
         assert not window.record_action.isChecked()
@@ -159,8 +178,9 @@ def test_a_full_disk_is_reported_in_the_window_at_once(
         window.close()
 
 
-def test_the_window_never_overwrites_a_recording(qtbot, tmp_path: Path, fake_python: str,
-                                                 monkeypatch) -> None:
+def test_the_window_never_overwrites_a_recording(
+    qtbot, tmp_path: Path, fake_python: str, monkeypatch
+) -> None:
     from gpuwatch.qt import main_window
 
     class Frozen(dt.datetime):
@@ -178,8 +198,9 @@ def test_the_window_never_overwrites_a_recording(qtbot, tmp_path: Path, fake_pyt
         window.workload_combo.addItem("rate:500")
         window.workload_combo.setCurrentText("rate:500")
         window.record_action.setChecked(True)
-        qtbot.waitUntil(lambda: window.error_box is not None and window.error_box.isVisible(),
-                        timeout=5_000)
+        qtbot.waitUntil(
+            lambda: window.error_box is not None and window.error_box.isVisible(), timeout=5_000
+        )
         assert "already exists" in window.error_box.text()
         assert existing.read_bytes() == b"an earlier run"
         assert not window.record_action.isChecked()

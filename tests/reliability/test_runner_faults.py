@@ -37,8 +37,14 @@ def _run(session: Session, tmp_path: Path, fault: str, *extra: str) -> Path:
     out = tmp_path / "out"
     out.mkdir()
     script = write_fault_script(tmp_path)
-    session.start(LaunchSpec(script=str(script), script_args=(str(out), fault, *extra),
-                             device="cpu", cwd=str(tmp_path)))
+    session.start(
+        LaunchSpec(
+            script=str(script),
+            script_args=(str(out), fault, *extra),
+            device="cpu",
+            cwd=str(tmp_path),
+        )
+    )
     return out
 
 
@@ -47,18 +53,25 @@ def _log(session: Session) -> list[str]:
 
 
 def _wait_for_fault(session: Session, out: Path) -> None:
-    wait_until(lambda: (out / "fault").exists() or not session.state.name.endswith("ING"),
-               START_S, "the script to reach its fault")
+    wait_until(
+        lambda: (out / "fault").exists() or not session.state.name.endswith("ING"),
+        START_S,
+        "the script to reach its fault",
+    )
     assert (out / "fault").exists(), session.error
 
 
-@pytest.mark.parametrize(("fault", "state", "says"), [
-    ("raise", SessionState.FAILED, "raised RuntimeError: injected fault"),
-    ("exit3", SessionState.FINISHED, "exited with code 3"),
-    ("segfault", SessionState.FAILED, "killed by SIGSEGV"),
-])
+@pytest.mark.parametrize(
+    ("fault", "state", "says"),
+    [
+        ("raise", SessionState.FAILED, "raised RuntimeError: injected fault"),
+        ("exit3", SessionState.FINISHED, "exited with code 3"),
+        ("segfault", SessionState.FAILED, "killed by SIGSEGV"),
+    ],
+)
 def test_a_script_that_raises_exits_or_segfaults_is_reported_and_leaves_nothing(
-        session: Session, tmp_path: Path, fault: str, state: SessionState, says: str) -> None:
+    session: Session, tmp_path: Path, fault: str, state: SessionState, says: str
+) -> None:
     out = _run(session, tmp_path, fault)
     try:
         _wait_for_fault(session, out)
@@ -85,7 +98,8 @@ def test_a_script_that_raises_exits_or_segfaults_is_reported_and_leaves_nothing(
 
 
 def test_a_runner_killed_with_sigkill_is_reported_and_its_tree_ends(
-        session: Session, tmp_path: Path) -> None:
+    session: Session, tmp_path: Path
+) -> None:
     """What the OOM killer does: SIGKILL to the training process only."""
     out = _run(session, tmp_path, "hang")
     try:
@@ -104,7 +118,8 @@ def test_a_runner_killed_with_sigkill_is_reported_and_its_tree_ends(
 
 @pytest.mark.parametrize("fault", ["slow_hang", "worker_hang"])
 def test_a_hung_loop_gets_the_stall_notice_and_stop_ends_it(
-        tmp_path: Path, monkeypatch, fault: str) -> None:
+    tmp_path: Path, monkeypatch, fault: str
+) -> None:
     """No step for a while (main loop stuck after a slow start, or a DataLoader worker
     deadlocked): the stall notice says so even after the no-step notice of a slow start, every
     completed step is sent although no boundary comes, and Stop ends the whole tree."""
@@ -112,18 +127,29 @@ def test_a_hung_loop_gets_the_stall_notice_and_stop_ends_it(
     session = Session(sample_coarse=False, no_step_notice_s=NOTICE_S)
     out = _run(session, tmp_path, fault, str(2 * NOTICE_S) if fault == "slow_hang" else "0")
     try:
-        wait_until(lambda: (session.notice or "").startswith(STALL_PREFIX)
-                   or not session.state.name.endswith("ING"), START_S, "the stall notice")
-        assert session.notice is not None and session.notice.startswith(STALL_PREFIX), \
+        wait_until(
+            lambda: (
+                (session.notice or "").startswith(STALL_PREFIX)
+                or not session.state.name.endswith("ING")
+            ),
+            START_S,
+            "the stall notice",
+        )
+        assert session.notice is not None and session.notice.startswith(STALL_PREFIX), (
             session.notice
+        )
         assert describe(facts_from(session)).sentence == session.notice
         # The runner's flush timer sends the steps finished before the hang.
-        wait_until(lambda: session.steps.count == COMPLETED[fault], 30,
-                   f"all {COMPLETED[fault]} completed steps (got {session.steps.count})")
+        wait_until(
+            lambda: session.steps.count == COMPLETED[fault],
+            30,
+            f"all {COMPLETED[fault]} completed steps (got {session.steps.count})",
+        )
         log = _log(session)
         if fault == "slow_hang":  # the slow start's notice came first, and was cleared
-            no_step = next(i for i, text in enumerate(log)
-                           if text.startswith("no training step yet"))
+            no_step = next(
+                i for i, text in enumerate(log) if text.startswith("no training step yet")
+            )
             first = next(i for i, text in enumerate(log) if text.startswith("first step after"))
             stall = next(i for i, text in enumerate(log) if text.startswith(STALL_PREFIX))
             assert no_step < first < stall, log
@@ -131,12 +157,15 @@ def test_a_hung_loop_gets_the_stall_notice_and_stop_ends_it(
         started = time.monotonic()
         session.stop()
         assert session.wait_ended(30)
-        assert time.monotonic() - started < session_module.stop_grace_s(None) + 2.0 \
-            + session_module.TERMINATE_S + 5
+        assert (
+            time.monotonic() - started
+            < session_module.stop_grace_s(None) + 2.0 + session_module.TERMINATE_S + 5
+        )
         assert session.state is SessionState.FINISHED, session.error
         outcome = describe(facts_from(session))
-        assert outcome.sentence.startswith("train fault.py was hung: no step for "), \
+        assert outcome.sentence.startswith("train fault.py was hung: no step for "), (
             outcome.sentence
+        )
         assert outcome.exit_code == EXIT_HUNG
         assert session.steps.count == COMPLETED[fault], "the step the stop cut is not counted"
         assert_all_gone(out, TREE_GONE_S)
@@ -146,7 +175,8 @@ def test_a_hung_loop_gets_the_stall_notice_and_stop_ends_it(
 
 
 def test_headless_shows_the_stall_after_a_slow_start_and_exits_non_zero(
-        tmp_path: Path, capsys) -> None:
+    tmp_path: Path, capsys
+) -> None:
     """``gpuwatch run --headless --seconds N`` on a script that starts slowly, trains, then
     hangs: stderr has the no-step notice, its clearing, then the stall notice while the run
     goes on; the end says it was hung, with exit code 124."""
@@ -154,9 +184,13 @@ def test_headless_shows_the_stall_after_a_slow_start_and_exits_non_zero(
     out.mkdir()
     script = write_fault_script(tmp_path)
     session = Session(sample_coarse=False, no_step_notice_s=NOTICE_S)
-    options = HeadlessOptions(script=str(script), script_args=(str(out), "slow_hang",
-                                                               str(2 * NOTICE_S)),
-                              device="cpu", cwd=str(tmp_path), seconds=20.0)
+    options = HeadlessOptions(
+        script=str(script),
+        script_args=(str(out), "slow_hang", str(2 * NOTICE_S)),
+        device="cpu",
+        cwd=str(tmp_path),
+        seconds=20.0,
+    )
     try:
         code = run_headless(options, session=session)
     finally:
@@ -165,17 +199,24 @@ def test_headless_shows_the_stall_after_a_slow_start_and_exits_non_zero(
     err = captured.err.splitlines()
     notices = [line for line in err if line.startswith("gpuwatch: ")]
     kinds = [text.split(":")[1].strip().split(" ")[:3] for text in notices]
-    assert ["no", "training", "step"] in kinds and ["first", "step", "after"] in kinds \
-        and ["no", "step", "for"] in kinds, notices
-    assert kinds.index(["no", "training", "step"]) < kinds.index(["first", "step", "after"]) \
-        < kinds.index(["no", "step", "for"]), notices
+    assert (
+        ["no", "training", "step"] in kinds
+        and ["first", "step", "after"] in kinds
+        and ["no", "step", "for"] in kinds
+    ), notices
+    assert (
+        kinds.index(["no", "training", "step"])
+        < kinds.index(["first", "step", "after"])
+        < kinds.index(["no", "step", "for"])
+    ), notices
     assert code == EXIT_HUNG, captured.out
     assert captured.out.startswith("train fault.py was hung: no step for "), captured.out
     assert_all_gone(out, TREE_GONE_S)
 
 
-def test_stop_escalates_to_kill_within_a_bounded_time(session: Session, tmp_path: Path,
-                                                      monkeypatch) -> None:
+def test_stop_escalates_to_kill_within_a_bounded_time(
+    session: Session, tmp_path: Path, monkeypatch
+) -> None:
     """A loop deaf to the polite stop, to its SIGINT and to SIGTERM (workers too) is killed."""
     monkeypatch.setattr(session_module, "POLITE_STOP_S", 1.0)
     monkeypatch.setattr(session_module, "TERMINATE_S", 1.0)

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX timing of
 
 START_S = 120  # the runner imports torch first; the machine may be busy
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import os, sys, time
     import torch
     from torch.utils.data import DataLoader, TensorDataset
@@ -38,7 +38,7 @@ SCRIPT = textwrap.dedent('''
         opt.step()
         opt.zero_grad()
         open(os.path.join(OUT, f"done-{step}"), "w").close()
-''')
+""")
 
 
 def _start(session: Session, tmp_path: Path, step_s: str) -> Path:
@@ -46,8 +46,11 @@ def _start(session: Session, tmp_path: Path, step_s: str) -> Path:
     out.mkdir()
     script = tmp_path / "long_steps.py"
     script.write_text(SCRIPT)
-    session.start(LaunchSpec(script=str(script), script_args=(str(out), step_s), device="cpu",
-                             cwd=str(tmp_path)))
+    session.start(
+        LaunchSpec(
+            script=str(script), script_args=(str(out), step_s), device="cpu", cwd=str(tmp_path)
+        )
+    )
     return out
 
 
@@ -58,11 +61,11 @@ def test_the_grace_is_about_two_typical_steps_and_bounded() -> None:
     assert stop_grace_s(1e6) == 60.0
 
 
-def test_a_stop_waits_for_a_step_longer_than_two_seconds(session: Session,
-                                                         tmp_path: Path) -> None:
+def test_a_stop_waits_for_a_step_longer_than_two_seconds(session: Session, tmp_path: Path) -> None:
     out = _start(session, tmp_path, "3.0")
-    wait_until(lambda: session.steps.count >= 1 or session.wait_ended(0), START_S,
-               "the first 3 s step")
+    wait_until(
+        lambda: session.steps.count >= 1 or session.wait_ended(0), START_S, "the first 3 s step"
+    )
     session.stop()  # early in the second step: ~3 s of it still to run
     assert session.wait_ended(60)
     assert session.state is SessionState.FINISHED, session.error
@@ -79,8 +82,11 @@ def test_a_step_the_stop_has_to_cut_is_not_counted(session: Session, tmp_path: P
     grace; it was past its data phase (backward done) but is not counted, and the outcome
     says the stop was forced."""
     out = _start(session, tmp_path, "0.05,0.05,600")
-    wait_until(lambda: len(list(out.glob("done-*"))) >= 2 or session.wait_ended(0), START_S,
-               "two quick steps")
+    wait_until(
+        lambda: len(list(out.glob("done-*"))) >= 2 or session.wait_ended(0),
+        START_S,
+        "two quick steps",
+    )
     wait_until(lambda: session.steps.count >= 2, 30, "both quick steps received")
     session.stop()
     assert session.wait_ended(60)

@@ -19,8 +19,14 @@ from gpuwatch.core.session import Session, SessionState
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
-BAD_KNOBS = [{"num_workers": -1}, {"num_workers": "two"}, {"amp": "fp64"},
-             {"no_such_knob": 1}, {"batch_size": 0}, {"pin_memory": "yes"}]
+BAD_KNOBS = [
+    {"num_workers": -1},
+    {"num_workers": "two"},
+    {"amp": "fp64"},
+    {"no_such_knob": 1},
+    {"batch_size": 0},
+    {"pin_memory": "yes"},
+]
 
 
 def test_bad_knobs_are_refused_a_killed_runner_is_shown_and_start_runs_again(qtbot) -> None:
@@ -37,8 +43,10 @@ def test_bad_knobs_are_refused_a_killed_runner_is_shown_and_start_runs_again(qtb
     try:
         window.workload_combo.setCurrentText("mlp")
         window.start_run()
-        qtbot.waitUntil(lambda: session.steps.count >= 20 or session.state is
-                        SessionState.FAILED, timeout=120_000)
+        qtbot.waitUntil(
+            lambda: session.steps.count >= 20 or session.state is SessionState.FAILED,
+            timeout=120_000,
+        )
         for values in BAD_KNOBS:
             request = session.set_knobs(values)
             qtbot.waitUntil(lambda r=request: session.answer(r) is not None, timeout=30_000)
@@ -60,8 +68,10 @@ def test_bad_knobs_are_refused_a_killed_runner_is_shown_and_start_runs_again(qtb
         assert gaps and max(gaps) < 1.0, "the window stays responsive"
 
         window.start_action.trigger()  # restart
-        qtbot.waitUntil(lambda: session.state is SessionState.RUNNING and
-                        session.steps.count > 0, timeout=120_000)
+        qtbot.waitUntil(
+            lambda: session.state is SessionState.RUNNING and session.steps.count > 0,
+            timeout=120_000,
+        )
         assert not window.banner.isVisible()
     finally:
         probe.stop()

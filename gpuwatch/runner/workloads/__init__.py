@@ -80,8 +80,14 @@ class Workload(ABC):
         passed to its constructor."""
 
     @abstractmethod
-    def to_device(self, batch: Any, device: torch.device, *, non_blocking: bool = False,
-                  channels_last: bool = False) -> Any:
+    def to_device(
+        self,
+        batch: Any,
+        device: torch.device,
+        *,
+        non_blocking: bool = False,
+        channels_last: bool = False,
+    ) -> Any:
         """Issue the host-to-device copies of one batch (the ``h2d`` phase), converting 4-D
         inputs to ``channels_last`` if asked."""
 

@@ -16,8 +16,7 @@ class ClassifierWorkload(DatasetWorkload):
 
     size_parameter = "dataset_images"
 
-    def __init__(self, *, seed: int, torch_threads: int,
-                 dataset_images: int | None = None) -> None:
+    def __init__(self, *, seed: int, torch_threads: int, dataset_images: int | None = None) -> None:
         super().__init__(seed=seed, torch_threads=torch_threads)
         if dataset_images is not None:
             self.config["dataset_images"] = dataset_images
@@ -28,8 +27,7 @@ class ClassifierWorkload(DatasetWorkload):
     def build_optimizer(self, model: nn.Module, **options: Any) -> torch.optim.Optimizer:
         if self.config["optimizer"] == "adamw":
             return torch.optim.AdamW(model.parameters(), lr=self.config["lr"], **options)
-        return torch.optim.SGD(model.parameters(), lr=self.config["lr"], momentum=0.9,
-                               **options)
+        return torch.optim.SGD(model.parameters(), lr=self.config["lr"], momentum=0.9, **options)
 
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         images, labels = batch

@@ -65,16 +65,24 @@ class DatasetWorkload(Workload):
         workers = knobs["num_workers"]
         dataset: Dataset[Any] = self.dataset(self.config)
         if knobs["storage_latency_ms"] > 0 or knobs["augment_cost"] > 0:
-            dataset = DemoDials(dataset, storage_latency_ms=knobs["storage_latency_ms"],
-                                augment_cost=knobs["augment_cost"])
+            dataset = DemoDials(
+                dataset,
+                storage_latency_ms=knobs["storage_latency_ms"],
+                augment_cost=knobs["augment_cost"],
+            )
         # These options only exist with workers (DataLoader refuses them without).
         worker_options: dict[str, Any] = {}
         if workers > 0:
-            worker_options = {"prefetch_factor": knobs["prefetch_factor"],
-                              "persistent_workers": knobs["persistent_workers"],
-                              "multiprocessing_context": start_method()}
-        stream = SampleStream(self.seed, len(dataset),  # type: ignore[arg-type]
-                              self.config["epoch_samples"])
+            worker_options = {
+                "prefetch_factor": knobs["prefetch_factor"],
+                "persistent_workers": knobs["persistent_workers"],
+                "multiprocessing_context": start_method(),
+            }
+        stream = SampleStream(
+            self.seed,
+            len(dataset),  # type: ignore[arg-type]
+            self.config["epoch_samples"],
+        )
         return DataLoader(
             StreamDataset(dataset, stream),
             # whole batches only: constant shapes; BatchNorm cannot train on a batch of 1
@@ -86,13 +94,22 @@ class DatasetWorkload(Workload):
             **worker_options,
         )
 
-    def to_device(self, batch: Any, device: torch.device, *, non_blocking: bool = False,
-                  channels_last: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def to_device(
+        self,
+        batch: Any,
+        device: torch.device,
+        *,
+        non_blocking: bool = False,
+        channels_last: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         inputs, targets = batch
-        layout = (torch.channels_last if channels_last and inputs.dim() == 4
-                  else torch.preserve_format)
-        return (inputs.to(device, non_blocking=non_blocking, memory_format=layout),
-                targets.to(device, non_blocking=non_blocking))
+        layout = (
+            torch.channels_last if channels_last and inputs.dim() == 4 else torch.preserve_format
+        )
+        return (
+            inputs.to(device, non_blocking=non_blocking, memory_format=layout),
+            targets.to(device, non_blocking=non_blocking),
+        )
 
     def samples(self, batch: Any) -> int:
         return int(batch[0].shape[0])

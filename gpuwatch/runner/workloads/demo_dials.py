@@ -39,8 +39,9 @@ def burn_cpu(units: int) -> float:
 class DemoDials(Dataset[Any]):
     """Wraps a map-style dataset; every item pays the dialled latency and CPU work first."""
 
-    def __init__(self, dataset: Dataset[Any], *, storage_latency_ms: float,
-                 augment_cost: int) -> None:
+    def __init__(
+        self, dataset: Dataset[Any], *, storage_latency_ms: float, augment_cost: int
+    ) -> None:
         self.dataset = dataset
         self.storage_latency_ms = storage_latency_ms
         self.augment_cost = augment_cost

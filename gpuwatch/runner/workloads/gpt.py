@@ -61,8 +61,9 @@ class Block(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.proj = nn.Linear(d_model, d_model)
         self.norm2 = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(),
-                                 nn.Linear(4 * d_model, d_model))
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, width = x.shape
@@ -77,8 +78,7 @@ class Block(nn.Module):
 class TinyGpt(nn.Module):
     """Token + learned position embeddings, ``n_layers`` blocks, final norm, LM head."""
 
-    def __init__(self, vocab: int, context: int, d_model: int, n_heads: int,
-                 n_layers: int) -> None:
+    def __init__(self, vocab: int, context: int, d_model: int, n_heads: int, n_layers: int) -> None:
         super().__init__()
         self.tokens = nn.Embedding(vocab, d_model)
         self.positions = nn.Embedding(context, d_model)
@@ -99,8 +99,9 @@ class GptWorkload(DatasetWorkload):
     defaults = DEFAULTS
     size_parameter = "dataset_sequences"
 
-    def __init__(self, *, seed: int, torch_threads: int,
-                 dataset_sequences: int | None = None) -> None:
+    def __init__(
+        self, *, seed: int, torch_threads: int, dataset_sequences: int | None = None
+    ) -> None:
         super().__init__(seed=seed, torch_threads=torch_threads)
         if dataset_sequences is not None:
             self.config["dataset_sequences"] = dataset_sequences
@@ -110,8 +111,9 @@ class GptWorkload(DatasetWorkload):
         count, context = self.config["dataset_sequences"], self.config["context"]
         log(f"building gpt dataset: {count} random sequences of {context} tokens")
         generator = torch.Generator().manual_seed(self.seed)
-        self._tokens = torch.randint(self.config["vocab"], (count, context + 1),
-                                     generator=generator)
+        self._tokens = torch.randint(
+            self.config["vocab"], (count, context + 1), generator=generator
+        )
 
     def dataset(self, config: dict[str, Any]) -> TokenDataset:
         if self._tokens is None:

@@ -46,11 +46,14 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def _ellipse(cx: float, cy: float, rx: float, ry: float, points: int = 12
-             ) -> list[tuple[float, float]]:
+def _ellipse(
+    cx: float, cy: float, rx: float, ry: float, points: int = 12
+) -> list[tuple[float, float]]:
     """A closed polyline around an ellipse (for 0, 6, 8, 9)."""
-    return [(cx + rx * math.sin(2 * math.pi * i / points),
-             cy - ry * math.cos(2 * math.pi * i / points)) for i in range(points + 1)]
+    return [
+        (cx + rx * math.sin(2 * math.pi * i / points), cy - ry * math.cos(2 * math.pi * i / points))
+        for i in range(points + 1)
+    ]
 
 
 #: One list of polylines per digit, in a unit box (x right, y down).
@@ -60,8 +63,17 @@ STROKES: tuple[tuple[list[tuple[float, float]], ...], ...] = (
     ([(0.25, 0.3), (0.35, 0.13), (0.62, 0.11), (0.74, 0.28), (0.26, 0.9), (0.78, 0.9)],),
     ([(0.25, 0.15), (0.7, 0.14), (0.45, 0.45), (0.72, 0.6), (0.66, 0.85), (0.25, 0.88)],),
     ([(0.64, 0.9), (0.64, 0.1), (0.2, 0.64), (0.8, 0.64)],),
-    ([(0.75, 0.1), (0.32, 0.1), (0.29, 0.45), (0.63, 0.43), (0.76, 0.66), (0.62, 0.88),
-      (0.25, 0.85)],),
+    (
+        [
+            (0.75, 0.1),
+            (0.32, 0.1),
+            (0.29, 0.45),
+            (0.63, 0.43),
+            (0.76, 0.66),
+            (0.62, 0.88),
+            (0.25, 0.85),
+        ],
+    ),
     ([(0.68, 0.1), (0.36, 0.34), (0.28, 0.68)], _ellipse(0.49, 0.69, 0.21, 0.2)),
     ([(0.22, 0.12), (0.78, 0.12), (0.42, 0.9)],),
     (_ellipse(0.5, 0.29, 0.18, 0.18), _ellipse(0.5, 0.7, 0.23, 0.21)),
@@ -89,13 +101,18 @@ def draw_digits(label: int, count: int, generator: torch.Generator) -> torch.Ten
     scale = 0.75 + torch.rand(count, 2, generator=generator) * 0.25
     shear = (torch.rand(count, generator=generator) - 0.5) * 0.4
     cos, sin = angle.cos(), angle.sin()
-    matrix = torch.stack([torch.stack([cos, -sin + shear], -1),
-                          torch.stack([sin, cos], -1)], -2) * scale[:, None, :]
+    matrix = (
+        torch.stack([torch.stack([cos, -sin + shear], -1), torch.stack([sin, cos], -1)], -2)
+        * scale[:, None, :]
+    )
     shift = (torch.rand(count, 2, generator=generator) - 0.5) * 4
     points = torch.einsum("nij,nsej->nsei", matrix, points) + centre + shift[:, None, None]
 
-    ys, xs = torch.meshgrid(torch.arange(SIDE, dtype=torch.float32),
-                            torch.arange(SIDE, dtype=torch.float32), indexing="ij")
+    ys, xs = torch.meshgrid(
+        torch.arange(SIDE, dtype=torch.float32),
+        torch.arange(SIDE, dtype=torch.float32),
+        indexing="ij",
+    )
     xs, ys = xs.reshape(1, -1, 1), ys.reshape(1, -1, 1)  # (1, P, 1): P pixels
     start_x, start_y = points[:, None, :, 0, 0], points[:, None, :, 0, 1]  # (N, 1, S)
     dir_x = points[:, None, :, 1, 0] - start_x
@@ -140,8 +157,7 @@ class DigitDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
 class Mlp(nn.Module):
     """Flatten, ``layers`` Linear+ReLU of width ``hidden``, then a linear classifier."""
 
-    def __init__(self, hidden: int = 256, layers: int = 3, num_classes: int = NUM_CLASSES
-                 ) -> None:
+    def __init__(self, hidden: int = 256, layers: int = 3, num_classes: int = NUM_CLASSES) -> None:
         super().__init__()
         widths = [SIDE * SIDE] + [hidden] * layers
         body: list[nn.Module] = [nn.Flatten()]
@@ -163,8 +179,7 @@ class MlpWorkload(ClassifierWorkload):
     name = "mlp"
     defaults = DEFAULTS
 
-    def __init__(self, *, seed: int, torch_threads: int,
-                 dataset_images: int | None = None) -> None:
+    def __init__(self, *, seed: int, torch_threads: int, dataset_images: int | None = None) -> None:
         super().__init__(seed=seed, torch_threads=torch_threads, dataset_images=dataset_images)
         self._data: tuple[torch.Tensor, torch.Tensor] | None = None
 

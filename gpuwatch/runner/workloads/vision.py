@@ -50,10 +50,16 @@ def synth_image(label: int, size: int, generator: torch.Generator) -> torch.Tens
     or cool colour, so the classes are learnable and a loss curve means something.
     """
     coarse = torch.rand(1, 3, 4, 4, generator=generator)
-    background = nn.functional.interpolate(coarse, size=(size, size), mode="bicubic",
-                                           align_corners=False)[0] * 0.5 + 0.1
-    ys, xs = torch.meshgrid(torch.arange(size, dtype=torch.float32),
-                            torch.arange(size, dtype=torch.float32), indexing="ij")
+    background = (
+        nn.functional.interpolate(coarse, size=(size, size), mode="bicubic", align_corners=False)[0]
+        * 0.5
+        + 0.1
+    )
+    ys, xs = torch.meshgrid(
+        torch.arange(size, dtype=torch.float32),
+        torch.arange(size, dtype=torch.float32),
+        indexing="ij",
+    )
     cy, cx = (torch.rand(2, generator=generator) * 0.5 + 0.25) * size
     radius = float(torch.rand(1, generator=generator)) * size * 0.2 + size * 0.15
     dy, dx = ys - cy, xs - cx
@@ -78,8 +84,9 @@ def synth_image(label: int, size: int, generator: torch.Generator) -> torch.Tens
     return (image.clamp(0, 1) * 255).round().to(torch.uint8)
 
 
-def build_jpegs(count: int, seed: int, size: int = STORED_SIZE
-                ) -> tuple[torch.Tensor, list[int], list[int]]:
+def build_jpegs(
+    count: int, seed: int, size: int = STORED_SIZE
+) -> tuple[torch.Tensor, list[int], list[int]]:
     """Encode ``count`` synthetic images; returns one byte blob, the offsets and the labels.
 
     One ``uint8`` tensor rather than a list or ``bytes``: a spawned worker then receives one
@@ -99,8 +106,9 @@ def build_jpegs(count: int, seed: int, size: int = STORED_SIZE
 
 def build_transform(image_size: int) -> Augment:
     """The per-sample augmentation: the CPU work that makes the naive loop input-bound."""
-    return Augment(image_size, scale=(0.35, 1.0), brightness=0.4, contrast=0.4, saturation=0.4,
-                   hue=0.1)
+    return Augment(
+        image_size, scale=(0.35, 1.0), brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1
+    )
 
 
 class ResidualBlock(nn.Module):
@@ -116,7 +124,8 @@ class ResidualBlock(nn.Module):
         if stride != 1 or channels_in != channels_out:
             self.shortcut = nn.Sequential(
                 nn.Conv2d(channels_in, channels_out, 1, stride, bias=False),
-                nn.BatchNorm2d(channels_out))
+                nn.BatchNorm2d(channels_out),
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.relu(self.bn1(self.conv1(x)))
@@ -129,11 +138,14 @@ class SmallResNet(nn.Module):
 
     def __init__(self, width: int = 8, num_classes: int = NUM_CLASSES) -> None:
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 2, 1, bias=False),
-                                  nn.BatchNorm2d(width), nn.ReLU(inplace=True))
-        self.blocks = nn.Sequential(ResidualBlock(width, width, 1),
-                                    ResidualBlock(width, width * 2, 2),
-                                    ResidualBlock(width * 2, width * 4, 2))
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, width, 3, 2, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True)
+        )
+        self.blocks = nn.Sequential(
+            ResidualBlock(width, width, 1),
+            ResidualBlock(width, width * 2, 2),
+            ResidualBlock(width * 2, width * 4, 2),
+        )
         self.head = nn.Linear(width * 4, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -149,8 +161,7 @@ class VisionWorkload(ClassifierWorkload):
     collate_fn = staticmethod(collate)
     channels_last_applies = True
 
-    def __init__(self, *, seed: int, torch_threads: int,
-                 dataset_images: int | None = None) -> None:
+    def __init__(self, *, seed: int, torch_threads: int, dataset_images: int | None = None) -> None:
         super().__init__(seed=seed, torch_threads=torch_threads, dataset_images=dataset_images)
         self._data: tuple[torch.Tensor, list[int], list[int]] | None = None
 

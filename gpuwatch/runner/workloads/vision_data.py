@@ -106,10 +106,19 @@ class Augment:
     CHW of ``size`` × ``size`` out.
     """
 
-    def __init__(self, size: int, *, scale: tuple[float, float] = (0.35, 1.0),
-                 ratio: tuple[float, float] = (3 / 4, 4 / 3), brightness: float = 0.4,
-                 contrast: float = 0.4, saturation: float = 0.4, hue: float = 0.1,
-                 mean: Sequence[float] = MEAN, std: Sequence[float] = STD) -> None:
+    def __init__(
+        self,
+        size: int,
+        *,
+        scale: tuple[float, float] = (0.35, 1.0),
+        ratio: tuple[float, float] = (3 / 4, 4 / 3),
+        brightness: float = 0.4,
+        contrast: float = 0.4,
+        saturation: float = 0.4,
+        hue: float = 0.1,
+        mean: Sequence[float] = MEAN,
+        std: Sequence[float] = STD,
+    ) -> None:
         self.size = size
         self.scale = scale
         self.log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
@@ -125,10 +134,9 @@ class Augment:
         ``scale`` and a log-uniform aspect ratio, else the centre crop of the clamped ratio."""
         area = height * width
         for attempt in range(10):
-            u_area, u_ratio, u_top, u_left = draws[4 * attempt:4 * attempt + 4]
+            u_area, u_ratio, u_top, u_left = draws[4 * attempt : 4 * attempt + 4]
             target = area * (self.scale[0] + (self.scale[1] - self.scale[0]) * u_area)
-            aspect = math.exp(self.log_ratio[0]
-                              + (self.log_ratio[1] - self.log_ratio[0]) * u_ratio)
+            aspect = math.exp(self.log_ratio[0] + (self.log_ratio[1] - self.log_ratio[0]) * u_ratio)
             w = round(math.sqrt(target * aspect))
             h = round(math.sqrt(target / aspect))
             if 0 < w <= width and 0 < h <= height:
@@ -146,9 +154,14 @@ class Augment:
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
         draws = torch.rand(_DRAWS, dtype=torch.float64).tolist()  # one RNG call per sample
         top, left, h, w = self.crop_box(image.shape[1], image.shape[2], draws)
-        crop = image[:, top:top + h, left:left + w].to(torch.float32).div_(255.0)
-        out = functional.interpolate(crop[None], size=(self.size, self.size), mode="bilinear",
-                                     align_corners=False, antialias=True)[0].clamp_(0.0, 1.0)
+        crop = image[:, top : top + h, left : left + w].to(torch.float32).div_(255.0)
+        out = functional.interpolate(
+            crop[None],
+            size=(self.size, self.size),
+            mode="bilinear",
+            align_corners=False,
+            antialias=True,
+        )[0].clamp_(0.0, 1.0)
         if draws[40] < 0.5:
             out = out.flip(-1)
         factors = draws[41:45]
@@ -173,8 +186,9 @@ class JpegDataset(Dataset[tuple[torch.Tensor, int]]):
     has imported torch and read them, so the workers would start one after the other.
     """
 
-    def __init__(self, blob: torch.Tensor, offsets: list[int], labels: list[int],
-                 transform: Augment) -> None:
+    def __init__(
+        self, blob: torch.Tensor, offsets: list[int], labels: list[int], transform: Augment
+    ) -> None:
         self.blob = blob
         self.offsets = offsets
         self.labels = labels
