@@ -49,9 +49,15 @@ def test_hello_round_trip_keeps_extra_fields() -> None:
         b'{"no": "kind"}',
         b'{"kind": "bogus"}',
         b'{"kind": "steps", "step": [1], "config": [0], "samples": [1]}',
-        b'{"kind": "steps", "step": [1, 2], "config": [0], "samples": [1], "host": [[0,0,0,0,0,0,0]]}',
+        (
+            b'{"kind": "steps", "step": [1, 2], "config": [0], "samples": [1], '
+            b'"host": [[0,0,0,0,0,0,0]]}'
+        ),
         b'{"kind": "steps", "step": [1], "config": [0], "samples": [1], "host": [[0, 1]]}',
-        b'{"kind": "steps", "step": ["1"], "config": [0], "samples": [1], "host": [[0,0,0,0,0,0,0]]}',
+        (
+            b'{"kind": "steps", "step": ["1"], "config": [0], "samples": [1], '
+            b'"host": [[0,0,0,0,0,0,0]]}'
+        ),
         b'{"kind": "config", "id": true, "values": {}, "t_ns": 1}',
         b'{"kind": "log", "level": "info", "text": NaN}',
         b'{"kind": "capture", "steps": Infinity}',

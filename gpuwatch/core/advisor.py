@@ -290,12 +290,12 @@ class _Knobs:
         return {k: v for k, v in wanted.items() if self.usable(k, v) and self.values.get(k) != v}
 
 
-def _fix(
+def _fix(  # noqa: PLR0917
     rule: str,
     title: str,
     quantity: str,
     value: float,
-    suggestion: dict[str, Any],  # noqa: PLR0917
+    suggestion: dict[str, Any],
     row: SegmentStats,
     extra: str = "",
 ) -> Finding:

@@ -171,8 +171,8 @@ def run_doctor(python: str | None) -> int:
     for topic, finding in rows:
         print(f"{topic.ljust(width)}  {finding}")  # noqa: T201 - the command's output
     if not ok:
-        print(
-            "\nTraining cannot start: install torch and torchvision in the training "  # noqa: T201
+        print(  # noqa: T201 - the command's output
+            "\nTraining cannot start: install torch and torchvision in the training "
             "Python (pip install torch torchvision) or pick another with --python."
         )
         return 1
