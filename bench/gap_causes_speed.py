@@ -10,9 +10,9 @@ import time
 
 import numpy as np
 
-from gpuwatch.core.gap_causes import caused_idle
-from gpuwatch.core.step_breakdown import step_breakdown
-from gpuwatch.core.store import StepsView
+from gpuwatch.core.figures.gap_causes import caused_idle
+from gpuwatch.core.figures.step_breakdown import step_breakdown
+from gpuwatch.core.model.store import StepsView
 
 PHASE_MS = np.array([10, 1, 5, 5, 2, 3, 4])
 

@@ -22,7 +22,7 @@ import machine
 import numpy as np
 from PySide6.QtCore import QCoreApplication
 
-from gpuwatch.core.session import Session, SessionState
+from gpuwatch.core.run.session import Session, SessionState
 from gpuwatch.qt.app import create_app
 from gpuwatch.qt.main_window import MainWindow
 

@@ -27,9 +27,9 @@ import numpy as np
 import psutil
 from render import DEVICE_LAG_NS, NVML_PERIOD_NS, S, synthetic_marks
 
-from gpuwatch.core.samplers import NVML_GPU_UTIL
-from gpuwatch.core.session import Session
-from gpuwatch.core.store import MetricStatus
+from gpuwatch.core.model.metrics import NVML_GPU_UTIL
+from gpuwatch.core.model.store import MetricStatus
+from gpuwatch.core.run.session import Session
 from gpuwatch.qt.app import create_app
 from gpuwatch.qt.main_window import MainWindow
 

@@ -34,9 +34,9 @@ import numpy as np
 import psutil
 from PySide6.QtCore import QCoreApplication, QTimer
 
-from gpuwatch.core.samplers import NVML_GPU_UTIL, PROC_CPU
-from gpuwatch.core.session import Session, SessionState
-from gpuwatch.core.store import MetricStatus
+from gpuwatch.core.model.metrics import NVML_GPU_UTIL, PROC_CPU
+from gpuwatch.core.model.store import MetricStatus
+from gpuwatch.core.run.session import Session, SessionState
 from gpuwatch.protocol import N_MARKS, RUNNER_KINDS, decode, encode
 from gpuwatch.qt.app import create_app
 from gpuwatch.qt.main_window import REDRAW_MS, MainWindow

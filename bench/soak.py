@@ -203,9 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", action="store_true", help="also draw the window offscreen")
     args = parser.parse_args(argv)
 
-    from gpuwatch.core.knob_values import KnobValueError, parse_assignments, split_assignment
-    from gpuwatch.core.session import LaunchSpec, Session, SessionState
-    from gpuwatch.core.store import DEFAULT_STEP_CAPACITY
+    from gpuwatch.core.model.knob_values import KnobValueError, parse_assignments, split_assignment
+    from gpuwatch.core.model.store import DEFAULT_STEP_CAPACITY
+    from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 
     seconds = args.minutes * 60
     capacity = args.capacity or DEFAULT_STEP_CAPACITY

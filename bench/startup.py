@@ -32,7 +32,7 @@ from pathlib import Path
 import machine
 import numpy as np
 
-from gpuwatch.core.session import LaunchSpec, Session, SessionState
+from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 
 BIN = Path(sys.executable).parent
 

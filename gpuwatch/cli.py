@@ -331,7 +331,7 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _assignment(text: str) -> str:
-    from gpuwatch.core.knob_values import KnobValueError, split_assignment
+    from gpuwatch.core.model.knob_values import KnobValueError, split_assignment
 
     try:
         split_assignment(text)
@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     # First of all: in the frozen app, a multiprocessing child must not start another app.
     import multiprocessing
 
-    from gpuwatch.core.launcher import prepare_frozen_children
+    from gpuwatch.core.run.launcher import prepare_frozen_children
 
     multiprocessing.freeze_support()
     prepare_frozen_children()
@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.doctor_parser.error("--report goes with --gpu")
             if args.gpu:
                 return _gpu_check(args)
-            from gpuwatch.core.doctor import run_doctor
+            from gpuwatch.commands.doctor import run_doctor
 
             return run_doctor(args.doctor_python or args.python)
         if args.command == "bench":
@@ -461,7 +461,7 @@ def _add_export_parser(sub: argparse._SubParsersAction) -> None:
 
 def _export(args: argparse.Namespace) -> int:
     """No Qt, no torch: a bad recording or output is one line and exit 1."""
-    from gpuwatch.core.export_command import ExportError, RecordingError, export_recording
+    from gpuwatch.commands.export_command import ExportError, RecordingError, export_recording
 
     if args.perfetto is None and args.export_csv is None:
         args.export_parser.error("give --perfetto OUT.json and/or --csv OUT.csv")
@@ -477,9 +477,9 @@ def _export(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     """Headless: never imports Qt, so it runs without a display."""
-    from gpuwatch.core.bench import EXIT_USAGE as BENCH_USAGE
-    from gpuwatch.core.bench import BenchOptions, run_bench
-    from gpuwatch.core.bench_report import render
+    from gpuwatch.commands.bench import EXIT_USAGE as BENCH_USAGE
+    from gpuwatch.commands.bench import BenchOptions, run_bench
+    from gpuwatch.commands.bench_report import render
 
     groups = [args.set_values or [], *(args.then or [])] if args.set_values or args.then else []
     options = BenchOptions(
@@ -545,7 +545,7 @@ def _run(args: argparse.Namespace) -> int:
     device = args.run_device or args.device or "auto"
     python = args.run_python or args.python
     if args.headless:
-        from gpuwatch.core.headless import HeadlessOptions, run_headless
+        from gpuwatch.commands.headless import HeadlessOptions, run_headless
 
         return run_headless(
             HeadlessOptions(
@@ -579,8 +579,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     """``gpuwatch replay FILE``: a bad file is one line and exit 1, before any window."""
-    from gpuwatch.core.recording import RecordingError
-    from gpuwatch.core.recording_reader import open_recording
+    from gpuwatch.core.files.recording import RecordingError
+    from gpuwatch.core.files.recording_reader import open_recording
 
     demo_seconds = args.replay_demo_seconds or args.demo_seconds
     screenshot = args.replay_screenshot or args.screenshot
@@ -612,8 +612,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _gpu_check(args: argparse.Namespace) -> int:
     """``doctor --gpu``: the ground-truth check, its progress on stderr, the table on stdout."""
-    from gpuwatch.core import launcher
-    from gpuwatch.core.gpu_check import default_report_path, print_report, run_gpu_check
+    from gpuwatch.commands.gpu_check import default_report_path, print_report, run_gpu_check
+    from gpuwatch.core.run import launcher
 
     try:
         python = args.doctor_python or args.python or launcher.default_python()
@@ -638,13 +638,13 @@ def _self_test(args: argparse.Namespace) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from types import SimpleNamespace
 
-    from gpuwatch.core.launcher import is_frozen
-    from gpuwatch.core.self_test import (
+    from gpuwatch.commands.self_test import (
         SelfTestResult,
         default_result_path,
         run_self_test,
         write_result,
     )
+    from gpuwatch.core.run.launcher import is_frozen
 
     path = args.result or default_result_path()
     try:
@@ -675,7 +675,7 @@ def _self_test(args: argparse.Namespace) -> int:
 
 
 def _open_window(args: argparse.Namespace) -> int:
-    from gpuwatch.core.display import missing_display_reason
+    from gpuwatch.core.run.display import missing_display_reason
 
     reason = missing_display_reason()
     if reason:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from gpuwatch.core.segments import ConfigChange, Refusal, SegmentStats, describe_change
-from gpuwatch.core.session import SessionError, SessionState
+from gpuwatch.core.figures.segments import SegmentStats
+from gpuwatch.core.model.messages import ConfigChange, Refusal, describe_change
+from gpuwatch.core.run.session import SessionError, SessionState
 
 MS = 1_000_000
 S = 1_000_000_000

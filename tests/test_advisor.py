@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from fake_knob_session import KNOBS, knob
 
-from gpuwatch.core.advisor import RULE_IDS, RULES, Context, Finding, advise, share
-from gpuwatch.core.segments import Refusal, SegmentStats
+from gpuwatch.core.figures.advisor import RULE_IDS, RULES, Context, Finding, advise, share
+from gpuwatch.core.figures.segments import SegmentStats
+from gpuwatch.core.model.messages import Refusal
 
 VALUES = {k["name"]: k["default"] for k in KNOBS}
 
@@ -256,7 +257,7 @@ def test_bench_report_prints_the_breakdowns_then_the_findings() -> None:
     import io
     import json
 
-    from gpuwatch.core.bench_report import BenchReport, render
+    from gpuwatch.commands.bench_report import BenchReport, render
 
     naive = row(0, data=62, kernel=38)
     findings = advise([naive], CPU)
@@ -305,8 +306,8 @@ def test_naive_vision_on_a_cpu_waits_for_input_and_the_applied_fix_is_measured()
     """End to end: a real CPU runner; the advice is applied through Session.set_knobs."""
     from waiting import wait_until
 
-    from gpuwatch.core.advisor import context_of
-    from gpuwatch.core.session import LaunchSpec, Session, SessionState
+    from gpuwatch.core.figures.advisor import context_of
+    from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 
     session = Session(sample_coarse=False)
     try:
@@ -368,7 +369,7 @@ def test_naive_vision_on_a_cpu_waits_for_input_and_the_applied_fix_is_measured()
 
 def _capture(kernel_wait_ms: float = 0.0, underfilled_share: float | None = None):
     """A SIMULATED kernel capture summary (hand-made numbers, not a GPU measurement)."""
-    from gpuwatch.core.kernel_window import IdleBreakdown, WindowSummary
+    from gpuwatch.core.figures.kernel_window import IdleBreakdown, WindowSummary
 
     return WindowSummary(
         window_ns=100_000_000,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuwatch.core.analysis import (
+from gpuwatch.core.figures.analysis import (
     Headline,
     active_spans,
     busy_fraction,
@@ -16,7 +16,7 @@ from gpuwatch.core.analysis import (
     phase_durations,
     uniform_windows,
 )
-from gpuwatch.core.store import StepsView
+from gpuwatch.core.model.store import StepsView
 from gpuwatch.protocol import ACTIVE_FIRST, ACTIVE_LAST, ALL_PHASES, PHASES
 
 MS = 1_000_000

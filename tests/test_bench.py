@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 from test_tour import FakeSession, schema
 
-from gpuwatch.core.bench import BenchOptions, run_bench
-from gpuwatch.core.bench_report import BenchReport, render
-from gpuwatch.core.progress_line import ProgressLine
-from gpuwatch.core.segments import ConfigChange, SegmentStats
-from gpuwatch.core.session import LogLine, SessionState
+from gpuwatch.commands.bench import BenchOptions, run_bench
+from gpuwatch.commands.bench_report import BenchReport, render
+from gpuwatch.commands.progress_line import ProgressLine
+from gpuwatch.core.figures.segments import SegmentStats
+from gpuwatch.core.model.messages import ConfigChange
+from gpuwatch.core.run.session import LogLine, SessionState
 
 MACHINE = {
     "device": "AMD EPYC 7B13",
@@ -404,7 +405,7 @@ def test_bad_bench_arguments_are_usage_errors(args: list[str], needle: str, caps
 @pytest.fixture
 def scripted(monkeypatch) -> list[ScriptedSession]:
     """``gpuwatch bench`` runs against ScriptedSessions (collected here) instead of a runner."""
-    import gpuwatch.core.bench as bench_module
+    import gpuwatch.commands.bench as bench_module
 
     made: list[ScriptedSession] = []
 
@@ -467,7 +468,7 @@ def test_ctrl_c_prints_what_was_measured_and_exits_130(scripted, monkeypatch, ca
 
 def test_the_bench_path_never_imports_qt() -> None:
     code = (
-        "import sys, gpuwatch.cli, gpuwatch.core.bench, gpuwatch.core.bench_report\n"
+        "import sys, gpuwatch.cli, gpuwatch.commands.bench, gpuwatch.commands.bench_report\n"
         "print(sorted(m for m in ('PySide6', 'pyqtgraph', 'torch') if m in sys.modules))"
     )
     done = subprocess.run(

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from waiting import wait_until
 
-from gpuwatch.core.export_csv import COLUMNS, write_csv
-from gpuwatch.core.export_perfetto import TRACKS, perfetto_trace, write_perfetto
-from gpuwatch.core.recording import Recorder
-from gpuwatch.core.recording_reader import open_recording
-from gpuwatch.core.session import Session
-from gpuwatch.core.store import MetricStatus
+from gpuwatch.core.files.export_csv import COLUMNS, write_csv
+from gpuwatch.core.files.export_perfetto import TRACKS, perfetto_trace, write_perfetto
+from gpuwatch.core.files.recording import Recorder
+from gpuwatch.core.files.recording_reader import open_recording
+from gpuwatch.core.model.store import MetricStatus
+from gpuwatch.core.run.session import Session
 from gpuwatch.protocol import ACTIVE_FIRST, ACTIVE_LAST
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.core import launcher
+from gpuwatch.core.run import launcher
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ def test_frozen_runner_env_is_the_users_and_boot_runs_the_shipped_source(
 
 
 def test_frozen_doctor_without_python_is_one_line_not_a_traceback(frozen, capsys):
-    from gpuwatch.core.doctor import run_doctor
+    from gpuwatch.commands.doctor import run_doctor
 
     assert run_doctor(None) == 1
     out = capsys.readouterr().out.strip().splitlines()

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuwatch.core.gap_causes import CAUSES, caused_idle, reconfiguring_steps, time_split
-from gpuwatch.core.segments import ConfigChange
-from gpuwatch.core.store import StepsView
+from gpuwatch.core.figures.gap_causes import CAUSES, caused_idle, reconfiguring_steps, time_split
+from gpuwatch.core.model.messages import ConfigChange
+from gpuwatch.core.model.store import StepsView
 
 MS = 1_000_000
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuwatch.core import gpu_check
-from gpuwatch.core.store import StepsView
+from gpuwatch.commands import gpu_check
+from gpuwatch.core.model.store import StepsView
 from gpuwatch.protocol import N_MARKS
 
 

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GUI = """
 import sys, time
 from types import SimpleNamespace
-from gpuwatch.core.session import LaunchSpec, Session
+from gpuwatch.core.run.session import LaunchSpec, Session
 from gpuwatch.qt.app import create_app
 from gpuwatch.qt.main_window import MainWindow
 

@@ -25,8 +25,8 @@ import pytest
 from test_runner_script import KEY, REPO, Run, _read_all, run_script
 from waiting import wait_until
 
-from gpuwatch.core.headless import summary_lines
-from gpuwatch.core.session import LaunchSpec, Session, SessionState
+from gpuwatch.commands.headless import summary_lines
+from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 from gpuwatch.protocol import AUTHKEY_ENV
 from gpuwatch.runner import script_session
 

@@ -1,4 +1,4 @@
-"""Finding and judging training interpreters (gpuwatch.core.interpreters).
+"""Finding and judging training interpreters (gpuwatch.core.run.interpreters).
 
 Fake interpreters are shell scripts named ``python`` that print a probe report (or fail,
 or hang); GPU capabilities are simulated numbers, since this machine has no GPU.
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.core import interpreters
-from gpuwatch.core.interpreters import BAD, OK, WARN, Candidate, arch_supports, judge
+from gpuwatch.core.run import interpreters
+from gpuwatch.core.run.interpreters import BAD, OK, WARN, Candidate, arch_supports, judge
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="fake interpreters are sh")
 

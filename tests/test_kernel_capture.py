@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from gpuwatch import protocol
-from gpuwatch.core.kernel_window import KernelWindow
+from gpuwatch.core.figures.kernel_window import KernelWindow
 from gpuwatch.runner.kernel_capture import (
     CLOCK_MARKS,
     DISTURBED,

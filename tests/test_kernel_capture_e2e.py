@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from waiting import wait_until
 
-from gpuwatch.core.session import LaunchSpec, Session, SessionError, SessionState
+from gpuwatch.core.run.session import LaunchSpec, Session, SessionError, SessionState
 from gpuwatch.protocol import ACTIVE_LAST, MARKS
 
 
@@ -90,8 +90,8 @@ def test_cpu_capture_window_on_vision(session: Session) -> None:
 def test_bench_capture_adds_a_kernel_window_to_each_stage() -> None:
     import io
 
-    from gpuwatch.core.bench import BenchOptions, run_bench
-    from gpuwatch.core.bench_report import render
+    from gpuwatch.commands.bench import BenchOptions, run_bench
+    from gpuwatch.commands.bench_report import render
 
     outcome = run_bench(
         BenchOptions(workload="vision", device="cpu", seconds=3.0, capture=3),

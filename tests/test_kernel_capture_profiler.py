@@ -183,7 +183,7 @@ while True:  # the session stops it
 
 @pytest.fixture
 def session():
-    from gpuwatch.core.session import Session
+    from gpuwatch.core.run.session import Session
 
     s = Session(sample_coarse=False)
     yield s
@@ -191,7 +191,7 @@ def session():
 
 
 def start_script(session, tmp_path, mode: str) -> tuple[Any, Any]:
-    from gpuwatch.core.session import LaunchSpec, SessionState
+    from gpuwatch.core.run.session import LaunchSpec, SessionState
 
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)

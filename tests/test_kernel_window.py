@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gpuwatch import protocol
-from gpuwatch.core.kernel_window import (
+from gpuwatch.core.figures.kernel_window import (
     KERNEL_WAIT_NS,
     KernelWindow,
     KernelWindowError,
@@ -182,8 +182,9 @@ def test_protocol_checks_the_columns_of_a_kernels_message() -> None:
 
 
 def test_profiled_steps_are_left_out_of_every_scoreboard_figure() -> None:
-    from gpuwatch.core.segments import ConfigChange, Scoreboard
-    from gpuwatch.core.store import SeriesStore, StepStore
+    from gpuwatch.core.figures.segments import Scoreboard
+    from gpuwatch.core.model.messages import ConfigChange
+    from gpuwatch.core.model.store import SeriesStore, StepStore
 
     ms = 1_000_000
     store = StepStore(4096)
@@ -213,8 +214,8 @@ def test_profiled_steps_are_left_out_of_every_scoreboard_figure() -> None:
 
 
 def test_nsight_command_runs_the_workload_headless_with_nvtx() -> None:
-    from gpuwatch.core.nsight_command import nsight_command
-    from gpuwatch.core.session import LaunchSpec
+    from gpuwatch.commands.nsight_command import nsight_command
+    from gpuwatch.core.run.session import LaunchSpec
 
     cmd = nsight_command(
         LaunchSpec(workload="mlp", device="cpu"),
@@ -229,8 +230,8 @@ def test_nsight_command_runs_the_workload_headless_with_nvtx() -> None:
 
 
 def test_nsight_command_for_a_script_keeps_its_arguments_and_quotes_for_windows() -> None:
-    from gpuwatch.core.nsight_command import nsight_command
-    from gpuwatch.core.session import LaunchSpec
+    from gpuwatch.commands.nsight_command import nsight_command
+    from gpuwatch.core.run.session import LaunchSpec
 
     spec = LaunchSpec(
         script="C:\\work\\my train.py",
@@ -252,11 +253,11 @@ def test_nsight_command_for_a_script_keeps_its_arguments_and_quotes_for_windows(
 def test_windows_are_recorded_replayed_and_exported(tmp_path, late: bool) -> None:
     from waiting import wait_until
 
-    from gpuwatch.core.export_perfetto import KERNEL_TID, perfetto_trace
-    from gpuwatch.core.recording import Recorder
-    from gpuwatch.core.recording_reader import kernel_windows, open_recording
-    from gpuwatch.core.replay import ReplaySession
-    from gpuwatch.core.session import Session
+    from gpuwatch.core.files.export_perfetto import KERNEL_TID, perfetto_trace
+    from gpuwatch.core.files.recording import Recorder
+    from gpuwatch.core.files.recording_reader import kernel_windows, open_recording
+    from gpuwatch.core.files.replay import ReplaySession
+    from gpuwatch.core.run.session import Session
 
     session = Session(sample_coarse=False)
     path = tmp_path / "k.gpuwatch"

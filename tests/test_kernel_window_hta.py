@@ -22,8 +22,8 @@ from gpu_trace_events import GpuTrace, TraceEvent, fixture_path, load_trace
 from hta.trace_analysis import TraceAnalysis
 
 from gpuwatch import protocol
-from gpuwatch.core.analysis import merge_intervals
-from gpuwatch.core.kernel_window import KERNEL_WAIT_NS, KernelWindow, WindowSummary
+from gpuwatch.core.figures.analysis import merge_intervals
+from gpuwatch.core.figures.kernel_window import KERNEL_WAIT_NS, KernelWindow, WindowSummary
 from gpuwatch.runner.kernel_capture import window_message
 
 #: HTA 0.5.0 calls pandas with ``inplace=``, which pandas 3 deprecates: its noise, not ours.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.core.knob_values import (
+from gpuwatch.core.model.knob_values import (
     KnobValueError,
     parse_assignments,
     parse_value,

@@ -10,7 +10,7 @@ from multiprocessing.connection import Client
 import pytest
 
 from gpuwatch import protocol
-from gpuwatch.core import link
+from gpuwatch.core.run import link
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="AF_UNIX paths on POSIX")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuwatch.core.liveness import STALL_PREFIX, Liveness, Phase
+from gpuwatch.core.model.liveness import STALL_PREFIX, Liveness, Phase
 
 
 def _script(notice_s: float = 30.0) -> Liveness:

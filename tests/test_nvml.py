@@ -21,18 +21,16 @@ import pytest
 from fake_nvml import BOOT_CLOCK, FakeDevice, FakeNvml, build, compiler
 from waiting import wait_until
 
-from gpuwatch.core import nvml
-from gpuwatch.core.samplers import (
+from gpuwatch.core.model.metrics import (
     NVML_GPU_UTIL,
     NVML_MEM_USED,
     NVML_METRICS,
     NVML_POWER,
     NVML_SM_CLOCK,
-    PERIOD_UNKNOWN,
-    NvmlSampler,
-    nvml_unavailable_statuses,
 )
-from gpuwatch.core.store import SeriesStore
+from gpuwatch.core.model.store import SeriesStore
+from gpuwatch.core.run import nvml
+from gpuwatch.core.run.samplers import PERIOD_UNKNOWN, NvmlSampler, nvml_unavailable_statuses
 
 UUID0 = "GPU-8f0e1a2b-0000-1111-2222-333344445555"
 UUID1 = "GPU-deadbeef-aaaa-bbbb-cccc-ddddeeeeffff"
@@ -167,7 +165,7 @@ def test_function_missing_from_the_driver_is_na_and_logged_once(
     machine: FakeNvml, two_gpus: tuple[FakeDevice, FakeDevice], caplog: pytest.LogCaptureFixture
 ) -> None:
     machine.hide("nvmlDeviceGetSamples")  # an older driver than the binding
-    caplog.set_level(logging.WARNING, logger="gpuwatch.core.nvml")
+    caplog.set_level(logging.WARNING, logger="gpuwatch.core.run.nvml")
     nvml.init()
     for _ in range(3):
         reply = nvml.query_with_reason("nvmlDeviceGetSamples", _handle(0), 1, 0)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from gpuwatch.core.outcome import STEP_HELP, RunFacts, describe, facts_from
-from gpuwatch.core.session import LaunchSpec, Session, SessionState
+from gpuwatch.core.run.outcome import STEP_HELP, RunFacts, describe, facts_from
+from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 
 
 def _ended(**fields) -> RunFacts:

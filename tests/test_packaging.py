@@ -41,7 +41,7 @@ def test_spec_excludes_torch_and_the_runner_from_the_frozen_gui():
 
 def test_spec_ships_every_runner_module_as_source():
     """The spec takes runner/**.py by glob; the launcher expects them under runner-src."""
-    from gpuwatch.core import launcher
+    from gpuwatch.core.run import launcher
 
     text = (PACKAGING / "pyinstaller" / "gpuwatch.spec").read_text()
     assert f'"{launcher.FROZEN_RUNNER_SOURCE}/gpuwatch"' in text

@@ -10,7 +10,7 @@ from PySide6.QtCore import qVersion
 from PySide6.QtWidgets import QApplication
 
 from gpuwatch import __version__
-from gpuwatch.core.session import Session
+from gpuwatch.core.run.session import Session
 from gpuwatch.qt.about_dialog import NO_RUN, AboutDialog, diagnostics_text, nvml_driver
 
 HELLO = {

@@ -10,7 +10,7 @@ import pytest
 from fake_knob_session import FakeSession
 from test_advisor import row
 
-from gpuwatch.core.session import Session, SessionState
+from gpuwatch.core.run.session import Session, SessionState
 from gpuwatch.qt.advisor_view import HINT_NO_RUN, AdvisorView
 
 #: Torch import and the dataset build take seconds here; a machine loaded by others, more.

@@ -7,8 +7,8 @@ import psutil
 import pytest
 from PySide6.QtCore import Qt
 
-from gpuwatch.core import launcher
-from gpuwatch.core.session import Session, SessionState
+from gpuwatch.core.run import launcher
+from gpuwatch.core.run.session import Session, SessionState
 from gpuwatch.qt.utilization_view import series_point_count
 
 #: Torch import plus dataset build take ~5 s here; allow for a loaded CI machine.

@@ -10,8 +10,8 @@ import threading
 import pytest
 from PySide6.QtCore import QTimer
 
-from gpuwatch.core.app_log import active_log_file, log_dir, setup_logging
-from gpuwatch.core.session import Session
+from gpuwatch.core.run.app_log import active_log_file, log_dir, setup_logging
+from gpuwatch.core.run.session import Session
 from gpuwatch.qt.error_dialog import ErrorReporter
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtTest import QTest
 
-from gpuwatch.core.session import Session
+from gpuwatch.core.run.session import Session
 from gpuwatch.qt.help_view import SECTIONS, TOOLTIP_HINT, guide_html
 from gpuwatch.qt.scoreboard_view import COLUMNS
 from gpuwatch.qt.shortcuts import SHORTCUTS

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.core import interpreters
-from gpuwatch.core.interpreters import BAD, OK, Candidate
+from gpuwatch.core.run import interpreters
+from gpuwatch.core.run.interpreters import BAD, OK, Candidate
 from gpuwatch.qt.interpreter_picker import InterpreterPicker
 from gpuwatch.qt.settings import Settings
 
@@ -88,7 +88,7 @@ def test_browse_adds_and_probes_any_file(qtbot, fakes, tmp_path):
 
 
 def test_menu_choice_is_remembered_and_used_by_the_next_start(qtbot, fakes, show_window):
-    from gpuwatch.core.session import Session
+    from gpuwatch.core.run.session import Session
 
     good, _ = fakes
     session = Session()
@@ -109,7 +109,7 @@ def test_menu_choice_is_remembered_and_used_by_the_next_start(qtbot, fakes, show
 def test_frozen_start_without_any_torch_python_shows_how_to_get_torch(
     qtbot, show_window, monkeypatch, tmp_path
 ):
-    from gpuwatch.core.session import Session, SessionState
+    from gpuwatch.core.run.session import Session, SessionState
 
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     bad = fake_python(tmp_path / "bad", NO_TORCH)
@@ -128,7 +128,7 @@ def test_frozen_start_without_any_torch_python_shows_how_to_get_torch(
 def test_frozen_start_picks_the_green_interpreter_and_starts(
     qtbot, show_window, monkeypatch, fakes
 ):
-    from gpuwatch.core.session import Session
+    from gpuwatch.core.run.session import Session
 
     good, _ = fakes
     monkeypatch.setattr(sys, "frozen", True, raising=False)

@@ -11,8 +11,8 @@ import pytest
 from PySide6.QtGui import QGuiApplication
 
 from gpuwatch import protocol
-from gpuwatch.core.nsight_command import gpuwatch_argv, nsight_command
-from gpuwatch.core.session import LaunchSpec, Session, SessionState
+from gpuwatch.commands.nsight_command import gpuwatch_argv, nsight_command
+from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 
 K, CPY, OP = (protocol.KERNEL_KINDS.index(k) for k in ("kernel", "memcpy", "cpu_op"))
 MS = 1_000_000
@@ -147,9 +147,9 @@ def test_copy_nsight_command_puts_the_command_on_the_clipboard(window) -> None:
 def test_replay_shows_recorded_windows_and_cannot_capture(show_window, tmp_path, qtbot) -> None:
     from waiting import wait_until
 
-    from gpuwatch.core.recording import Recorder
-    from gpuwatch.core.recording_reader import open_recording
-    from gpuwatch.core.replay import ReplaySession
+    from gpuwatch.core.files.recording import Recorder
+    from gpuwatch.core.files.recording_reader import open_recording
+    from gpuwatch.core.files.replay import ReplaySession
 
     live = Session(sample_coarse=False)
     recorder = Recorder(tmp_path / "k.gpuwatch", live, flush_s=0.05)

@@ -8,7 +8,7 @@ from fake_knob_session import KNOBS, FakeSession, knob, row
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLabel, QSpinBox
 
-from gpuwatch.core.session import SessionState
+from gpuwatch.core.run.session import SessionState
 from gpuwatch.qt import palette
 from gpuwatch.qt.knob_panel import HINT_ENDED, HINT_NO_RUN, KnobPanel
 

@@ -10,7 +10,7 @@ from PySide6.QtGui import QFontMetrics, QGuiApplication, QImage, QPalette
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QDockWidget
 
-from gpuwatch.core.session import Session
+from gpuwatch.core.run.session import Session
 from gpuwatch.qt.headline_bar import HeadlineFigures
 from gpuwatch.qt.presentation import SCALE, presentation_sentence
 
@@ -163,7 +163,7 @@ def test_present_theme_dark_screenshot_from_the_cli(light, tmp_path):
 
 
 def test_presentation_shortens_the_utilization_legend_and_hides_its_notes(light, show_window):
-    from gpuwatch.core.store import SeriesView
+    from gpuwatch.core.model.store import SeriesView
     from gpuwatch.qt.utilization_view import CoarseChoice
 
     win = show_window(Session())
@@ -227,7 +227,7 @@ def _lane_labels(win) -> list[str]:
 
 @pytest.mark.parametrize("size", [(1280, 720), (3840, 2160)])
 def test_stage_layout_keeps_lanes_scoreboard_and_caption_readable(light, show_window, qtbot, size):
-    from gpuwatch.core.tour import Stage, TourProgress
+    from gpuwatch.core.run.tour import Stage, TourProgress
     from gpuwatch.qt.presentation import STAGE_COLUMNS, presentation_scale
     from gpuwatch.qt.timeline_view import MERGED_LANES
 
@@ -341,7 +341,7 @@ def test_merged_lanes_stack_their_phases_in_dense_columns(qtbot):
     is their joint share (here 0.3 + 0.3 + 0.1 of each 1 ms step for compute)."""
     import pyqtgraph as pg
 
-    from gpuwatch.core.store import StepsView
+    from gpuwatch.core.model.store import StepsView
     from gpuwatch.qt.dense_lanes import rgba
     from gpuwatch.qt.timeline_view import BAR_HEIGHT, TimelineView
 

@@ -13,11 +13,11 @@ import pytest
 from PySide6.QtWidgets import QDockWidget
 from test_replay import S, SteppedClock, script
 
-from gpuwatch.core import session as session_module
-from gpuwatch.core.recording import Recorder
-from gpuwatch.core.recording_reader import open_recording
-from gpuwatch.core.replay import READ_ONLY, ReplaySession
-from gpuwatch.core.session import Session, SessionState
+from gpuwatch.core.files.recording import Recorder
+from gpuwatch.core.files.recording_reader import open_recording
+from gpuwatch.core.files.replay import READ_ONLY, ReplaySession
+from gpuwatch.core.run import session as session_module
+from gpuwatch.core.run.session import Session, SessionState
 from gpuwatch.qt import main_window as main_window_module
 from gpuwatch.qt.compare_view import CompareView, breakdown
 from gpuwatch.qt.main_window import MainWindow

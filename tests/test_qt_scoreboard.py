@@ -8,8 +8,8 @@ from fake_knob_session import KNOBS, T0, FakeSession, row
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDockWidget
 
-from gpuwatch.core.segments import ConfigChange
-from gpuwatch.core.session import Session
+from gpuwatch.core.model.messages import ConfigChange
+from gpuwatch.core.run.session import Session
 from gpuwatch.qt.change_markers import ChangeMarkers
 from gpuwatch.qt.scoreboard_view import COLUMNS, HINT_NO_RUN, LIVE_MARK, ScoreboardView
 from gpuwatch.qt.timeline_view import TimelineView

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 from PySide6.QtWidgets import QMainWindow
 
-from gpuwatch.core.app_log import log_dir
-from gpuwatch.core.session import Session
+from gpuwatch.core.run.app_log import log_dir
+from gpuwatch.core.run.session import Session
 from gpuwatch.qt.settings import Settings, apply_last_knobs, changed_knobs, settings_dir
 
 

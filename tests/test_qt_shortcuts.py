@@ -7,7 +7,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeySequence
 from PySide6.QtTest import QTest
 
-from gpuwatch.core.session import Session
+from gpuwatch.core.run.session import Session
 from gpuwatch.qt import main_window as main_window_module
 from gpuwatch.qt.help_view import shortcuts_html
 from gpuwatch.qt.shortcuts import SHORTCUTS, ZOOM_LEVELS_S, apply_shortcuts

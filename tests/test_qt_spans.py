@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuwatch.core.analysis import busy_percent_over, phase_spans
-from gpuwatch.core.store import StepsView
+from gpuwatch.core.figures.analysis import busy_percent_over, phase_spans
+from gpuwatch.core.model.store import StepsView
 from gpuwatch.protocol import N_MARKS
 from gpuwatch.qt.spans import is_dense, step_series, weighted_mean
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtGui import QGuiApplication, QPalette
 
-from gpuwatch.core.session import Session
+from gpuwatch.core.run.session import Session
 from gpuwatch.qt.app import create_app
 from gpuwatch.qt.app_icon import SIZES, icon_files
 from gpuwatch.qt.theme import DARK, LIGHT, MODES, transform_style
@@ -162,7 +162,7 @@ def test_icon_ships_in_the_built_package(tmp_path):
 def test_markers_made_after_a_switch_to_dark_are_dark(light, qtbot):
     import pyqtgraph as pg
 
-    from gpuwatch.core.segments import ConfigChange
+    from gpuwatch.core.model.messages import ConfigChange
     from gpuwatch.qt import palette
     from gpuwatch.qt.change_markers import ChangeMarkers
 
@@ -241,8 +241,8 @@ def test_a_comparison_window_follows_the_theme(light, show_window, qtbot, tmp_pa
     """The side-by-side window opened from a replay re-themes with the rest (its hint text)."""
     from test_qt_replay import make_recording
 
-    from gpuwatch.core.recording_reader import open_recording
-    from gpuwatch.core.replay import ReplaySession
+    from gpuwatch.core.files.recording_reader import open_recording
+    from gpuwatch.core.files.replay import ReplaySession
 
     first = make_recording(tmp_path / "first.gpuwatch", n_batches=12)
     other = make_recording(tmp_path / "second.gpuwatch", n_batches=12)

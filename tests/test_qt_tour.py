@@ -8,8 +8,8 @@ import pytest
 from fake_knob_session import FakeSession, row
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-from gpuwatch.core.session import SessionState
-from gpuwatch.core.tour import Conductor, Skipped, Stage, TourProgress, plan_tour
+from gpuwatch.core.run.session import SessionState
+from gpuwatch.core.run.tour import Conductor, Skipped, Stage, TourProgress, plan_tour
 from gpuwatch.qt.tour_controller import TourController
 
 STAGES = [
@@ -170,7 +170,7 @@ def test_window_option_starts_the_tour_once_the_run_is_up(qtbot):
     """``gpuwatch --tour``: the window begins the tour by itself as soon as a run has knobs."""
     from types import SimpleNamespace
 
-    from gpuwatch.core.session import Session
+    from gpuwatch.core.run.session import Session
     from gpuwatch.qt.main_window import MainWindow
 
     session = Session(sample_coarse=False)

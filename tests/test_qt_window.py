@@ -13,8 +13,8 @@ import pytest
 from PySide6.QtCore import QPoint
 from PySide6.QtGui import QColor, QImage
 
-from gpuwatch.core.session import Session, SessionState
-from gpuwatch.core.store import MetricStatus
+from gpuwatch.core.model.store import MetricStatus
+from gpuwatch.core.run.session import Session, SessionState
 from gpuwatch.qt.main_window import MainWindow
 from gpuwatch.qt.palette import PHASE_COLORS
 from gpuwatch.qt.utilization_view import series_point_count

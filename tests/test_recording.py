@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 from waiting import wait_until
 
-from gpuwatch.core.recording import SCHEMA_VERSION, Recorder, RecordingError
-from gpuwatch.core.recording_reader import Recording, open_recording
-from gpuwatch.core.segments import MIN_STEADY_STEPS
-from gpuwatch.core.session import LaunchSpec, Session, SessionState
+from gpuwatch.core.figures.segments import MIN_STEADY_STEPS
+from gpuwatch.core.files.recording import SCHEMA_VERSION, Recorder, RecordingError
+from gpuwatch.core.files.recording_reader import Recording, open_recording
+from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -162,8 +162,8 @@ def test_opening_never_modifies_the_file(recorded_run: RecordedRun) -> None:
 
 KILLED_RECORDER = textwrap.dedent("""
     import sys, time
-    from gpuwatch.core.recording import Recorder
-    from gpuwatch.core.session import LaunchSpec, Session
+    from gpuwatch.core.files.recording import Recorder
+    from gpuwatch.core.run.session import LaunchSpec, Session
 
     session = Session()
     recorder = Recorder(sys.argv[1], session, flush_s=0.1)

@@ -14,10 +14,10 @@ import pytest
 from fake_knob_session import KNOBS, hello_for
 
 from gpuwatch import protocol
-from gpuwatch.core import session as session_module
-from gpuwatch.core.replay import ReplaySession
-from gpuwatch.core.session import LaunchSpec, LogLine, Session, SessionError, SessionState
-from gpuwatch.core.store import MetricStatus, SeriesStore
+from gpuwatch.core.files.replay import ReplaySession
+from gpuwatch.core.model.store import MetricStatus, SeriesStore
+from gpuwatch.core.run import session as session_module
+from gpuwatch.core.run.session import LaunchSpec, LogLine, Session, SessionError, SessionState
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -421,8 +421,8 @@ def test_rebuild_from_the_start_is_fast_for_an_hour_long_file():
 
 def test_a_real_recording_replays_to_what_the_live_session_showed(tmp_path):
     """Round trip through the real Recorder and open_recording (a session fed messages)."""
-    from gpuwatch.core.recording import Recorder
-    from gpuwatch.core.recording_reader import open_recording
+    from gpuwatch.core.files.recording import Recorder
+    from gpuwatch.core.files.recording_reader import open_recording
 
     live = Session(sample_coarse=False)
     live._state = SessionState.RUNNING  # as if launched: the recorder follows a run

@@ -19,8 +19,8 @@ import pytest
 from waiting import wait_until
 
 from gpuwatch.cli import main
-from gpuwatch.core.outcome import describe, facts_from
-from gpuwatch.core.session import LaunchSpec, Session, SessionState
+from gpuwatch.core.run.outcome import describe, facts_from
+from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 
 RUN_TIMEOUT_S = 150
 
@@ -106,7 +106,7 @@ def _steps(stdout: str) -> int:
 
 
 def test_seconds_stops_an_endless_dataloader_loop_cleanly_and_records_it(tmp_path) -> None:
-    from gpuwatch.core.recording_reader import open_recording
+    from gpuwatch.core.files.recording_reader import open_recording
 
     out = tmp_path / "out"
     out.mkdir()

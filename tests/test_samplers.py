@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from gpuwatch.core.clock import (
+from gpuwatch.core.model.store import SeriesStore
+from gpuwatch.core.run.clock import (
     candidate_clocks,
     clock_offset_ns,
     epoch_ns_to_perf_ns,
@@ -21,7 +22,7 @@ from gpuwatch.core.clock import (
     epoch_us_to_perf_ns,
     guess_clock,
 )
-from gpuwatch.core.samplers import (
+from gpuwatch.core.run.samplers import (
     PROC_CPU,
     PROC_RSS,
     SYS_CPU,
@@ -29,7 +30,6 @@ from gpuwatch.core.samplers import (
     ProcessTreeSampler,
     Sampler,
 )
-from gpuwatch.core.store import SeriesStore
 
 CHILD_MB = 120
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.core import launcher
+from gpuwatch.core.run import launcher
 from gpuwatch.protocol import AUTHKEY_ENV
 from gpuwatch.runner.script_environment import enter_script, script_path_entry, settle_source_root
 
@@ -301,7 +301,7 @@ def test_a_scripts_print_reaches_the_window_while_it_runs(tmp_path, monkeypatch)
     a script's ``print`` (no flush) while the script runs, in UTF-8."""
     from waiting import wait_until
 
-    from gpuwatch.core.session import LaunchSpec, Session
+    from gpuwatch.core.run.session import LaunchSpec, Session
 
     for name in ONCE_ADDED:
         monkeypatch.delenv(name, raising=False)

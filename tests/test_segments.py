@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.core import segments
-from gpuwatch.core.samplers import NVML_GPU_UTIL, NVML_POWER, PROC_CPU
-from gpuwatch.core.segments import (
-    ConfigChange,
+from gpuwatch.core.figures import segments
+from gpuwatch.core.figures.segments import (
     Scoreboard,
     coarse_input,
     segment_stats,
     window_rates,
 )
-from gpuwatch.core.session import Session, SessionError
-from gpuwatch.core.store import SeriesStore, StepStore, StepsView
+from gpuwatch.core.model.messages import ConfigChange
+from gpuwatch.core.model.metrics import NVML_GPU_UTIL, NVML_POWER, PROC_CPU
+from gpuwatch.core.model.store import SeriesStore, StepStore, StepsView
+from gpuwatch.core.run.session import Session, SessionError
 
 MS = 1_000_000
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.core import interpreters, self_test
+from gpuwatch.commands import self_test
+from gpuwatch.core.run import interpreters
 
 
 def run_cli(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:

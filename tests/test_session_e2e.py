@@ -10,8 +10,8 @@ import psutil
 import pytest
 from waiting import wait_until
 
-from gpuwatch.core import launcher
-from gpuwatch.core.session import LaunchSpec, Session, SessionState
+from gpuwatch.core.run import launcher
+from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 from gpuwatch.protocol import ACTIVE_FIRST, ACTIVE_LAST
 
 
@@ -116,7 +116,7 @@ def test_gui_process_killed_runner_exits_by_itself(tmp_path) -> None:
     script.write_text(
         textwrap.dedent("""
         import sys, time
-        from gpuwatch.core.session import LaunchSpec, Session
+        from gpuwatch.core.run.session import LaunchSpec, Session
         s = Session()
         s.start(LaunchSpec(device="cpu"))
         while s.steps.count < 2:

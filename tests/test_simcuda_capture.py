@@ -11,7 +11,7 @@ import torch
 from simcuda.fixtures import installed
 from simcuda.model import SimConfig
 
-from gpuwatch.core.kernel_window import KernelWindow
+from gpuwatch.core.figures.kernel_window import KernelWindow
 from gpuwatch.protocol import KERNEL_KINDS
 from gpuwatch.runner.kernel_capture import KernelCapture
 

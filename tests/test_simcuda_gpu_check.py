@@ -13,7 +13,7 @@ import pytest
 from simcuda.model import SimConfig
 from simcuda.runner_boot import read_waits, runner_env
 
-from gpuwatch.core import gpu_check
+from gpuwatch.commands import gpu_check
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="simcuda boots via PYTHONPATH")
 

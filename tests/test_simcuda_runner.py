@@ -14,7 +14,7 @@ from simcuda.model import HostWait, SimConfig
 from simcuda.runner_boot import read_waits, runner_env
 from waiting import wait_until
 
-from gpuwatch.core.session import LaunchSpec, Session, SessionState
+from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 from gpuwatch.protocol import ACTIVE_FIRST, ACTIVE_LAST
 
 #: Knobs under which a step has no host wait of its own (pinned async copies, the loss read

@@ -15,7 +15,7 @@ from simcuda.model import SimConfig
 from simcuda.runner_boot import runner_env
 from waiting import wait_until
 
-from gpuwatch.core.session import LaunchSpec, Session, SessionState
+from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 
 SCRIPT = """
 import os

@@ -70,7 +70,7 @@ def test_window_modules_import_neither_pynvml_nor_cuda_bindings_nor_torch() -> N
 def test_pynvml_is_imported_on_first_use(use: str) -> None:
     report = run_fresh(f"""
 import json, sys
-from gpuwatch.core import nvml, samplers
+from gpuwatch.core.run import nvml, samplers
 before = "pynvml" in sys.modules
 {use}
 print("RESULT " + json.dumps({{"before": before, "after": "pynvml" in sys.modules}}))

@@ -7,15 +7,16 @@ import numpy as np
 import pytest
 from test_gap_causes import cpu_steps, view_of
 
-from gpuwatch.core.analysis import phase_durations
-from gpuwatch.core.segments import ConfigChange, segment_stats
-from gpuwatch.core.step_breakdown import (
+from gpuwatch.core.figures.analysis import phase_durations
+from gpuwatch.core.figures.segments import segment_stats
+from gpuwatch.core.figures.step_breakdown import (
     CATEGORIES,
     idle_summary,
     step_breakdown,
     summary,
 )
-from gpuwatch.core.store import StepsView
+from gpuwatch.core.model.messages import ConfigChange
+from gpuwatch.core.model.store import StepsView
 
 
 def test_cpu_breakdown_per_category_and_sum() -> None:

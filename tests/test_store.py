@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuwatch.core.store import MetricStatus, SeriesStore, StepStore, StepsView
+from gpuwatch.core.model.store import MetricStatus, SeriesStore, StepStore, StepsView
 from gpuwatch.protocol import N_MARKS
 
 

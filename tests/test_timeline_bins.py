@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuwatch.core.analysis import active_spans, busy_percent_over
-from gpuwatch.core.sample_busy import SampleBusy
-from gpuwatch.core.segments import ConfigChange
-from gpuwatch.core.store import SeriesView, StepStore
-from gpuwatch.core.timeline_bins import ROW, ROWS, TimelineBins, bin_width_ns, columns_of
+from gpuwatch.core.figures.analysis import active_spans, busy_percent_over
+from gpuwatch.core.figures.sample_busy import SampleBusy
+from gpuwatch.core.figures.timeline_bins import ROW, ROWS, TimelineBins, bin_width_ns, columns_of
+from gpuwatch.core.model.messages import ConfigChange
+from gpuwatch.core.model.store import SeriesView, StepStore
 from gpuwatch.protocol import N_MARKS
 from gpuwatch.qt.dense_lanes import CLEAR, Lane, render
 

@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.core.knob_values import KnobValueError
-from gpuwatch.core.segments import ConfigChange, Refusal, SegmentStats
-from gpuwatch.core.session import SessionError, SessionState
-from gpuwatch.core.tour import Conductor, Skipped, Stage, plan_stages, plan_tour
+from gpuwatch.core.figures.segments import SegmentStats
+from gpuwatch.core.model.knob_values import KnobValueError
+from gpuwatch.core.model.messages import ConfigChange, Refusal
+from gpuwatch.core.run.session import SessionError, SessionState
+from gpuwatch.core.run.tour import Conductor, Skipped, Stage, plan_stages, plan_tour
 
 NEEDS_CUDA = "needs CUDA"
 

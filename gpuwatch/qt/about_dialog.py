@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from gpuwatch import __version__
-from gpuwatch.core.app_log import active_log_file, log_dir
+from gpuwatch.core.run.app_log import active_log_file, log_dir
 
 NO_RUN = "no run yet"
 
@@ -33,7 +33,7 @@ NO_RUN = "no run yet"
 def nvml_driver() -> str:
     """The NVIDIA driver version NVML reports, or "n/a — <reason>"."""
     try:
-        from gpuwatch.core import nvml
+        from gpuwatch.core.run import nvml
 
         version = nvml.driver_version()
         if version is not nvml.NA and version:

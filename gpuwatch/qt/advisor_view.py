@@ -1,7 +1,7 @@
 """The Advisor dock: why the device waits, what to flip, and what the flip measurably did.
 
 Refreshed with the scoreboard (~2 Hz) from its rows: the newest steady segment's step-time
-breakdown and idle causes on top, then the ranked findings of ``gpuwatch.core.advisor``,
+breakdown and idle causes on top, then the ranked findings of ``gpuwatch.core.figures.advisor``,
 each with its evidence and an Apply button that sends the suggestion through
 ``Session.set_knobs``. An applied finding is remembered with the configuration it created,
 so once that segment is steady the advisor reports the change in the quantity it was about.
@@ -23,10 +23,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpuwatch.core.advisor import Finding, advise, context_of
-from gpuwatch.core.segments import ConfigChange, Refusal, SegmentStats
-from gpuwatch.core.session import ACTIVE_STATES, SessionError
-from gpuwatch.core.step_breakdown import idle_summary, summary
+from gpuwatch.core.figures.advisor import Finding, advise, context_of
+from gpuwatch.core.figures.segments import SegmentStats
+from gpuwatch.core.figures.step_breakdown import idle_summary, summary
+from gpuwatch.core.model.messages import ConfigChange, Refusal
+from gpuwatch.core.run.session import ACTIVE_STATES, SessionError
 from gpuwatch.qt import palette
 
 HINT_NO_RUN = (

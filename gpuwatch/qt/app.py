@@ -20,14 +20,15 @@ from PySide6.QtCore import (
     qFormatLogMessage,
     qInstallMessageHandler,
 )
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtWidgets import QApplication
 
-from gpuwatch.core.app_log import setup_logging
-from gpuwatch.core.replay import ReplaySession
-from gpuwatch.core.session import Session, SessionState
+from gpuwatch.core.files.replay import ReplaySession
+from gpuwatch.core.run.app_log import setup_logging
+from gpuwatch.core.run.session import Session, SessionState
 from gpuwatch.qt.app_icon import app_icon
 from gpuwatch.qt.error_dialog import ErrorReporter
 from gpuwatch.qt.main_window import MainWindow
+from gpuwatch.qt.screenshot import save_screenshot
 from gpuwatch.qt.settings import Settings
 from gpuwatch.qt.theme import theme_manager
 
@@ -66,25 +67,13 @@ def _install_quiet_handler() -> object:
     return previous
 
 
-def save_screenshot(widget: QWidget, path: Path) -> str | None:
-    """Save ``widget.grab()`` as PNG; returns an error sentence, or None on success."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        return f"cannot create {path.parent}: {exc.strerror or exc}"
-    pixmap = widget.grab()
-    if pixmap.isNull() or not pixmap.save(str(path), "PNG"):
-        return f"cannot save the screenshot to {path}"
-    return None
-
-
 def _start_recording(options: Any, session: Session, window: MainWindow) -> Any:
     """``--record FILE``: a Recorder on the session before the run starts; None if not asked,
     False (after one line on stderr) if the file cannot be created."""
     path = getattr(options, "record", None)
     if not path:
         return None
-    from gpuwatch.core.recording import Recorder, RecordingError
+    from gpuwatch.core.files.recording import Recorder, RecordingError
 
     spec = window.script_spec
     recorder = Recorder(

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 
-from gpuwatch.core.segments import ConfigChange, SegmentStats
+from gpuwatch.core.figures.segments import SegmentStats
+from gpuwatch.core.model.messages import ConfigChange
 from gpuwatch.qt import palette
 from gpuwatch.qt.theme import style_plot_item, theme_manager
 

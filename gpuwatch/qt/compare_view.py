@@ -21,9 +21,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpuwatch.core.analysis import phase_durations
-from gpuwatch.core.replay import ReplaySession
-from gpuwatch.core.store import StepsView
+from gpuwatch.core.figures.analysis import phase_durations
+from gpuwatch.core.files.replay import ReplaySession
+from gpuwatch.core.model.store import StepsView
 from gpuwatch.protocol import ALL_PHASES
 from gpuwatch.qt.scoreboard_view import ScoreboardView
 

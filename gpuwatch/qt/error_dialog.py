@@ -20,7 +20,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-from gpuwatch.core.app_log import active_log_file, log_dir
+from gpuwatch.core.run.app_log import active_log_file, log_dir
 
 log = logging.getLogger("gpuwatch.errors")
 

@@ -16,7 +16,7 @@ from PySide6.QtCore import QUrl
 from PySide6.QtGui import QAction, QCursor, QDesktopServices
 from PySide6.QtWidgets import QApplication, QDialog, QTextBrowser, QVBoxLayout, QWidget
 
-from gpuwatch.core.app_log import log_dir
+from gpuwatch.core.run.app_log import log_dir
 from gpuwatch.qt.scoreboard_view import COLUMNS
 from gpuwatch.qt.shortcuts import SHORTCUTS, find_menu
 from gpuwatch.qt.timeline_view import MERGED_LANES

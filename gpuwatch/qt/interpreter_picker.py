@@ -1,7 +1,7 @@
 """Run → Choose Python…: which interpreter trains, with a green/amber/red verdict for each.
 
 The installed (frozen) app has no torch, so it must be told, or find, a Python that has:
-the dialog lists what ``gpuwatch.core.interpreters`` discovers, probes them in the
+the dialog lists what ``gpuwatch.core.run.interpreters`` discovers, probes them in the
 background (a first ``import torch`` takes seconds) and shows each verdict with the exact
 command that fixes it; "Browse…" adds any file. The choice is remembered in the settings.
 ``InterpreterChoice`` is the window's side: the menu entry, and at a frozen app's first
@@ -31,8 +31,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpuwatch.core import interpreters, launcher
-from gpuwatch.core.interpreters import BAD, OK, WARN, Candidate, Probed
+from gpuwatch.core.run import interpreters, launcher
+from gpuwatch.core.run.interpreters import BAD, OK, WARN, Candidate, Probed
 from gpuwatch.qt import palette
 
 CHECKING = "checking"

@@ -17,9 +17,9 @@ from PySide6.QtCore import QObject, QTimer
 from PySide6.QtGui import QAction, QActionGroup, QGuiApplication
 from PySide6.QtWidgets import QMenu, QSplitter, QToolButton
 
-from gpuwatch.core.kernel_window import KernelWindow, describe
-from gpuwatch.core.nsight_command import gpuwatch_argv, nsight_command
-from gpuwatch.core.session import LaunchSpec, Session, SessionError, SessionState
+from gpuwatch.commands.nsight_command import gpuwatch_argv, nsight_command
+from gpuwatch.core.figures.kernel_window import KernelWindow, describe
+from gpuwatch.core.run.session import LaunchSpec, Session, SessionError, SessionState
 from gpuwatch.protocol import KERNEL_KINDS
 from gpuwatch.qt import palette
 from gpuwatch.qt.shortcuts import find_menu

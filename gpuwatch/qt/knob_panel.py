@@ -31,8 +31,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpuwatch.core.segments import ConfigChange, Refusal, SegmentStats, format_value
-from gpuwatch.core.session import SessionError, SessionState
+from gpuwatch.core.figures.segments import SegmentStats
+from gpuwatch.core.model.messages import ConfigChange, Refusal, format_value
+from gpuwatch.core.run.session import SessionError, SessionState
 from gpuwatch.qt import palette
 
 GROUP_TITLES = {

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from PySide6.QtGui import QFont, QFontDatabase
 from PySide6.QtWidgets import QPlainTextEdit
 
-from gpuwatch.core.session import LogLine
+from gpuwatch.core.run.session import LogLine
 from gpuwatch.qt import palette
 
 MAX_LINES = 5000

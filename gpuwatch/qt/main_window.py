@@ -34,15 +34,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpuwatch.core.analysis import active_spans, busy_percent_over, headline
-from gpuwatch.core.gap_causes import caused_idle, reconfiguring_steps
-from gpuwatch.core.outcome import describe, facts_from
-from gpuwatch.core.recording import SUFFIX, Recorder, RecordingError
-from gpuwatch.core.recording_reader import open_recording
-from gpuwatch.core.replay import READ_ONLY, ReplaySession
-from gpuwatch.core.sample_busy import SampleBusy
-from gpuwatch.core.session import ACTIVE_STATES, LaunchSpec, LogLine, Session, SessionState
-from gpuwatch.core.timeline_bins import TimelineBins
+from gpuwatch.core.figures.analysis import active_spans, busy_percent_over, headline
+from gpuwatch.core.figures.gap_causes import caused_idle, reconfiguring_steps
+from gpuwatch.core.figures.sample_busy import SampleBusy
+from gpuwatch.core.figures.timeline_bins import TimelineBins
+from gpuwatch.core.files.recording import SUFFIX, Recorder, RecordingError
+from gpuwatch.core.files.recording_reader import open_recording
+from gpuwatch.core.files.replay import READ_ONLY, ReplaySession
+from gpuwatch.core.run.outcome import describe, facts_from
+from gpuwatch.core.run.session import ACTIVE_STATES, LaunchSpec, LogLine, Session, SessionState
 from gpuwatch.protocol import WORKLOADS
 from gpuwatch.qt import palette
 from gpuwatch.qt.advisor_view import AdvisorView
@@ -57,6 +57,7 @@ from gpuwatch.qt.log_pane import LogPane
 from gpuwatch.qt.presentation import PresentationMode
 from gpuwatch.qt.replay_bar import ReplayBar
 from gpuwatch.qt.scoreboard_view import ScoreboardView
+from gpuwatch.qt.screenshot import save_screenshot
 from gpuwatch.qt.settings import Settings, build_settings_menu, remember
 from gpuwatch.qt.shortcuts import apply_shortcuts, build_run_menu, build_view_actions
 from gpuwatch.qt.spans import is_dense, weighted_mean
@@ -891,8 +892,8 @@ class MainWindow(QMainWindow):
     def export_recording(self, kind: str, path: str | Path) -> bool:
         """Write the shown recording (or the last one recorded here) as ``perfetto`` or
         ``csv``; a message says why when there is none or the file cannot be written."""
-        from gpuwatch.core.export_csv import write_csv
-        from gpuwatch.core.export_perfetto import write_perfetto
+        from gpuwatch.core.files.export_csv import write_csv
+        from gpuwatch.core.files.export_perfetto import write_perfetto
 
         try:
             if self.replay is not None:
@@ -927,8 +928,6 @@ class MainWindow(QMainWindow):
             self.export_png(path)
 
     def export_png(self, path: str | Path) -> bool:
-        from gpuwatch.qt.app import save_screenshot
-
         error = save_screenshot(self, Path(path))
         if error:
             self._show_error("Cannot export", error)
@@ -949,7 +948,7 @@ def device_entries() -> list[tuple[str, str]]:
     """Device choices: auto, cpu, and one per GPU NVML lists (none without NVML)."""
     entries = [("auto", "auto"), ("cpu", "cpu")]
     with contextlib.suppress(Exception):  # no NVML, no driver, or an older core module
-        from gpuwatch.core import nvml
+        from gpuwatch.core.run import nvml
 
         for dev in nvml.list_devices():
             # NVML numbers GPUs by PCI bus; the runner must use the same order for cuda:N.

@@ -13,7 +13,7 @@ import math
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSlider, QStyle, QToolButton, QWidget
 
-from gpuwatch.core.replay import SPEEDS, ReplaySession
+from gpuwatch.core.files.replay import SPEEDS, ReplaySession
 
 #: Timer period while playing: as smooth as the window's redraw.
 TICK_MS = 33

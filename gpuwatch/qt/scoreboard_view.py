@@ -32,8 +32,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpuwatch.core.segments import MIN_STEADY_STEPS, SegmentStats, describe_change
-from gpuwatch.core.step_breakdown import idle_summary, summary
+from gpuwatch.core.figures.segments import MIN_STEADY_STEPS, SegmentStats
+from gpuwatch.core.figures.step_breakdown import idle_summary, summary
+from gpuwatch.core.model.messages import describe_change
 from gpuwatch.qt import palette
 
 NA = "n/a"

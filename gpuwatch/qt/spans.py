@@ -2,7 +2,7 @@
 window is dense, step series and time-weighted means.
 
 Kept apart from the widgets so it is testable without a display. Dense windows are
-aggregated per pixel column by ``gpuwatch.core.timeline_bins``.
+aggregated per pixel column by ``gpuwatch.core.figures.timeline_bins``.
 """
 
 from __future__ import annotations

@@ -15,11 +15,11 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 from PySide6.QtGui import QPainterPath
 
-from gpuwatch.core.analysis import gaps, phase_spans
-from gpuwatch.core.gap_causes import CAUSES, CausedIdle, runs
-from gpuwatch.core.segments import ConfigChange
-from gpuwatch.core.store import StepsView
-from gpuwatch.core.timeline_bins import Columns, columns_of
+from gpuwatch.core.figures.analysis import gaps, phase_spans
+from gpuwatch.core.figures.gap_causes import CAUSES, CausedIdle, runs
+from gpuwatch.core.figures.timeline_bins import Columns, columns_of
+from gpuwatch.core.model.messages import ConfigChange
+from gpuwatch.core.model.store import StepsView
 from gpuwatch.protocol import ALL_PHASES
 from gpuwatch.qt import palette
 from gpuwatch.qt.dense_lanes import CLEAR, DenseLanesItem, Lane, render, rgba

@@ -1,6 +1,6 @@
 """The "Tour" toolbar action: walk the running workload through the well-known fixes.
 
-Plans the stages with ``gpuwatch.core.tour.plan_tour`` and drives a ``Conductor`` from its
+Plans the stages with ``gpuwatch.core.run.tour.plan_tour`` and drives a ``Conductor`` from its
 own 200 ms QTimer (the conductor is a non-blocking state machine meant to be ticked every
 100–250 ms; the redraw timer stretches under load, so it is not tied to it). The stage
 caption is shown large above the plots, because the audience of a talk reads it from afar.
@@ -17,8 +17,8 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QWidget
 
-from gpuwatch.core.session import SessionState
-from gpuwatch.core.tour import Conductor, TourProgress, plan_tour
+from gpuwatch.core.run.session import SessionState
+from gpuwatch.core.run.tour import Conductor, TourProgress, plan_tour
 from gpuwatch.qt import palette
 
 #: Steady seconds each stage is held for at least (docs/knobs.md §4).

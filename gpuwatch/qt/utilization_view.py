@@ -15,8 +15,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from gpuwatch.core.samplers import NVML_GPU_UTIL, PROC_CPU
-from gpuwatch.core.store import MetricStatus, SeriesView
+from gpuwatch.core.model.metrics import NVML_GPU_UTIL, PROC_CPU
+from gpuwatch.core.model.store import MetricStatus, SeriesView
 from gpuwatch.qt import palette
 from gpuwatch.qt.spans import step_series
 from gpuwatch.qt.theme import theme_manager

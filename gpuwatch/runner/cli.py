@@ -1,6 +1,6 @@
 """``python -m gpuwatch.runner``: the training process the GUI starts (DESIGN.md §2).
 
-The GUI starts it as ``python -c BOOT`` (``gpuwatch.core.launcher.boot_code``) so that nothing
+The GUI starts it as ``python -c BOOT`` (``gpuwatch.core.run.launcher.boot_code``) so that nothing
 of gpuwatch's goes into the environment a watched script sees (``script_environment``); ``-m``
 works too wherever the ``gpuwatch`` package is importable.
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.core.session import Session
+from gpuwatch.core.run.session import Session
 
 FAKE_RUNNER = Path(__file__).with_name("fake_runner.py")
 

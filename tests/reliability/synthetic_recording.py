@@ -12,7 +12,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from gpuwatch.core.recording import MARK_COLUMNS, SCHEMA, SCHEMA_VERSION
+from gpuwatch.core.files.recording import MARK_COLUMNS, SCHEMA, SCHEMA_VERSION
 
 T0_NS = 1_000_000_000
 #: A 2 ms step: 7 marks 0.25 ms apart after a 0.5 ms gap to the previous step.

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from gpuwatch.core.session import LaunchSpec, Session, SessionState
+from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
 

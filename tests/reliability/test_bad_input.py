@@ -165,11 +165,11 @@ def test_no_pickle_eval_exec_or_connection_recv_in_gpuwatch() -> None:
                 found.append(f"{where}:{call.lineno}: {func.id}()")
             if isinstance(func, ast.Attribute) and func.attr == "recv" and not call.args:
                 target = ast.unparse(func.value)
-                if (where, target) != ("gpuwatch/core/session.py", "lnk"):
+                if (where, target) != ("gpuwatch/core/run/session.py", "lnk"):
                     found.append(f"{where}:{call.lineno}: {target}.recv()")
     assert found == []
     import inspect
 
-    from gpuwatch.core.link import Link
+    from gpuwatch.core.run.link import Link
 
     assert "recv_bytes" in inspect.getsource(Link.recv)

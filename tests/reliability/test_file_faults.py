@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from synthetic_recording import write_recording
 
-from gpuwatch.core import export_csv, export_perfetto
-from gpuwatch.core.export_command import ExportError, export_recording
-from gpuwatch.core.export_perfetto import write_perfetto
-from gpuwatch.core.recording import RecordingError
-from gpuwatch.core.recording_reader import open_recording
+from gpuwatch.commands.export_command import ExportError, export_recording
+from gpuwatch.core.files import export_csv, export_perfetto
+from gpuwatch.core.files.export_perfetto import write_perfetto
+from gpuwatch.core.files.recording import RecordingError
+from gpuwatch.core.files.recording_reader import open_recording
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="FIFOs and signals are POSIX")
 
@@ -72,7 +72,7 @@ def test_a_fifo_as_the_recording_is_refused_at_once(tmp_path: Path, command: str
 
 
 def test_replay_of_a_month_long_recording_scales_its_slider(qtbot, tmp_path: Path) -> None:
-    from gpuwatch.core.replay import ReplaySession
+    from gpuwatch.core.files.replay import ReplaySession
     from gpuwatch.qt.replay_bar import ReplayBar
 
     month_ns = 30 * 24 * 3600 * 10**9  # beyond 2**31 ms (24.86 days)
@@ -135,14 +135,14 @@ def test_a_full_disk_during_an_export_leaves_the_old_file_and_no_partial(
 
 KILLED_EXPORT = textwrap.dedent("""
     import sys, time
-    from gpuwatch.core import export_perfetto
+    from gpuwatch.core.files import export_perfetto
     def stuck(recording, stream, progress=None):
         stream.write('{"traceEvents":[')
         stream.flush()
         print("writing", flush=True)
         time.sleep(600)
     export_perfetto.write_perfetto_to = stuck
-    from gpuwatch.core.export_command import export_recording
+    from gpuwatch.commands.export_command import export_recording
     export_recording(sys.argv[1], perfetto=sys.argv[2])
 """)
 

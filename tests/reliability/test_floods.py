@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 from waiting import wait_until
 
-from gpuwatch.core import headless
-from gpuwatch.core import recording as recording_module
-from gpuwatch.core.headless import HeadlessOptions, run_headless, summary_lines
-from gpuwatch.core.log_buffer import LogBuffer
-from gpuwatch.core.recording import Recorder
-from gpuwatch.core.recording_reader import open_recording
-from gpuwatch.core.session import LOG_LINES_KEPT, Session
+from gpuwatch.commands import headless
+from gpuwatch.commands.headless import HeadlessOptions, run_headless, summary_lines
+from gpuwatch.core.files import recording as recording_module
+from gpuwatch.core.files.recording import Recorder
+from gpuwatch.core.files.recording_reader import open_recording
+from gpuwatch.core.model.log_buffer import LogBuffer
+from gpuwatch.core.run.session import LOG_LINES_KEPT, Session
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX runner")
 
@@ -107,7 +107,7 @@ def test_a_waiting_writer_gets_every_line_through_and_gives_up_without_a_reader(
 
 
 def session_line(text: str):
-    from gpuwatch.core.log_buffer import LogLine
+    from gpuwatch.core.model.log_buffer import LogLine
 
     return LogLine(time.perf_counter_ns(), "info", "runner", text)
 

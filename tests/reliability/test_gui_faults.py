@@ -15,8 +15,8 @@ import pytest
 from faults import alive, assert_all_gone, kill_all, recorded_pids, write_fault_script
 from waiting import wait_until
 
-from gpuwatch.core.recording_reader import open_recording
-from gpuwatch.core.session import Session, SessionState
+from gpuwatch.core.files.recording_reader import open_recording
+from gpuwatch.core.run.session import Session, SessionState
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -26,8 +26,8 @@ RUNNER_GONE_S = 15
 
 GUI = textwrap.dedent("""
     import sys, time
-    from gpuwatch.core.recording import Recorder
-    from gpuwatch.core.session import LaunchSpec, Session
+    from gpuwatch.core.files.recording import Recorder
+    from gpuwatch.core.run.session import LaunchSpec, Session
     script, out, record = sys.argv[1:4]
     s = Session()
     recorder = Recorder(record, s, flush_s=0.1)

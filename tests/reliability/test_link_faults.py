@@ -15,8 +15,8 @@ import psutil
 import pytest
 from waiting import wait_until
 
-from gpuwatch.core import link
-from gpuwatch.core.session import DROPS_LOGGED, LaunchSpec, Session, SessionState
+from gpuwatch.core.run import link
+from gpuwatch.core.run.session import DROPS_LOGGED, LaunchSpec, Session, SessionState
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="AF_UNIX sockets")
 
@@ -43,7 +43,7 @@ def test_a_silent_or_babbling_plain_socket_is_rejected_logged_and_the_runner_sti
     from multiprocessing.connection import Client
 
     lst, accepted, thread = listening
-    caplog.set_level(logging.WARNING, logger="gpuwatch.core.link")
+    caplog.set_level(logging.WARNING, logger="gpuwatch.core.run.link")
     silent = socket.socket(socket.AF_UNIX)
     silent.connect(lst.address)  # connects and never answers the challenge
     wait_until(lambda: "no answer to the challenge" in caplog.text, 10, "the silent peer dropped")

@@ -13,7 +13,7 @@ import pytest
 from waiting import wait_until
 
 from gpuwatch import protocol
-from gpuwatch.core import link
+from gpuwatch.core.run import link
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="AF_UNIX sockets")
 
@@ -53,7 +53,7 @@ def connect_runner(address: str, authkey: bytes) -> list:
 
 
 def test_silent_connections_do_not_delay_the_runner(listening, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="gpuwatch.core.link")
+    caplog.set_level(logging.WARNING, logger="gpuwatch.core.run.link")
     lst, accepted = listening(60.0)  # longer than this test may wait: nothing times out
     silent = []
     for _ in range(6):
@@ -71,7 +71,7 @@ def test_silent_connections_do_not_delay_the_runner(listening, caplog) -> None:
 
 def test_a_peer_answering_a_byte_at_a_time_is_cut_at_the_deadline(listening, caplog) -> None:
     """The deadline bounds the whole challenge, not each read."""
-    caplog.set_level(logging.WARNING, logger="gpuwatch.core.link")
+    caplog.set_level(logging.WARNING, logger="gpuwatch.core.run.link")
     lst, accepted = listening(1.0)
     dripping = threading.Event()
     cut = threading.Event()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from waiting import wait_until
 
-from gpuwatch.core.session import LaunchSpec, Session, SessionState
+from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="a POSIX wrapper interpreter")
 

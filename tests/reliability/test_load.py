@@ -13,7 +13,7 @@ import psutil
 import pytest
 from PySide6.QtCore import QEvent, QObject, QTimer
 
-from gpuwatch.core.session import LaunchSpec, Session, SessionState
+from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the fake runner is POSIX")
 

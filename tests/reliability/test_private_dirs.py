@@ -19,8 +19,8 @@ import pytest
 from temp_dirs import private_dirs
 from waiting import wait_until
 
-from gpuwatch.core import link
-from gpuwatch.core.session import LaunchSpec, Session, SessionState
+from gpuwatch.core.run import link
+from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 

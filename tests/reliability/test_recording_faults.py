@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from waiting import wait_until
 
-from gpuwatch.core import recording as recording_module
-from gpuwatch.core.headless import HeadlessOptions, run_headless
-from gpuwatch.core.recording_reader import open_recording
-from gpuwatch.core.session import Session
+from gpuwatch.commands.headless import HeadlessOptions, run_headless
+from gpuwatch.core.files import recording as recording_module
+from gpuwatch.core.files.recording_reader import open_recording
+from gpuwatch.core.run.session import Session
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -30,8 +30,8 @@ FULL = "database or disk is full"
 
 WRITER = textwrap.dedent("""
     import sys, time
-    from gpuwatch.core.recording import Recorder
-    from gpuwatch.core.session import LaunchSpec, Session
+    from gpuwatch.core.files.recording import Recorder
+    from gpuwatch.core.run.session import LaunchSpec, Session
     python, record = sys.argv[1:3]
     s = Session(sample_coarse=False)
     Recorder(record, s, flush_s=0.05).start()
@@ -116,7 +116,7 @@ def test_an_unexpected_error_in_the_writer_stops_the_recording_with_a_message(
 ) -> None:
     """A bug (not a disk error) must not kill the writer thread silently while the queue
     fills and drops everything after it."""
-    from gpuwatch.core.recording import Recorder
+    from gpuwatch.core.files.recording import Recorder
 
     def broken(recorder, batch, *, final):
         raise TypeError("a bug")
@@ -136,7 +136,7 @@ def test_an_unexpected_error_in_the_writer_stops_the_recording_with_a_message(
 
 
 def _fake_spec(fake_python: str):
-    from gpuwatch.core.session import LaunchSpec
+    from gpuwatch.core.run.session import LaunchSpec
 
     return LaunchSpec(workload="rate:500", device="cpu", python=fake_python)
 

@@ -15,11 +15,11 @@ import pytest
 from faults import FAULT_AFTER, assert_all_gone, kill_all, recorded_pids, write_fault_script
 from waiting import wait_until
 
-from gpuwatch.core import session as session_module
-from gpuwatch.core.headless import HeadlessOptions, run_headless
-from gpuwatch.core.liveness import STALL_PREFIX
-from gpuwatch.core.outcome import EXIT_HUNG, describe, facts_from
-from gpuwatch.core.session import LaunchSpec, Session, SessionState
+from gpuwatch.commands.headless import HeadlessOptions, run_headless
+from gpuwatch.core.model.liveness import STALL_PREFIX
+from gpuwatch.core.run import session as session_module
+from gpuwatch.core.run.outcome import EXIT_HUNG, describe, facts_from
+from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and sleep(1)")
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from waiting import wait_until
 
-from gpuwatch.core.outcome import EXIT_HUNG, describe, facts_from
-from gpuwatch.core.session import LaunchSpec, Session, SessionState, stop_grace_s
+from gpuwatch.core.run.outcome import EXIT_HUNG, describe, facts_from
+from gpuwatch.core.run.session import LaunchSpec, Session, SessionState, stop_grace_s
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX timing of sleep()")
 

@@ -14,8 +14,8 @@ import psutil
 import pytest
 from PySide6.QtCore import QTimer
 
-from gpuwatch.core.segments import Refusal
-from gpuwatch.core.session import Session, SessionState
+from gpuwatch.core.model.messages import Refusal
+from gpuwatch.core.run.session import Session, SessionState
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 

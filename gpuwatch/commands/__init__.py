@@ -1,0 +1,1 @@
+"""The headless commands (``bench``, ``run --headless``, ``doctor``, ``export``) on the core."""

@@ -1,0 +1,261 @@
+"""``gpuwatch run --headless SCRIPT``: watch a user's script without a window.
+
+For machines without a display (a remote box, CI): the Session runs the script in the runner,
+progress goes to stderr (with the script's own output), an optional Recorder keeps everything
+the window would have shown, and a summary goes to stdout at the end. No Qt on this path.
+
+Exit code (``core.outcome`` has the rules): the script's own (``sys.exit(n)`` → n), 1 when it
+raised or could not be run, 128 + N when signal N ended it, 0 when ``--seconds`` stopped it at
+a step boundary, 124 when it was hung or had to be ended by force, 130 on Ctrl-C. Whatever was
+recorded is kept in every case.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from gpuwatch.commands.bench_report import COLUMNS, MISSING
+from gpuwatch.commands.progress_line import STOP_TIMEOUT_S, ProgressLine, stop_run
+from gpuwatch.core.figures.analysis import headline
+from gpuwatch.core.figures.segments import SegmentStats
+from gpuwatch.core.model.messages import describe_change
+from gpuwatch.core.run.outcome import describe, facts_from
+from gpuwatch.core.run.session import (
+    ACTIVE_STATES,
+    LOG_LINES_KEPT,
+    LaunchSpec,
+    LogLine,
+    Session,
+)
+
+EXIT_ERROR, EXIT_INTERRUPTED = 1, 130
+#: How long stopping may take (polite stop, terminate, kill: see Session).
+TICK_S = 0.25
+#: A drain this long means the script's output is waiting for us: drain again without a pause.
+BUSY_LINES = LOG_LINES_KEPT // 2
+
+
+@dataclass(frozen=True)
+class HeadlessOptions:
+    script: str
+    script_args: Sequence[str] = ()
+    device: str = "auto"
+    python: str | None = None
+    seconds: float | None = None
+    record: str | None = None
+    cwd: str = field(default_factory=os.getcwd)
+
+    def spec(self) -> LaunchSpec:
+        return LaunchSpec(
+            device=self.device,
+            python=self.python,
+            script=self.script,
+            script_args=tuple(self.script_args),
+            cwd=self.cwd,
+            seconds=self.seconds,
+        )
+
+
+def run_headless(
+    options: HeadlessOptions,
+    *,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    session: Session | None = None,
+) -> int:
+    """Run the script to its end (or ``--seconds``, or Ctrl-C); print the summary; exit code."""
+    logging.getLogger("gpuwatch").addHandler(logging.NullHandler())  # lines come back to us
+    out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
+    progress = ProgressLine(err)
+    session = session or Session()
+    session.keep_all_output = True  # the script's output is the user's log: all of it
+    spec = options.spec()
+    recorder = None
+    interrupted = False
+    try:
+        if options.record:
+            recorder = _start_recorder(options.record, session, spec, err)
+            if recorder is None:
+                return EXIT_ERROR
+        session.start(spec)
+        _follow(session, progress, err)
+    except KeyboardInterrupt:
+        interrupted = True
+        progress.line("gpuwatch: interrupted: stopping the script")
+    finally:
+        progress.clear()
+        _echo_while_stopping(session, progress)
+        stop_run(session, progress, "the script")
+        _echo(session.drain_log(), progress)
+        if recorder is not None:
+            recorder.close()
+    outcome = describe(facts_from(session))
+    _write_summary(out, session, outcome.sentence, recorder)
+    if recorder is not None and recorder.error:
+        print(f"gpuwatch: the recording stopped early: {recorder.error}", file=err)
+    return EXIT_INTERRUPTED if interrupted else outcome.exit_code
+
+
+def _start_recorder(path: str, session: Session, spec: LaunchSpec, err: TextIO) -> Any:
+    from gpuwatch.core.files.recording import Recorder, RecordingError
+
+    recorder = Recorder(
+        path,
+        session,
+        spec={
+            "script": spec.script,
+            "args": list(spec.script_args),
+            "cwd": spec.cwd,
+            "device": spec.device,
+            "python": spec.python,
+            "seconds": spec.seconds,
+        },
+    )
+    try:
+        recorder.start()
+    except RecordingError as exc:
+        print(f"gpuwatch: {exc}", file=err)
+        return None
+    return recorder
+
+
+def _follow(session: Session, progress: ProgressLine, err: TextIO) -> None:
+    """Echo the run's lines and a progress line until the runner and its tree are gone."""
+    name = session.spec.name if session.spec else "the script"
+    started = time.monotonic()
+    wait = TICK_S
+    while not session.wait_ended(wait):
+        lines = session.drain_log()
+        _echo(lines, progress)
+        # A script printing fast fills the log within a tick and then waits for us: read on.
+        wait = 0.0 if len(lines) >= BUSY_LINES else TICK_S
+        elapsed = time.monotonic() - started
+        if session.hello is None:
+            progress.show(
+                "start",
+                f"{name}: starting (the runner imports torch first)… {elapsed:.0f} s",
+                tty_only=True,
+            )
+            continue
+        view = session.steps.snapshot(last=64)
+        rate = ""
+        if len(view):
+            h = headline(view, int(view.host[-1, -1]), 5_000_000_000)
+            if h.samples_per_s is not None:
+                rate = f", {h.samples_per_s:,.1f} samples/s"
+        progress.show("run", f"{name}: {elapsed:.0f} s, {session.steps.count:,} steps{rate}")
+
+
+def _echo_while_stopping(session: Session, progress: ProgressLine) -> None:
+    """Ask the run to stop and keep echoing its output until it ended: the script may be
+    blocked printing (its output waits for us), and must reach its step boundary."""
+    if session.state in ACTIVE_STATES:
+        progress.show("stop", "stopping the script…", tty_only=True)
+    session.stop()
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while not session.wait_ended(TICK_S) and time.monotonic() < deadline:
+        _echo(session.drain_log(), progress)
+    _echo(session.drain_log(), progress)
+
+
+def _echo(lines: list[LogLine], progress: ProgressLine) -> None:
+    """The script's output as it printed it; gpuwatch's own warnings and errors as notes.
+
+    gpuwatch's info lines (starting, config applied, ...) stay out: the summary says it all;
+    but every change of the run's liveness is shown (a notice, and the line that clears it).
+    """
+    for line in lines:
+        if line.source == "runner":
+            progress.line(line.text)
+        elif line.level != "info" or line.notice:
+            progress.line(f"gpuwatch: {line.text}")
+
+
+def summary_lines(session: Session, sentence: str, recording: str | None = None) -> list[str]:
+    """The end-of-run summary: what happened, the run's figures, what gpuwatch stopped
+    measuring (an instrument that failed), the scoreboard if knobs changed, and where the
+    recording is."""
+    lines = [sentence]
+    view = session.steps.snapshot()
+    if len(view):
+        h = headline(view, int(view.host[-1, -1]), int(view.host[-1, -1] - view.host[0, 0]) + 1)
+        shares = h.phase_shares or {}
+        lines.append(
+            f"steps: {session.steps.count:,} · samples/s: {_fig(h.samples_per_s, '{:,.1f}')} · "
+            f"step p50/p95: {_fig(h.step_ms_p50, '{:.1f}')}/{_fig(h.step_ms_p95, '{:.1f}')} ms"
+            f" · busy: {_pct(h.busy_share)} · input wait: {_pct(shares.get('data'))}"
+        )
+        lines.append(
+            "busy = "
+            + (
+                "CUDA stream active (an upper bound)"
+                if session.device_kind == "cuda"
+                else "share of time in compute phases (host timing, CPU)"
+            )
+            + "; input wait = time in next(loader)"
+        )
+    lines += [f"gpuwatch: {text}" for text in session.instruments_off]
+    rows = session.scoreboard()
+    if len(rows) > 1:
+        lines.append("")
+        lines += scoreboard_lines(rows)
+    if recording:
+        lines.append(f"recording: {recording}")
+    return lines
+
+
+def scoreboard_lines(rows: Sequence[SegmentStats]) -> list[str]:
+    """One Markdown table row per knob configuration (the columns of ``gpuwatch bench``)."""
+    headers = ("config", "settings changed", *(c[0] for c in COLUMNS[:5]), "speedup")
+    out = [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join(["---", "---"] + ["---:"] * (len(headers) - 2)) + "|",
+    ]
+    for row in rows:
+        data = row.to_json()
+        cells = [row.label, describe_change(row.changed) if row.changed else "—"]
+        cells += [_cell(data[key], md) for _, key, md, _ in COLUMNS[:5]]
+        cells.append(_cell(row.speedup, "{:.2f}×"))
+        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return out
+
+
+def _write_summary(out: TextIO, session: Session, sentence: str, recorder: Any) -> None:
+    recording = None
+    if recorder is not None:
+        recording = f"{recorder.path} ({recorder.steps_written:,} steps written"
+        if recorder.dropped:
+            recording += (
+                f"; {recorder.dropped:,} messages dropped, {recorder.dropped_steps:,} "
+                f"of them steps: they came faster than the disk took them"
+            )
+        recording += ")"
+    lines = summary_lines(session, sentence, recording)
+    if session.log_dropped:
+        lines.append(
+            f"gpuwatch: {session.log_dropped:,} log line(s) were dropped (the "
+            f"script printed faster than they could be shown)"
+        )
+    out.write("\n".join(lines) + "\n")
+    out.flush()
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    if value is None:
+        return MISSING
+    return fmt[4:].format(value * 100.0) if fmt.startswith("pct:") else fmt.format(value)
+
+
+def _fig(value: float | None, fmt: str) -> str:
+    return MISSING if value is None else fmt.format(value)
+
+
+def _pct(share: float | None) -> str:
+    return MISSING if share is None else f"{100.0 * share:.0f} %"

@@ -1,0 +1,61 @@
+"""Busy % from our marks over each coarse sample's period, computed once per sample.
+
+The utilization panel draws, beside NVML's (or the process tree's CPU) samples, the busy %
+our own marks give over *the same* periods. Re-deriving it every frame needs the device's
+active spans of every visible step (30,000-300,000 at 1,000-10,000 steps/s). A sample's
+figure cannot change once every step that could touch its period is final
+(``TimelineBins.final_before_ns``), so it is computed then, once, and kept.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpuwatch.core.figures.analysis import active_spans, busy_percent_over
+from gpuwatch.core.model.store import SeriesView, StepStore
+
+
+class SampleBusy:
+    """Busy % per coarse sample, cached by the sample's period."""
+
+    def __init__(self) -> None:
+        self._key: object = None
+        self._cache: dict[tuple[int, int], float] = {}
+
+    def over(
+        self, store: StepStore, coarse: SeriesView, final_before_ns: int, key: object
+    ) -> np.ndarray:
+        """Busy % for each sample of ``coarse``; NaN where not final yet or not covered by
+        marks (unknown, never 0). ``key`` names the run: a new key forgets the cache."""
+        if key != self._key:
+            self._key = key
+            self._cache.clear()
+        out = np.full(len(coarse), np.nan)
+        periods = list(zip(coarse.t0.tolist(), coarse.t1.tolist(), strict=True))
+        todo = []
+        for i, period in enumerate(periods):
+            value = self._cache.get(period)
+            if value is not None:
+                out[i] = value
+            elif period[1] <= final_before_ns:
+                todo.append(i)
+        if todo:
+            idx = np.asarray(todo)
+            w0, w1 = coarse.t0[idx], coarse.t1[idx]
+            view = store.snapshot(since_ns=int(w0.min()), before=1)  # spans from before w0
+            active = active_spans(view)
+            busy = busy_percent_over(active, w0, w1)
+            out[idx] = busy
+            # Unknown stays unknown only where the marks begin after the period's start;
+            # other unknowns (marks still to come) are asked again next time.
+            first = int(active[0][0]) if len(active[0]) else None
+            keep = np.isfinite(busy) | ((w0 < first) if first is not None else False)
+            self._cache.update(
+                (periods[i], v)
+                for i, v, k in zip(todo, busy.tolist(), keep.tolist(), strict=True)
+                if k
+            )
+        if len(self._cache) > 4 * max(len(periods), 256):  # scrolled out of every view
+            oldest = periods[0][0] if periods else 0
+            self._cache = {p: v for p, v in self._cache.items() if p[1] >= oldest}
+        return out

@@ -1,0 +1,1 @@
+"""Runs on disk: recordings, their reader and replay, and the exports (CSV, Perfetto)."""

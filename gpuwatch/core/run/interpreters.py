@@ -1,0 +1,462 @@
+"""Which Pythons on this machine can run the training, and what to do about those that can't.
+
+A frozen gpuwatch has no torch (it would be ~5 GB): training runs in a Python the user
+already has. This module finds the usual suspects (the Python gpuwatch was installed into,
+``PATH``, venvs, conda envs, the py launcher on Windows), probes each in a subprocess with
+a timeout (``interpreter_probe``: Python, torch, CUDA, the GPU architectures torch was
+built for) and turns each report into a verdict with the exact command that fixes it.
+The GPU's compute capability comes from NVML, so a CPU-only torch on a GPU machine is
+caught too. Qt-free: the picker dialog, ``--self-test`` and tests share it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.core.run import launcher
+from gpuwatch.core.run.json_probe import run_json_probe
+
+#: Seconds one probe may take: a first ``import torch`` from a cold disk is slow.
+PROBE_TIMEOUT_S = 30.0
+#: The runner's floor (pyproject's requires-python and torch pin).
+MIN_PYTHON = (3, 10)
+MIN_TORCH = (2, 4)
+#: PyTorch's wheel index per CUDA family: cu128 covers compute capability 7.5–12.0,
+#: cu126 5.0–9.0 (notes/packaging.md §2, ComfyUI's torch-index-stacks).
+INDEX_URL = "https://download.pytorch.org/whl/{}"
+OK, WARN, BAD = "ok", "warn", "bad"
+_LEVEL_RANK = {OK: 0, WARN: 1, BAD: 2}
+_PYTHON_NAME = re.compile(r"^python(3(\.\d+)?)?(\.exe)?$", re.IGNORECASE)
+#: The probe's source, run with ``-c`` (the frozen build ships it as a plain data file here).
+PROBE_FILE = Path(__file__).with_name("interpreter_probe.py")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A Python to offer: its path and where it was found (shown beside it)."""
+
+    path: str
+    origin: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``ok`` (green), ``warn`` (trains, with a caveat) or ``bad`` (red: cannot train)."""
+
+    level: str
+    summary: str
+    fix: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.level != BAD
+
+
+@dataclass(frozen=True)
+class Probed:
+    candidate: Candidate
+    report: dict[str, Any]
+    verdict: Verdict
+
+
+# ---- Discovery --------------------------------------------------------------------------
+
+
+def _env_python(env_dir: Path, windows: bool) -> Path | None:
+    """The interpreter of a venv or conda env folder, if it has one."""
+    names = ("python.exe", "Scripts/python.exe") if windows else ("bin/python", "bin/python3")
+    for name in names:
+        exe = env_dir / name
+        if exe.is_file():
+            return exe
+    return None
+
+
+def _conda_env_list(home: Path) -> list[Path]:
+    """Every env conda ever created, from its own list (``~/.conda/environments.txt``)."""
+    try:
+        lines = (home / ".conda" / "environments.txt").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    return [Path(line.strip()) for line in lines if line.strip()]
+
+
+def _py_launcher() -> list[Path]:
+    """Pythons the Windows py launcher knows (``py -0p``)."""
+    py = shutil.which("py")
+    if not py:
+        return []
+    try:
+        out = subprocess.run(
+            [py, "-0p"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    found = (
+        re.search(r"([A-Za-z]:\\.*?python[w]?\.exe)\s*$", line, re.IGNORECASE)
+        for line in out.splitlines()
+    )
+    return [Path(m.group(1)) for m in found if m]
+
+
+def _env_dirs(
+    home: Path, environ: dict[str, str], cwd: Path, windows: bool
+) -> Iterable[tuple[Path, str]]:
+    """(environment folder, origin) in the order they are offered."""
+    for var, origin in (("VIRTUAL_ENV", "active venv"), ("CONDA_PREFIX", "active conda env")):
+        if environ.get(var):
+            yield Path(environ[var]), origin
+    # Started from a menu, the working folder is the home: its .venv is not a project's.
+    here = "venv" if os.path.realpath(cwd) == os.path.realpath(home) else "project venv"
+    for name in (".venv", "venv", "env"):
+        yield cwd / name, here
+    for pattern, origin in (
+        (".venv*", "venv"),
+        ("venvs/*", "venv"),
+        (".virtualenvs/*", "virtualenv"),
+        (".pyenv/versions/*", "pyenv"),
+    ):
+        for path in sorted(home.glob(pattern)):
+            yield path, origin
+    for base in ("miniconda3", "anaconda3", "mambaforge", "miniforge3", "micromamba", ".conda"):
+        yield home / base, f"conda ({base})"
+        for path in sorted((home / base / "envs").glob("*")):
+            yield path, f"conda env {path.name}"
+    for path in _conda_env_list(home):
+        yield path, f"conda env {path.name}"
+    if windows:
+        local = Path(environ.get("LOCALAPPDATA") or home / "AppData" / "Local")
+        for path in sorted((local / "Programs" / "Python").glob("Python3*")):
+            yield path, "python.org install"
+        for name in ("miniconda3", "anaconda3", "miniforge3"):
+            yield Path(environ.get("ProgramData") or "C:/ProgramData") / name, f"conda ({name})"
+
+
+def _path_pythons(environ: dict[str, str]) -> Iterable[Path]:
+    """``python3``, ``python3.X`` and ``python`` in every ``PATH`` folder, in PATH order."""
+    for folder in environ.get("PATH", "").split(os.pathsep):
+        if not folder or Path(folder).parts[-2:] == (".pyenv", "shims"):
+            continue  # pyenv's shims only forward to the versions listed from ~/.pyenv
+        try:
+            names = sorted(os.listdir(folder), key=lambda n: (len(n), n))
+        except OSError:
+            continue
+        for name in names:
+            if _PYTHON_NAME.match(name):
+                yield Path(folder) / name
+
+
+def _key(path: Path) -> tuple[str, str]:
+    """Same key = same environment: the folder the path sits in (resolved) and its target.
+
+    A venv's ``bin/python`` links to the base Python but is another environment (its
+    ``pyvenv.cfg`` is found from the unresolved path), so the folder is part of the key;
+    ``/bin/python3`` and ``/usr/bin/python3`` on a merged-/usr system are one.
+    """
+    return (
+        os.path.normcase(os.path.realpath(path.parent)),
+        os.path.normcase(os.path.realpath(path)),
+    )
+
+
+def discover(
+    home: Path | None = None,
+    environ: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    windows: bool | None = None,
+    extra: Sequence[Candidate] = (),
+) -> list[Candidate]:
+    """Candidate interpreters, without duplicates, best guesses first.
+
+    ``extra`` (e.g. the remembered choice) comes first. ``home``/``environ``/``cwd`` default
+    to the real ones; tests pass a fake tree.
+    """
+    home = Path.home() if home is None else home
+    environ = dict(os.environ) if environ is None else environ
+    cwd = Path.cwd() if cwd is None else cwd
+    windows = sys.platform == "win32" if windows is None else windows
+    found: list[tuple[Path, str]] = [(Path(c.path), c.origin) for c in extra]
+    if not launcher.is_frozen():
+        found.append((Path(sys.executable), "gpuwatch's own Python"))
+    for env_dir, origin in _env_dirs(home, environ, cwd, windows):
+        exe = _env_python(env_dir, windows)
+        if exe is not None:
+            found.append((exe, f"{origin}: {env_dir}"))
+    if windows:
+        found += [(p, "py launcher") for p in _py_launcher()]
+    found += [(p, "on PATH") for p in _path_pythons(environ)]
+    seen: set[tuple[str, str]] = set()
+    result = []
+    for path, origin in found:
+        if not path.is_file() or not os.access(path, os.X_OK):
+            continue
+        key = _key(path)
+        if key not in seen:
+            seen.add(key)
+            result.append(Candidate(str(path), origin))
+    return result
+
+
+# ---- Probe and verdict ------------------------------------------------------------------
+
+
+def looks_like_python(path: str) -> bool:
+    """Only files named like an interpreter are run: a browsed ``sh`` or ``import`` would
+    execute the probe's text as something else entirely."""
+    name = Path(path).name.lower()
+    return name.startswith("python") or name in ("py", "py.exe")
+
+
+def probe(python: str, timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """Run the probe in ``python`` (in an empty folder, so nothing there shadows a module)."""
+    if not looks_like_python(python):
+        return {
+            "error": f"{Path(python).name} is not a Python interpreter (its name should "
+            f"start with 'python')"
+        }
+    with tempfile.TemporaryDirectory(prefix="gpuwatch-probe-") as tmp:
+        source = PROBE_FILE.read_text(encoding="utf-8")
+        return run_json_probe(
+            [python, "-c", source], launcher.clean_env(), timeout, python, cwd=tmp
+        )
+
+
+def gpu_capabilities() -> list[tuple[int, int]]:
+    """Compute capability of every GPU NVML sees (empty without NVML or a GPU)."""
+    try:
+        from gpuwatch.core.run import nvml
+
+        caps = []
+        for dev in nvml.list_devices():
+            value = nvml.query("nvmlDeviceGetCudaComputeCapability", dev.handle)
+            if value is not nvml.NA:
+                caps.append((int(value[0]), int(value[1])))
+        return caps
+    except Exception:  # NVML is optional: no GPU info means "judge by torch alone"
+        return []
+
+
+def command(python: str, *args: str) -> str:
+    """A command line the user can paste into their shell."""
+    parts = [python, *args]
+    if sys.platform == "win32":
+        return subprocess.list2cmdline(parts)
+    return shlex.join(parts)
+
+
+def _pip(python: str, *args: str) -> str:
+    return command(python, "-m", "pip", "install", *args)
+
+
+def _externally_managed(report: dict[str, Any]) -> bool:
+    """pip refuses to install into this Python: a distribution's own (PEP 668 marker in its
+    stdlib folder, e.g. Debian 12's /usr/lib/python3.11/EXTERNALLY-MANAGED). A venv's
+    prefix is the venv, which has no marker."""
+    prefix, version = report.get("prefix"), _version(report.get("python"))
+    if not prefix or len(version) < 2:
+        return False
+    stdlibs = (Path(prefix, "lib", f"python{version[0]}.{version[1]}"), Path(prefix, "Lib"))
+    return any((stdlib / "EXTERNALLY-MANAGED").is_file() for stdlib in stdlibs)
+
+
+def _venv_with_torch(python: str) -> str:
+    """The fix for a Python pip may not touch: a venv where discovery looks by itself."""
+    return (
+        f"this Python belongs to the system and pip refuses to install into it: make a "
+        f"venv with torch, `{command(python, '-m', 'venv')} ~/.venv && ~/.venv/bin/python "
+        f"-m pip install torch torchvision`, then choose ~/.venv/bin/python"
+    )
+
+
+def _version(text: Any) -> tuple[int, ...]:
+    numbers = re.findall(r"\d+", str(text or "").split("+")[0])[:2]
+    return tuple(int(n) for n in numbers)
+
+
+def arch_supports(arch_list: Sequence[str], capability: tuple[int, int]) -> bool:
+    """Can a torch built for ``arch_list`` run kernels on a GPU of ``capability``?
+
+    Cubins (``sm_XY``) run on the same major version with an equal or higher minor; PTX
+    (``compute_XY``) is compiled by the driver for any newer GPU.
+    """
+    major, minor = capability
+    for arch in arch_list:
+        m = re.match(r"(sm|compute)_(\d+)", arch)
+        if not m:
+            continue
+        number = int(m.group(2))
+        a_major, a_minor = divmod(number, 10)
+        if m.group(1) == "sm" and a_major == major and a_minor <= minor:
+            return True
+        if m.group(1) == "compute" and (a_major, a_minor) <= (major, minor):
+            return True
+    return False
+
+
+def _sm(capability: Sequence[int]) -> str:
+    return f"sm_{capability[0]}{capability[1]}"
+
+
+def _cuda_index(capabilities: Sequence[tuple[int, int]]) -> str:
+    return "cu126" if capabilities and min(capabilities) < (7, 5) else "cu128"
+
+
+def judge(report: dict[str, Any], python: str, gpus: Sequence[tuple[int, int]] = ()) -> Verdict:
+    """The verdict on one probe report; ``gpus`` are NVML's capabilities (may be empty)."""
+    if "error" in report:
+        return Verdict(BAD, str(report["error"]), "choose another interpreter")
+    py = _version(report.get("python"))
+    if py < MIN_PYTHON:
+        return Verdict(
+            BAD,
+            f"Python {report.get('python')} is too old for gpuwatch's runner "
+            f"(it needs {MIN_PYTHON[0]}.{MIN_PYTHON[1]} or newer)",
+            "create a newer environment (e.g. `python3.12 -m venv ~/venvs/torch`), "
+            "install torch into it, then choose it here",
+        )
+    torch = report.get("torch")
+    error = str(report.get("torch_error") or "")
+    if not torch:
+        if not error or error.startswith(("ModuleNotFoundError", "ImportError: No module")):
+            fix = (
+                _venv_with_torch(python)
+                if _externally_managed(report)
+                else f"run `{_pip(python, 'torch', 'torchvision')}`"
+            )
+            return Verdict(BAD, f"Python {report.get('python')}: torch not installed", fix)
+        reinstall = _pip(python, "--force-reinstall", "torch", "torchvision")
+        return Verdict(
+            BAD,
+            f"torch is installed but cannot be imported: {error}",
+            f"reinstall it: `{reinstall}`",
+        )
+    head = f"Python {report.get('python')}, torch {torch}"
+    if _version(torch) < MIN_TORCH:
+        return Verdict(
+            BAD,
+            f"{head}: torch is older than gpuwatch needs ({MIN_TORCH[0]}.{MIN_TORCH[1]}+)",
+            f"run `{_pip(python, '-U', 'torch', 'torchvision')}`",
+        )
+    issues: list[Verdict] = []
+    cuda = report.get("cuda")
+    caps = list(gpus) or [tuple(c) for c in report.get("capabilities") or []]
+    index_url = INDEX_URL.format(_cuda_index(caps))
+    cuda_install = _pip(
+        python, "--force-reinstall", "torch", "torchvision", "--index-url", index_url
+    )
+    if not caps:
+        built = f"CUDA {cuda} build" if cuda else "CPU build"
+        issues.append(Verdict(OK, f"{head} ({built}); no NVIDIA GPU found: trains on the CPU"))
+    elif not cuda:
+        issues.append(
+            Verdict(
+                WARN,
+                f"{head} is a CPU-only build: the GPU is not used, training runs on the CPU",
+                f"for the GPU run `{cuda_install}`",
+            )
+        )
+    elif not report.get("cuda_available"):
+        why = report.get("cuda_error") or "torch.cuda.is_available() is False"
+        issues.append(
+            Verdict(
+                WARN,
+                f"{head} (CUDA {cuda}) cannot use the GPU ({why}): training runs on the CPU",
+                f"update the NVIDIA driver to one that supports CUDA {cuda}, or "
+                f"install a torch build for the driver's CUDA version",
+            )
+        )
+    else:
+        arch = [str(a) for a in report.get("arch_list") or []]
+        unsupported = [c for c in caps if arch and not arch_supports(arch, c)]
+        if unsupported:
+            built_for = ", ".join(a for a in arch if a.startswith("sm_"))
+            issues.append(
+                Verdict(
+                    BAD,
+                    f"{head} (CUDA {cuda}) has no kernels for this GPU "
+                    f"({_sm(unsupported[0])}; it was built for {built_for})",
+                    f"run `{cuda_install}`",
+                )
+            )
+        else:
+            issues.append(
+                Verdict(
+                    OK,
+                    f"{head} (CUDA {cuda}); GPU " + ", ".join(_sm(c) for c in caps) + " supported",
+                )
+            )
+    if not report.get("torchvision"):
+        issues.append(
+            Verdict(
+                WARN,
+                "torchvision missing: the vision workload cannot run "
+                "(mlp, gpt and your own scripts can)",
+                f"run `{_pip(python, 'torchvision')}`",
+            )
+        )
+    level = max((v.level for v in issues), key=_LEVEL_RANK.__getitem__)
+    fixes = [v.fix for v in issues if v.fix]
+    return Verdict(level, "; ".join(v.summary for v in issues), "; ".join(fixes) or None)
+
+
+def check(
+    candidate: Candidate, gpus: Sequence[tuple[int, int]] = (), timeout: float = PROBE_TIMEOUT_S
+) -> Probed:
+    report = probe(candidate.path, timeout)
+    return Probed(candidate, report, judge(report, candidate.path, gpus))
+
+
+def check_all(
+    candidates: Sequence[Candidate],
+    gpus: Sequence[tuple[int, int]] | None = None,
+    timeout: float = PROBE_TIMEOUT_S,
+    workers: int = 4,
+) -> list[Probed]:
+    """Probe candidates concurrently (each ``import torch`` waits on disk, not CPU)."""
+    gpus = gpu_capabilities() if gpus is None else gpus
+    if not candidates:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(candidates)))) as pool:
+        return list(pool.map(lambda c: check(c, gpus, timeout), candidates))
+
+
+def best(probed: Sequence[Probed]) -> Probed | None:
+    """The first green one, else the first usable one, else None."""
+    for level in (OK, WARN):
+        for item in probed:
+            if item.verdict.level == level:
+                return item
+    return None
+
+
+# A venv in the home is found without asking; a bare `python3 -m pip install torch` fails on
+# Debian 12 / Ubuntu 23.04+ (PEP 668: "externally-managed-environment").
+_MAKE_VENV = (
+    "in a terminal (it opens in your home folder): `py -m venv .venv` then "
+    "`.venv\\Scripts\\python -m pip install torch torchvision`"
+    if sys.platform == "win32"
+    else "`python3 -m venv ~/.venv && ~/.venv/bin/python -m pip install torch "
+    "torchvision` (Debian/Ubuntu: `sudo apt install python3-venv` first)"
+)
+NO_TORCH_HELP = (
+    "No Python with torch was found. Recordings can still be replayed (File → "
+    "Open recording…). To train, make a Python 3.10+ venv with torch where "
+    f"gpuwatch looks by itself: {_MAKE_VENV}; other builds: "
+    "https://pytorch.org/get-started/locally/. Then Run → Choose Python…."
+)

@@ -1,0 +1,491 @@
+"""The tour: cumulative stages of well-known fixes, and the conductor that walks a run through them.
+
+``plan_tour`` and ``plan_stages`` only look at the knob schema from ``hello`` (docs/knobs.md §4),
+so a stage that cannot work here is skipped with the runner's own reason instead of refused
+mid-run. The ``Conductor`` is a non-blocking state machine: the window calls ``tick()`` from a
+Qt timer and ``gpuwatch bench`` from a loop, and neither ever waits inside it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuwatch.core.figures.segments import BASELINE_LABEL, SegmentStats
+from gpuwatch.core.model.knob_values import (
+    KnobValueError,
+    check_usable,
+    parse_assignments,
+    schema_by_name,
+    split_assignment,
+)
+from gpuwatch.core.model.messages import Refusal, describe_change
+from gpuwatch.core.run.session import SessionError, SessionState
+
+#: How long the runner may take to answer a ``set`` (it applies at the next step boundary).
+ANSWER_TIMEOUT_S = 30.0
+#: Extra time allowed when a stage compiles: inductor on a CPU can take minutes.
+COMPILE_ALLOWANCE_S = 600.0
+#: A stage whose segment gets no new step for this long has stalled.
+STALL_TIMEOUT_S = 120.0
+#: Hold rule (docs/knobs.md §4): the last STABLE_WINDOWS window rates within STABLE_RATIO.
+STABLE_WINDOWS = 3
+STABLE_RATIO = 1.1
+#: Without stable rates a stage is held at most this many times ``min_steady_s``.
+MAX_STEADY_FACTOR = 3.0
+
+BASELINE_CAPTION = "the workload's naive defaults: the reference every speedup is measured against"
+
+APPLYING, TRANSITION, STEADY, DONE, FAILED = "applying", "transition", "steady", "done", "failed"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: ``values`` holds every knob's value for it (defaults plus all changes so
+    far), ``changes`` what it adds to the stage before, ``caption`` why that should help."""
+
+    label: str
+    values: dict[str, Any]
+    caption: str
+    changes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    label: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class TourProgress:
+    index: int  # 0-based index of the current stage
+    n_stages: int
+    stage: Stage | None
+    state: str  # applying | transition | steady | done | failed
+    steady_s: float
+    samples_per_s: float | None
+    message: str  # one human line
+
+
+# ---- Planning ---------------------------------------------------------------------------------
+
+
+def defaults_of(knobs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    return {knob["name"]: knob.get("default") for knob in knobs}
+
+
+def _unavailable(schema: Mapping[str, Mapping[str, Any]], changes: Mapping[str, Any]) -> str | None:
+    """Why ``changes`` cannot be applied here (the runner's reason), or None if they can."""
+    for name, value in changes.items():
+        knob = schema.get(name)
+        if knob is None:
+            return f"this runner has no {name} knob"
+        try:
+            check_usable(knob, value)
+        except KnobValueError:
+            if not knob.get("enabled", True):
+                return str(knob.get("reason") or "not available here")
+            return str((knob.get("disabled_choices") or {}).get(value) or "not available here")
+    return None
+
+
+def _clamped(knob: Mapping[str, Any] | None, value: int) -> int:
+    if knob is not None and isinstance(knob.get("max"), int):
+        return min(value, knob["max"])
+    return value
+
+
+def _tour_proposals(
+    schema: Mapping[str, Mapping[str, Any]], workload: str, cores: int | None
+) -> list[tuple[str, dict[str, Any] | str, str]]:
+    """(label, changes or the reason to skip, caption) for each stage after the baseline."""
+    workers = _clamped(schema.get("num_workers"), min(8, cores or 8))
+    processes = "1 worker process" if workers == 1 else f"{workers} worker processes"
+    work = "decode and augment" if workload == "vision" else "prepare batches"
+    log_every = _clamped(schema.get("log_every"), 50)
+    proposals: list[tuple[str, dict[str, Any] | str, str]] = [
+        (
+            "workers",
+            {"num_workers": workers, "persistent_workers": True},
+            f"{processes} {work} while the model trains, instead of the training loop waiting",
+        ),
+        (
+            "pinned memory",
+            {"pin_memory": True, "non_blocking": True},
+            "page-locked batches copy to the GPU asynchronously, overlapping the previous step",
+        ),
+        (
+            "batched logging",
+            {"log_every": log_every},
+            f"the loss is read every {log_every} steps instead of stalling on .item() each step",
+        ),
+    ]
+    amp_choice, amp_reason = _amp_choice(schema.get("amp"))
+    amp_caption = {
+        "bf16": "bf16 autocast: matmuls and convolutions in 16 bits, half the memory traffic",
+        "fp16": "fp16 autocast with a GradScaler: 16-bit matmuls and convolutions on tensor cores",
+    }.get(amp_choice or "", "")
+    proposals.append(("AMP", {"amp": amp_choice} if amp_choice else amp_reason, amp_caption))
+    proposals.append(
+        (
+            "channels_last",
+            {"channels_last": True}
+            if workload == "vision"
+            else "vision only: it needs 4-D image inputs and convolutions",
+            "NHWC memory layout lets convolutions pick faster kernels",
+        )
+    )
+    proposals.append(
+        (
+            "compile",
+            {"compile": "default"},
+            "torch.compile fuses operations into fewer, larger kernels (the first steps compile)",
+        )
+    )
+    return proposals
+
+
+def _amp_choice(knob: Mapping[str, Any] | None) -> tuple[str | None, str]:
+    """bf16 where it works, else fp16, else why neither does."""
+    if knob is None:
+        return None, "this runner has no amp knob"
+    if not knob.get("enabled", True):
+        return None, str(knob.get("reason") or "not available here")
+    disabled = knob.get("disabled_choices") or {}
+    choices = knob.get("choices") or []
+    reasons = []
+    for choice in ("bf16", "fp16"):
+        if choice in choices and choice not in disabled:
+            return choice, ""
+        reasons.append(f"{choice}: {disabled.get(choice, 'not offered')}")
+    return None, "; ".join(reasons)
+
+
+def plan_tour(
+    knobs: Sequence[Mapping[str, Any]], workload: str, cores: int | None
+) -> tuple[list[Stage], list[Skipped]]:
+    """The tour's stages for this schema, and the stages skipped here with their reasons."""
+    schema = schema_by_name(knobs)
+    current = defaults_of(knobs)
+    stages = [Stage(BASELINE_LABEL, dict(current), BASELINE_CAPTION)]
+    skipped: list[Skipped] = []
+    for label, proposal, caption in _tour_proposals(schema, workload, cores):
+        if isinstance(proposal, str):
+            skipped.append(Skipped(label, proposal))
+            continue
+        reason = _unavailable(schema, proposal)
+        if reason is not None:
+            skipped.append(Skipped(label, reason))
+            continue
+        new = {k: v for k, v in proposal.items() if current.get(k) != v}
+        if not new:
+            skipped.append(Skipped(label, f"already {describe_change(proposal)}"))
+            continue
+        current = {**current, **new}
+        stages.append(Stage(label, dict(current), caption, new))
+    return stages, skipped
+
+
+def plan_stages(knobs: Sequence[Mapping[str, Any]], groups: Sequence[Sequence[str]]) -> list[Stage]:
+    """Stages from ``--set ... --then ...``: ``groups[0]`` (the ``--set`` settings, possibly
+    empty) applied over the defaults, then one stage per later group, each cumulative.
+
+    Raises KnobValueError (one line) for a bad name or value, or a stage that changes nothing.
+    """
+    schema = schema_by_name(knobs)
+    current = defaults_of(knobs)
+    stages: list[Stage] = []
+    for number, group in enumerate(groups or [[]], start=1):
+        asked = parse_assignments(knobs, [split_assignment(text) for text in group])
+        new = {k: v for k, v in asked.items() if current.get(k) != v}
+        if number > 1 and not new:
+            raise KnobValueError(
+                f"stage {number} ({' '.join(group)}) changes nothing from stage {number - 1}"
+            )
+        current = {**current, **new}
+        label = describe_change(asked) if asked else BASELINE_LABEL
+        caption = "; ".join(_knob_caption(schema[k]) for k in asked) or BASELINE_CAPTION
+        stages.append(Stage(label, dict(current), caption, new if number > 1 else asked))
+    return stages
+
+
+def _knob_caption(knob: Mapping[str, Any]) -> str:
+    """``DataLoader workers: decode and augment in worker processes, ...`` from the schema."""
+    title = knob.get("label") or knob["name"]
+    return f"{title}: {knob['help']}" if knob.get("help") else str(title)
+
+
+# ---- Conducting -------------------------------------------------------------------------------
+
+
+class Conductor:
+    """Walks a running Session through ``stages``; call ``tick()`` every 100–250 ms.
+
+    Per stage: send only what differs from the config in force (or, if nothing does, name the
+    current segment after the stage), wait for the runner's answer, then hold the stage's
+    segment until it is steady and stable (docs/knobs.md §4). The first stage's segment is
+    pinned as the session's baseline, so speedups are against it.
+    """
+
+    def __init__(
+        self,
+        session: Any,
+        stages: Sequence[Stage],
+        *,
+        min_steady_s: float,
+        max_stage_s: float | None = None,
+        clock: Callable[[], int] = time.perf_counter_ns,
+        answer_timeout_s: float = ANSWER_TIMEOUT_S,
+        compile_allowance_s: float = COMPILE_ALLOWANCE_S,
+        stall_timeout_s: float = STALL_TIMEOUT_S,
+    ) -> None:
+        if not stages:
+            raise ValueError("a tour needs at least one stage")
+        if min_steady_s <= 0:
+            raise ValueError("min_steady_s must be positive")
+        self._session = session
+        self._stages = list(stages)
+        self._min_steady_s = min_steady_s
+        self._max_stage_s = (
+            max_stage_s if max_stage_s is not None else MAX_STEADY_FACTOR * min_steady_s
+        )
+        self._clock = clock
+        self._answer_timeout_s = answer_timeout_s
+        self._compile_allowance_s = compile_allowance_s
+        self._stall_timeout_s = stall_timeout_s
+        self._index = 0
+        self._state = APPLYING
+        self._sent = False
+        self._request: int | None = None
+        self._compiling = False
+        self._phase_since_ns = 0
+        self._config_id: int | None = None
+        self._last_steps = -1
+        self._last_step_seen_ns = 0
+        self._row: SegmentStats | None = None
+        self._held: list[tuple[Stage, int]] = []
+        self._failed: str | None = None
+        self.refusal: Refusal | None = None
+        self.stopped = False
+
+    # ---- Public --------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self._state == DONE
+
+    @property
+    def failed(self) -> str | None:
+        return self._failed
+
+    @property
+    def stages(self) -> list[Stage]:
+        return list(self._stages)
+
+    def stage_configs(self) -> list[tuple[Stage, int]]:
+        """Each stage reached so far with the config id of its segment (the current one too)."""
+        held = list(self._held)
+        if self._config_id is not None:
+            held.append((self._stages[self._index], self._config_id))
+        return held
+
+    def stop(self) -> None:
+        """End the tour where it is (the run itself goes on; its owner stops it)."""
+        if self._state not in (DONE, FAILED):
+            self.stopped = True
+            self._state = DONE
+
+    def tick(self) -> TourProgress:
+        """Advance as far as the session allows now; never blocks."""
+        if self._state not in (DONE, FAILED):
+            self._advance(self._clock())
+        return self._progress()
+
+    # ---- Steps of the state machine ------------------------------------------------------
+
+    def _advance(self, now: int) -> None:
+        session = self._session
+        if session.state in (SessionState.FAILED, SessionState.FINISHED):
+            self._fail(
+                session.error
+                or f"the run ended ({session.bye_reason or 'finished'}) before the tour did"
+            )
+            return
+        if session.hello is None:
+            return  # the runner is still starting; nothing to change yet
+        if not self._sent:
+            self._begin_stage(now)
+        if self._request is not None:
+            self._poll_answer(now)
+        if self._config_id is not None and self._state in (TRANSITION, STEADY):
+            self._watch_segment(now)
+
+    def _begin_stage(self, now: int) -> None:
+        stage = self._stages[self._index]
+        current = self._session.config_values()
+        missing = object()
+        wanted = {k: v for k, v in stage.values.items() if current.get(k, missing) != v}
+        self._sent = True
+        self._phase_since_ns = now
+        self._compiling = wanted.get("compile", "off") != "off"
+        try:
+            request = self._session.set_knobs(wanted, label=stage.label) if wanted else None
+        except SessionError as exc:
+            self._fail(str(exc))
+            return
+        if request is not None:
+            self._request = request
+            self._state = APPLYING
+            return
+        changes = self._session.config_changes()
+        if not changes:
+            self._fail("the runner has not reported its configuration")
+            return
+        config_id = changes[-1].id
+        self._session.label_segment(config_id, stage.label)
+        self._hold(config_id, now)
+
+    def _poll_answer(self, now: int) -> None:
+        assert self._request is not None
+        answer = self._session.answer(self._request)
+        if answer is None:
+            limit = self._answer_timeout_s + (self._compile_allowance_s if self._compiling else 0.0)
+            if (now - self._phase_since_ns) / 1e9 > limit:
+                self._fail(
+                    f"stage {self._stage_name()}: the runner did not apply the change "
+                    f"within {limit:.0f} s"
+                )
+            return
+        self._request = None
+        if isinstance(answer, Refusal):
+            self.refusal = answer
+            self._fail(f"stage {self._stages[self._index].label!r} was refused: {answer.message}")
+            return
+        self._hold(answer.id, now)
+
+    def _hold(self, config_id: int, now: int) -> None:
+        self._config_id = config_id
+        self._state = TRANSITION
+        self._phase_since_ns = now
+        self._last_steps = -1
+        self._last_step_seen_ns = now
+        self._row = None
+        if self._index == 0:
+            self._session.baseline_id = config_id
+
+    def _watch_segment(self, now: int) -> None:
+        if self._replaced():
+            return
+        row = next((r for r in self._session.scoreboard() if r.config_id == self._config_id), None)
+        self._row = row
+        steps = row.steps if row is not None else 0
+        if steps != self._last_steps:
+            self._last_steps = steps
+            self._last_step_seen_ns = now
+        stall_limit = self._stall_timeout_s + (
+            self._compile_allowance_s if self._compiling else 0.0
+        )
+        if (now - self._last_step_seen_ns) / 1e9 > stall_limit:
+            self._fail(f"stage {self._stage_name()}: no training step for {stall_limit:.0f} s")
+            return
+        if row is None or not row.steady:
+            self._state = TRANSITION
+            return
+        self._state = STEADY
+        if self._stable(row):
+            self._next_stage(now)
+
+    def _replaced(self) -> bool:
+        """A newer config than the held one fails the stage: the runner reverted a change
+        whose first steps failed (``request`` null), or someone else changed the knobs."""
+        changes = self._session.config_changes()
+        latest = changes[-1] if changes else None
+        if latest is None or self._config_id is None or latest.id <= self._config_id:
+            return False
+        label = self._stages[self._index].label
+        if latest.request is None:
+            self._fail(
+                f"stage {label!r} failed in its first steps and the runner went back "
+                f"to the previous settings"
+            )
+        else:
+            self._fail(
+                f"stage {label!r}: the knobs were changed from elsewhere "
+                f"({latest.label}) while it was measured"
+            )
+        return True
+
+    def _stable(self, row: SegmentStats) -> bool:
+        """docs/knobs.md §4: enough steady time and the last rates agree, or long enough."""
+        if row.steady_s >= self._max_stage_s:
+            return True
+        if row.steady_s < self._min_steady_s:
+            return False
+        rates = row.window_rates[-STABLE_WINDOWS:]
+        return (
+            len(rates) == STABLE_WINDOWS
+            and min(rates) > 0
+            and max(rates) / min(rates) <= STABLE_RATIO
+        )
+
+    def _next_stage(self, now: int) -> None:
+        assert self._config_id is not None
+        self._held.append((self._stages[self._index], self._config_id))
+        self._config_id = None
+        self._row = None
+        self._sent = False
+        if self._index + 1 >= len(self._stages):
+            self._state = DONE
+            return
+        self._index += 1
+        self._state = APPLYING
+        self._begin_stage(now)
+
+    def _fail(self, message: str) -> None:
+        self._failed = message
+        self._state = FAILED
+
+    # ---- Progress ------------------------------------------------------------------------
+
+    def _stage_name(self) -> str:
+        return f"{self._index + 1}/{len(self._stages)} {self._stages[self._index].label}"
+
+    def _progress(self) -> TourProgress:
+        row = self._row
+        steady_s = row.steady_s if row is not None else 0.0
+        rate = row.samples_per_s if row is not None else None
+        stage = self._stages[self._index]
+        return TourProgress(
+            self._index,
+            len(self._stages),
+            stage,
+            self._state,
+            steady_s,
+            rate,
+            self._message(steady_s, rate),
+        )
+
+    def _message(self, steady_s: float, rate: float | None) -> str:
+        state = self._state
+        if state == FAILED:
+            return f"failed: {self._failed}"
+        if state == DONE:
+            if self.stopped:
+                return f"stopped at stage {self._stage_name()}"
+            return f"done: {len(self._stages)} stage(s) measured"
+        waited = max(0, self._clock() - self._phase_since_ns) / 1e9
+        head = f"stage {self._stage_name()}"
+        if self._session.hello is None:
+            return f"{head}: waiting for the runner to start"
+        if state == APPLYING:
+            what = "compiling…" if self._compiling else "applying…"
+            return f"{head}: {what} {waited:.0f} s"
+        if state == TRANSITION:
+            what = "compiling…" if self._compiling else "warming up"
+            return f"{head}: {what} {waited:.0f} s"
+        figure = f"{rate:,.1f} samples/s" if rate is not None else "n/a samples/s"
+        return f"{head}: steady {steady_s:.1f}/{self._min_steady_s:g} s, {figure}" + (
+            "" if steady_s < self._min_steady_s else " (waiting for stable rates)"
+        )
