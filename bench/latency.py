@@ -2,7 +2,8 @@
 
 Issue 9, budget 3. The real window (offscreen) starts a real runner (``mlp`` on the CPU, its
 naive configuration) and trains. Both processes read the same ``perf_counter_ns`` clock
-(system-wide on Linux and Windows, DESIGN §3), so a step's latency is exact: the runner's end
+(system-wide on Linux and Windows; docs/design.md, "A step's marks"), so a step's latency
+is exact: the runner's end
 mark of the step → the end of the first frame (redraw tick + the paint it posts) whose data
 included it. What it is made of: the runner's batching (a message at most every ~50 ms), the
 link, decoding, then waiting for the next ~33 ms redraw tick, and the frame itself.

@@ -71,8 +71,8 @@ KERNEL_KINDS: tuple[str, ...] = ("kernel", "memcpy", "memset", "cpu_op")
 #: the last two carry ``error``, one sentence. Training goes on in every case.
 CAPTURE_STATUSES: tuple[str, ...] = ("ok", "refused", "failed")
 
-#: Built-in workloads (DESIGN §6). Here because the GUI must offer them without importing
-#: the runner; the runner's registry is checked against this list by the tests.
+#: Built-in workloads (no downloads: their data is generated). Here because the GUI must offer
+#: them without importing the runner; the tests check the runner's registry against this list.
 WORKLOADS: tuple[str, ...] = ("vision", "mlp", "gpt")
 
 RUNNER_KINDS = frozenset(

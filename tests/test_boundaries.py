@@ -1,4 +1,4 @@
-"""The architecture contract of DESIGN §1 is enforced by tools, not by hope."""
+"""The architecture (docs/design.md, "Parts and layers") is enforced by tools, not by hope."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def test_gpuwatch_has_no_import_circle() -> None:
 
 
 def test_gui_side_never_imports_torch() -> None:
-    """Importing the window, session and CLI must not pull torch in (fast start, DESIGN §1)."""
+    """Importing the window, session and CLI must not pull torch in (fast start)."""
     code = (
         "import sys, gpuwatch.cli, gpuwatch.core.run.session, gpuwatch.qt.app; "
         "print('torch' in sys.modules)"

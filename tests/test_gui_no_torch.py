@@ -1,4 +1,4 @@
-"""The GUI process never imports torch, even with a real run drawn in its window (DESIGN §1).
+"""The GUI process never imports torch, even with a real run drawn in its window.
 
 ``test_boundaries`` checks the imports; this runs the whole thing in a fresh process: the
 window opens, a real runner (``mlp`` on the CPU, which imports torch in *its* process) trains a

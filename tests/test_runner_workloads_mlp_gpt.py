@@ -74,7 +74,7 @@ def test_hello_config_describes_the_naive_baseline(name: str, cls: type[Any]) ->
 
 @pytest.mark.parametrize("name", ["mlp", "gpt"])
 def test_a_spawned_worker_yields_the_same_batches(name: str) -> None:
-    """The worker re-imports the workload module and unpickles the dataset (spawn, DESIGN §2);
+    """The worker re-imports the workload module and unpickles the dataset (spawn);
     with the same seed its shuffled batches equal the in-process ones."""
     work = prepared(name)
     inline = next(iter(work.build_loader(work.config)))

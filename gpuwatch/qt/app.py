@@ -99,7 +99,7 @@ def _start_recording(options: Any, session: Session, window: MainWindow) -> Any:
 
 def _remember_interpreter(options: Any, settings: Settings) -> None:
     """``--python`` is remembered; a frozen app (no Python of its own) uses the remembered
-    one when none is given (DESIGN §2). From a source install, no ``--python`` means this
+    one when none is given. From a source install, no ``--python`` means this
     interpreter, as the command line says."""
     chosen = getattr(options, "python", None)
     if chosen:

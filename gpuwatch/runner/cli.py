@@ -1,4 +1,4 @@
-"""``python -m gpuwatch.runner``: the training process the GUI starts (DESIGN.md §2).
+"""``python -m gpuwatch.runner``: the training process the GUI starts (docs/design.md, "Lifecycle").
 
 The GUI starts it as ``python -c BOOT`` (``gpuwatch.core.run.launcher.boot_code``) so that nothing
 of gpuwatch's goes into the environment a watched script sees (``script_environment``); ``-m``

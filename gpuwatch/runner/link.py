@@ -102,7 +102,7 @@ def _parse_key(value: str, where: str) -> bytes:
 
 
 def parse_address(text: str) -> str | tuple[str, int]:
-    """``HOST:PORT`` is TCP (a remote rank, DESIGN.md §10); anything else is a socket path or a
+    """``HOST:PORT`` is TCP (a rank on another machine); anything else is a socket path or a
     Windows pipe name (``\\\\.\\pipe\\...``), which ``Client`` tells apart by itself."""
     match = _TCP_ADDRESS.match(text)
     if match and not os.path.exists(text):

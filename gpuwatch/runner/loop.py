@@ -1,4 +1,5 @@
-"""The generic training loop, instrumented at the phase boundaries of DESIGN.md §4.
+"""The generic training loop, instrumented at the phase boundaries of ``protocol.MARKS``
+(docs/design.md, "A step's marks").
 
 One step is: ``start`` → ``next(loader)`` → ``data_end`` → copies → ``h2d_end`` → model+loss →
 ``forward_end`` → ``backward()`` → ``backward_end`` → ``optimizer.step(); zero_grad()`` →

@@ -1,6 +1,7 @@
 """How the built-in workloads' DataLoader workers start: spawn semantics, fast where possible.
 
-DESIGN §2 asks for ``spawn`` semantics on every OS, as Windows has them: each worker is a fresh
+gpuwatch gives DataLoader workers ``spawn`` semantics on every OS, as Windows has them: each
+worker is a fresh
 interpreter image that inherits nothing (no threads, no CUDA context), receives the dataset
 pickled, and needs the ``__main__`` guard. ``spawn`` itself pays a fresh ``import torch`` per
 worker: 3.4-3.6 s on this 2-core machine with torch 2.14's CUDA build, so a live

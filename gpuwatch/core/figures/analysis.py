@@ -2,7 +2,8 @@
 
 Everything here takes and returns numpy arrays on the ``perf_counter_ns`` axis and never
 loops over steps in Python: the GUI recomputes these figures ~30 times a second over up to
-10^5 steps. The words follow DESIGN.md §4: "stream active" is the union of device spans
+10^5 steps. The words follow docs/design.md ("A step's marks"): "stream active" is the union
+of device spans
 between ``ACTIVE_FIRST`` and ``ACTIVE_LAST`` marks (an *upper bound* of busy time); a gap is
 the time between two such merged spans (exact idle of our stream).
 """

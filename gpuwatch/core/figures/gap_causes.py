@@ -1,4 +1,4 @@
-"""Why the device idles: every stretch of device idle time gets one cause (DESIGN §4).
+"""Why the device idles: every stretch of device idle time gets one cause (docs/advisor.md).
 
 Two piecewise-constant timelines are laid over each other on the ``perf_counter_ns`` axis:
 
@@ -254,7 +254,7 @@ def time_split(
 
 
 def _device_is_host(view: StepsView) -> bool:
-    """Every step's device marks are its host marks (a CPU device, DESIGN §4)."""
+    """Every step's device marks are its host marks (a CPU device)."""
     return bool(np.all(view.has_device)) and np.array_equal(view.device, view.host)
 
 

@@ -5,7 +5,8 @@ own records do not. From one window: busy time = union of kernel/memcpy/memset i
 (per stream, and over all streams: "at least one ran", NVML's meaning but exact), launch gaps
 (idle between consecutive activities of one stream), under-filled kernels (Kineto's "blocks
 per SM" < 1: the kernel cannot occupy every SM, which no time-based utilization shows) and
-HTA's idle categories (notes/anchors.md):
+HTA's idle categories (Holistic Trace Analysis, ``TraceAnalysis.get_idle_time_breakdown``;
+tests/test_kernel_window_hta.py checks them against HTA itself):
 
 * **host wait**: the next activity was launched (its runtime call) after the previous one had
   ended: the host did not enqueue work fast enough (input, Python, ``.item()``).

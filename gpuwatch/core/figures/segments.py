@@ -3,7 +3,7 @@
 The words follow docs/knobs.md §3: a segment's first ``warmup_steps`` steps are its
 *transition* (loader rebuild, recompile, autotune) and are left out of every figure; the rest
 are its *steady* steps, less the steps a kernel capture profiled (``Scoreboard.mark_profiled``:
-the profiler slows them, notes/measurement.md §2.4); the steps trained while the next change
+a profiler slows the steps it observes); the steps trained while the next change
 was being prepared (``preparing_since``: its workers were starting) end its figures. A
 figure that cannot be computed is ``None`` ("n/a"), never 0.
 Rows of finished segments are frozen (``Scoreboard``), so the step ring dropping old steps

@@ -1,4 +1,4 @@
-"""Record a Session's run to one SQLite file (DESIGN §9; tables in docs/recording-format.md).
+"""Record a Session's run to one SQLite file (tables in docs/recording-format.md).
 
 The link thread only enqueues (``Session.add_listener``); a dedicated writer thread commits
 batches every ``flush_s`` (or ``BATCH_ROWS`` messages) in WAL mode, so a crash or kill of the

@@ -2,7 +2,8 @@
 
 Kineto events carry Unix-epoch nanoseconds, NVML samples microseconds on a clock NVML leaves
 unspecified (epoch per the notes, ``CLOCK_BOOTTIME`` on some Linux drivers), while every
-step mark is ``perf_counter_ns`` (DESIGN.md §3). A clock is related to perf_counter by an
+step mark is ``perf_counter_ns`` (docs/design.md, "A step's marks"). A clock is related to
+perf_counter by an
 offset measured as a tight (perf, clock, perf) bracket. The system clock can be stepped by
 NTP, so callers re-measure the offset for every batch instead of caching it for the session.
 """

@@ -33,7 +33,7 @@ PROBE_TIMEOUT_S = 30.0
 MIN_PYTHON = (3, 10)
 MIN_TORCH = (2, 4)
 #: PyTorch's wheel index per CUDA family: cu128 covers compute capability 7.5–12.0,
-#: cu126 5.0–9.0 (notes/packaging.md §2, ComfyUI's torch-index-stacks).
+#: cu126 5.0–9.0 (the ``TORCH_CUDA_ARCH_LIST`` each index is built with).
 INDEX_URL = "https://download.pytorch.org/whl/{}"
 OK, WARN, BAD = "ok", "warn", "bad"
 _LEVEL_RANK = {OK: 0, WARN: 1, BAD: 2}

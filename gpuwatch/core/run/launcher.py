@@ -60,7 +60,7 @@ def runner_pythonpath(python: str, private_dir: Path) -> str:
 
     For our own interpreter that is the directory holding the package. Another interpreter
     (a user's torch environment) must not see our site-packages, so it gets a plain copy
-    of the runner's source (stdlib + torch only, DESIGN §1) in the session's private dir,
+    of the runner's source (stdlib + torch only) in the session's private dir,
     with ``gpuwatch.probe`` so a user's script run there can ``import gpuwatch.probe``.
     The runner itself is started with it by ``boot_code`` (never through ``PYTHONPATH``);
     ``child_env`` puts it on ``PYTHONPATH`` for the probe, which runs no user code.

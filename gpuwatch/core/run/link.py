@@ -1,4 +1,4 @@
-"""GUI side of the authenticated local link to the runner (DESIGN §2).
+"""GUI side of the authenticated local link to the runner (docs/design.md, "Lifecycle").
 
 A ``multiprocessing.connection`` Listener on an AF_UNIX socket inside a private 0700 temp
 dir (a named pipe on Windows), authenticated with a random 32-byte key that reaches the

@@ -39,7 +39,7 @@ from gpuwatch.core.run.clock import candidate_clocks, clock_offset_ns, guess_clo
 log = logging.getLogger(__name__)
 
 
-#: Said wherever the NVML utilization period is not known (DESIGN.md §4).
+#: Said wherever the NVML utilization period is not known (docs/design.md, "Coarse figures").
 PERIOD_UNKNOWN = "period unknown (1/6–1 s per NVML docs)"
 
 Jitter = Literal["uniform", "exponential"]

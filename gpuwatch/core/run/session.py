@@ -291,8 +291,11 @@ class Session:
         return self._capture_steps is not None and self._state is SessionState.RUNNING
 
     def request_capture(self, steps: int) -> None:
-        """Profile the next ``steps`` steps (DESIGN §4 kernel window); the result arrives as a
-        ``KernelWindow`` in ``kernel_windows()``, or as ``capture_error``."""
+        """Profile the next ``steps`` steps (docs/design.md, "Kernel capture").
+
+        The result arrives as a ``KernelWindow`` in ``kernel_windows()``, or as
+        ``capture_error``.
+        """
         if (
             isinstance(steps, bool)
             or not isinstance(steps, int)
@@ -913,7 +916,7 @@ class Session:
 
 #: What torch.profiler's C++ side prints on every kernel capture and means nothing to a user:
 #: Kineto's USDT start/stop probes, and a CUDA build on a machine without a GPU failing to count
-#: devices (notes/measurement.md, addendum).
+#: devices (CUDA error 35, ``cudaErrorInsufficientDriver``).
 _PROFILER_NOISE = re.compile(
     r"^(USDT:.*\] profiler_(start|stop)$"
     r"|ERROR:.*gpuGetDeviceCount failed with code 35$)"

@@ -2,8 +2,8 @@
 
 A workload supplies the pieces that differ between demos (data, model, loss); the loop in
 ``gpuwatch.runner.loop`` owns the step itself, so every workload is measured at exactly the same
-boundaries (DESIGN.md §4). The loader is built from plain knob values, so a knob change rebuilds
-it live without touching the loop.
+boundaries (docs/design.md, "A step's marks"). The loader is built from plain knob values, so
+a knob change rebuilds it live without touching the loop.
 
 This module imports no torch at import time: ``--help`` and argument errors stay instant.
 """

@@ -3,7 +3,8 @@
 ``storage_latency_ms`` sleeps per sample (a slow disk or network share: the process waits, the
 CPU idles) and ``augment_cost`` burns CPU per sample (a heavy augmentation: the CPU is busy).
 Workers fix the first by waiting in parallel and the second only as far as there are cores.
-The wrapper is a top-level class so spawned DataLoader workers can unpickle it (DESIGN §2).
+The wrapper is a top-level class so spawned DataLoader workers can unpickle it (``spawn`` on
+every OS).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ AdamW. On a GPU this is the territory of AMP, torch.compile and the fused optimi
 Tokens are made once in memory from the seed; nothing is downloaded.
 
 The dataset is a top-level picklable class, because DataLoader workers are started with
-``spawn`` on every OS (DESIGN.md §2).
+``spawn`` on every OS, as Windows has it.
 """
 
 from __future__ import annotations

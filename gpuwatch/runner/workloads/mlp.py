@@ -9,7 +9,7 @@ drains the queue every step (sync-bound): the gaps CUDA graphs / ``torch.compile
 larger ``log_every`` close (measurement.md §5).
 
 The dataset is a top-level picklable class, because DataLoader workers are started with
-``spawn`` on every OS (DESIGN.md §2).
+``spawn`` on every OS, as Windows has it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ MEAN = 0.18
 STD = 0.32
 
 #: Naive baseline: per-step ``.item()``, no workers. Sized so a CPU step takes tens of ms
-#: (DESIGN §6; measured on a 2-core CPU, 1 intra-op thread, in the issue notes) while each
+#: (measured on a 2-core CPU with 1 intra-op thread) while each
 #: matmul stays a microsecond-scale kernel on a GPU, where the step is launch/sync-bound.
 #: The other knobs start at ``knobs.NAIVE_DEFAULTS``.
 DEFAULTS: dict[str, Any] = {

@@ -7,8 +7,8 @@ crop, flip, colour jitter), like a folder of photos. With the naive baseline
 the step: the loop is input-bound, which the ``num_workers``/``pin_memory`` knobs visibly fix.
 
 What a DataLoader worker unpickles and runs (dataset, augmentation, collate) lives in
-``vision_data``, top-level and picklable because workers are started with ``spawn`` on every OS
-(DESIGN.md §2), and importing neither torchvision nor this module: a worker then starts in the
+``vision_data``, top-level and picklable because workers are started with ``spawn`` on every OS,
+and importing neither torchvision nor this module: a worker then starts in the
 time of ``import torch`` rather than that plus torchvision's (docs/performance.md §5).
 """
 

@@ -1,7 +1,8 @@
 """The ``vision`` demo's data pipeline: what a DataLoader worker unpickles and runs.
 
 This module imports only the standard library, torch and PIL (Pillow, which every torchvision
-install brings), never torchvision: a ``spawn`` worker (DESIGN.md §2) is a fresh interpreter that
+install brings), never torchvision: a ``spawn`` worker (the start method gpuwatch uses on every
+OS, as Windows has it) is a fresh interpreter that
 imports what unpickling its dataset needs, and torchvision's package ``__init__`` pulls
 ``torchvision.models`` → ``ops`` → all of ``torch._dynamo`` (5–6 s of a worker's start-up on the
 development machine, docs/performance.md §5). So JPEGs are decoded with PIL and the
