@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.core.figures import segments
 from gpuwatch.core.figures.segments import (
     Scoreboard,
     coarse_input,
     segment_stats,
     window_rates,
 )
-from gpuwatch.core.model.messages import ConfigChange
+from gpuwatch.core.model.messages import ConfigChange, Refusal, describe_change
 from gpuwatch.core.model.metrics import NVML_GPU_UTIL, NVML_POWER, PROC_CPU
 from gpuwatch.core.model.store import SeriesStore, StepStore, StepsView
 from gpuwatch.core.run.session import Session, SessionError
@@ -65,7 +64,7 @@ def change(
         t_ns=t_ns,
         first_step=first_step,
         warmup_steps=warmup,
-        label="baseline" if config_id == 0 else segments.describe_change(changed),
+        label="baseline" if config_id == 0 else describe_change(changed),
     )
 
 
@@ -287,7 +286,7 @@ def test_session_records_configs_answers_and_refusals() -> None:
         }
     )
     refusal = session.answer(8)
-    assert isinstance(refusal, segments.Refusal) and "integer" in refusal.message
+    assert isinstance(refusal, Refusal) and "integer" in refusal.message
     assert session.last_refusal is refusal
     assert any("refused" in line.text for line in session.drain_log())
     session.label_segment(1, "four workers")
