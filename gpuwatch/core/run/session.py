@@ -10,7 +10,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import enum
 import logging
 import math
 import os
@@ -31,9 +30,20 @@ from gpuwatch.core.figures.kernel_window import KernelWindow, KernelWindowError,
 from gpuwatch.core.figures.segments import BASELINE_LABEL, Scoreboard, SegmentStats
 from gpuwatch.core.model.liveness import Liveness, Transition
 from gpuwatch.core.model.log_buffer import LogBuffer, LogLine
-from gpuwatch.core.model.messages import ConfigChange, Refusal
+from gpuwatch.core.model.messages import (
+    ACTIVE_STATES,
+    CaptureFailed,
+    ChangeRefused,
+    ConfigApplied,
+    ConfigChange,
+    KernelWindowReady,
+    Refusal,
+    SessionState,
+    StateChanged,
+)
 from gpuwatch.core.model.store import DEFAULT_STEP_CAPACITY, SeriesStore, StepStore
 from gpuwatch.core.run import launcher, link
+from gpuwatch.core.run.run_model import RunModel
 from gpuwatch.core.run.samplers import (
     NvmlSampler,
     ProcessTreeSampler,
@@ -83,18 +93,6 @@ Listener = Callable[[dict[str, Any], int], None]
 
 class SessionError(RuntimeError):
     """A request the session cannot carry out now (e.g. no runner is connected)."""
-
-
-class SessionState(enum.Enum):
-    IDLE = "idle"
-    STARTING = "starting"
-    RUNNING = "running"
-    STOPPING = "stopping"
-    FINISHED = "finished"
-    FAILED = "failed"
-
-
-ACTIVE_STATES = frozenset({SessionState.STARTING, SessionState.RUNNING, SessionState.STOPPING})
 
 
 @dataclass(frozen=True)
@@ -175,6 +173,8 @@ class Session:
         #: with ``off``), in order: what is no longer measured, and why.
         self.instruments_off: list[str] = []
         self._listeners: list[Listener] = []
+        #: What views read of the run, and where they listen for its rare changes.
+        self.model = RunModel()
         self._state = SessionState.IDLE
         self._lock = threading.Lock()
         #: The script's output must reach the consumer whole (headless): when the log is full,
@@ -344,6 +344,7 @@ class Session:
             self.spec = spec
             self.liveness = Liveness(notice_s=self._no_step_notice_s, script=bool(spec.script))
             self._state = SessionState.STARTING
+        self._state_changed()
         what = f"script {spec.name!r}" if spec.script else f"workload {spec.workload!r}"
         self._info(
             f"starting {what} on {spec.device}: the runner imports "
@@ -383,9 +384,12 @@ class Session:
             if self._state not in ACTIVE_STATES or self._stop_requested.is_set():
                 return
             self._stop_requested.set()
-            if self._state is not SessionState.FAILED:
+            stopping = self._state is not SessionState.FAILED
+            if stopping:
                 self._state = SessionState.STOPPING
             self.stalled_at_stop_s = self.liveness.stalled_for(time.monotonic())
+        if stopping:
+            self._state_changed()
         self._info("stopping")
         self._spawn_thread("gpuwatch-stop", self._escalate_stop)
 
@@ -619,6 +623,7 @@ class Session:
                 self._answers[change.request] = change
         cost = f" in {change.apply_s:.2f} s" if change.apply_s >= 0.01 else ""
         self._info(f"config {change.id} applied{cost}: {change.label}")
+        self.model.emit(ConfigApplied(change))
 
     def _on_kernels(self, message: dict[str, Any]) -> None:
         """A capture window (or why there is none); its steps leave the scoreboard."""
@@ -628,9 +633,11 @@ class Session:
         except KernelWindowError as exc:
             self.capture_error = str(exc)
             self._log_line("warning", "gpuwatch", str(exc))
+            self.model.emit(CaptureFailed(self.capture_error))
             return
         if not window.ok:  # the runner logged the reason already
             self.capture_error = window.error or f"kernel capture {window.status}"
+            self.model.emit(CaptureFailed(self.capture_error))
             return
         recent = self.steps.snapshot(last=4096)
         configs = set(recent.config[np.isin(recent.step, window.perturbed)].tolist())
@@ -642,6 +649,7 @@ class Session:
         steps = f"{window.steps[0]}-{window.steps[-1]}" if window.steps else "none"
         summary = describe(window.summary(), window.device)
         self._info(f"kernel window over steps {steps}: {summary}")
+        self.model.emit(KernelWindowReady(window))
 
     def _on_knobs(self, message: dict[str, Any]) -> None:
         """The schema grew (a script declared a knob): show it, with its current value."""
@@ -690,6 +698,7 @@ class Session:
                 self._answers[refusal.request] = refusal
             self.last_refusal = refusal
         self._log_line("warning", "runner", f"change refused: {refusal.message}")
+        self.model.emit(ChangeRefused(refusal))
 
     def _on_hello(self, hello: dict[str, Any]) -> None:
         if hello["protocol"] != protocol.PROTOCOL_VERSION:
@@ -716,12 +725,17 @@ class Session:
                 else _initial_warmup(values or {}),
                 label=BASELINE_LABEL,
             )
+            first = self._changes[0]
+        self.model.emit(ConfigApplied(first))
         device = hello["device"]
         on_cpu = device.get("kind") != "cuda"
         self.steps.set_device_is_host(on_cpu)
         with self._lock:
-            if self._state is SessionState.STARTING:
+            connected = self._state is SessionState.STARTING
+            if connected:
                 self._state = SessionState.RUNNING
+        if connected:
+            self._state_changed()
         versions = hello.get("versions", {})
         self._info(
             f"runner pid {hello['pid']}: {hello['workload']} on {device.get('name')} "
@@ -815,6 +829,11 @@ class Session:
 
     def _announce(self, transition: Transition) -> None:
         self._log_line(transition.level, "gpuwatch", transition.text, notice=True)
+        self._state_changed()
+
+    def _state_changed(self) -> None:
+        """Tell the model's listeners the run's state (or its liveness) changed."""
+        self.model.emit(StateChanged(self._state))
 
     def typical_step_s(self) -> float | None:
         """The median duration of the last few steps (seconds), or None before any."""
@@ -870,6 +889,7 @@ class Session:
         self._log_line(level, "gpuwatch", f"runner {how}")
         self._cleanup_files()
         self._ended.set()
+        self._state_changed()
 
     def _script_exit_code(self) -> int | None:
         """The code a user's script ended with by itself (its bye), if it did."""
@@ -884,6 +904,7 @@ class Session:
             self._state = SessionState.FAILED
             self.error = message
         self._log_line("error", "gpuwatch", message)
+        self._state_changed()
 
     def _cleanup_files(self) -> None:
         if self._private_dir is not None:
