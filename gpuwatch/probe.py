@@ -42,7 +42,7 @@ imported wherever the training interpreter finds the gpuwatch package.
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 __all__ = ["active", "knob", "phase", "step"]
 
@@ -68,6 +68,9 @@ class Agent(Protocol):
 
 
 _agent: Agent | None = None
+
+#: A knob's value has its default's type: ``True`` declares a bool knob, ``4`` an int knob.
+_KnobValue = TypeVar("_KnobValue", bool, int, float, str)
 
 
 class _NoOp:
@@ -143,19 +146,21 @@ def phase(name: str) -> _Phase | _NoOp:
 
 def knob(
     name: str,
-    default: Any,
+    default: _KnobValue,
     *,
-    choices: list[Any] | tuple[Any, ...] | None = None,
+    choices: list[_KnobValue] | tuple[_KnobValue, ...] | None = None,
     min: float | None = None,
     max: float | None = None,
     help: str = "",
-) -> Any:
+) -> _KnobValue:
     """Declare a live knob and return its current value (``default`` without gpuwatch)."""
     entry = knob_entry(name, default, choices=choices, low=min, high=max, text=help)
     agent = _agent
     if agent is None:
         return default
-    return agent.knob(entry)
+    # The runner hands out only values it validated against ``entry`` (type, choices, limits).
+    value: _KnobValue = agent.knob(entry)
+    return value
 
 
 def knob_entry(

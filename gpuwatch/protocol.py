@@ -156,7 +156,7 @@ class ProtocolError(ValueError):
 def encode(kind: str, **fields: Any) -> bytes:
     """Serialize one message; raises ProtocolError rather than send something invalid."""
     message = {"kind": kind, **fields}
-    _check(message)
+    _checked(message)
     try:
         data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
@@ -176,7 +176,7 @@ def decode(data: bytes, *, allowed: frozenset[str] | None = None) -> dict[str, A
         )
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ProtocolError(f"not JSON: {exc}") from exc
-    _check(message)
+    message = _checked(message)
     if allowed is not None and message["kind"] not in allowed:
         raise ProtocolError(f"unexpected message kind {message['kind']!r}")
     return message
@@ -244,7 +244,8 @@ def shorten(text: str, limit: int) -> str:
     return f"{text[:keep]} … [{cut:,} characters cut by gpuwatch] … {text[len(text) - keep :]}"
 
 
-def _check(message: Any) -> None:
+def _checked(message: object) -> dict[str, Any]:
+    """``message`` itself once it is an object with its kind's fields, else ``ProtocolError``."""
     if not isinstance(message, dict):
         raise ProtocolError("message is not a JSON object")
     kind = message.get("kind")
@@ -263,6 +264,7 @@ def _check(message: Any) -> None:
         _check_mark_rows(message["device"], "device")
     elif kind == "kernels":
         _check_columns(message, ("type", "name", "stream", "start", "end"))
+    return message
 
 
 def _check_steps(message: dict[str, Any]) -> None:

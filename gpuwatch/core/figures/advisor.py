@@ -452,7 +452,7 @@ def _loop_rules(row: SegmentStats, knobs: _Knobs, ctx: Context) -> list[Finding]
 
 
 def _device_rules(row: SegmentStats, knobs: _Knobs, ctx: Context) -> list[Finding]:
-    out = []
+    out: list[Finding] = []
     busy = share(row, "device busy")
     idle = share(row, "device idle")
     if busy is None or idle is None:

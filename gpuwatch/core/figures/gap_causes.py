@@ -85,7 +85,8 @@ assert len(PHASES) + 1 == N_MARKS == len(ALL_PHASES), "one interval per mark, `o
 
 def cause_of_host_state(host_state: np.ndarray) -> np.ndarray:
     """The cause index (into ``CAUSES``) device idle time gets from each host state."""
-    return _CAUSE_OF_HOST[np.asarray(host_state)]
+    causes: np.ndarray = _CAUSE_OF_HOST[np.asarray(host_state)]
+    return causes
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,7 @@ def time_split(
         else np.zeros(N_HOST)
     )
     host_ns[HOST_NONE] = 0.0
-    device_ns = np.zeros(N_DEVICE)
+    device_ns: np.ndarray = np.zeros(N_DEVICE)
     if len(hb) < 2:
         e = np.empty(0, np.int64)
         return TimeSplit(e, e.copy(), np.empty(0, np.int8), device_ns, host_ns)

@@ -222,7 +222,8 @@ class KernelWindow:
 
     def device_mask(self) -> np.ndarray:
         """Events that occupy the device: GPU activities on CUDA, CPU ops on a CPU."""
-        return self.kind != CPU_OP if self.device == "cuda" else self.kind == CPU_OP
+        mask: np.ndarray = self.kind != CPU_OP if self.device == "cuda" else self.kind == CPU_OP
+        return mask
 
     def busy_spans(self) -> tuple[np.ndarray, np.ndarray]:
         """Union of the device events' intervals over all streams, clipped to the window."""

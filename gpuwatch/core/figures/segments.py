@@ -163,7 +163,8 @@ def window_rates(
         keep[-1] = False
     if drop is not None and drop.any():
         keep &= np.add.reduceat(drop.astype(np.int64), first) == 0
-    return sums[keep] * 1e9 / spans[keep]
+    rates: np.ndarray = sums[keep] * 1e9 / spans[keep]
+    return rates
 
 
 def segment_stats(

@@ -52,6 +52,11 @@ LOOKBACK_NS = 100_000_000
 #: ran dry and the runner skipped it): its bins become final, its device time unknown.
 DEVICE_MARK_WAIT_NS = 2_000_000_000
 
+#: What the bins were built for: the store's identity, the time origin and the bin width.
+_BinsKey = tuple[int, int, int]
+#: A knob change as far as the reconfigure cause goes: id, changed, first step, warm-up steps.
+_Transition = tuple[int, bool, int, int]
+
 
 def bin_width_ns(px_ns: float) -> int:
     """The bin width for a pixel column of ``px_ns``: a power of two (so small zooms and
@@ -73,7 +78,8 @@ class Columns:
     share: np.ndarray  # (len(ROWS), n_columns)
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return self.share[ROW[name]]
+        row: np.ndarray = self.share[ROW[name]]
+        return row
 
     @property
     def n_steps(self) -> int:
@@ -84,8 +90,8 @@ class TimelineBins:
     """Lane occupancy in bins of one width, updated from a ``StepStore`` frame by frame."""
 
     def __init__(self) -> None:
-        self._key: tuple | None = None
-        self._transitions: tuple = ()
+        self._key: _BinsKey | None = None
+        self._transitions: tuple[_Transition, ...] = ()
         self.width_ns = 1
         self._origin = 0
         self._k0 = 0  # index of the first bin held
@@ -190,7 +196,7 @@ class TimelineBins:
 
     # ---- internals --------------------------------------------------------------------
 
-    def _reset(self, key: tuple, origin_ns: int, width: int, k_lo: int) -> None:
+    def _reset(self, key: _BinsKey, origin_ns: int, width: int, k_lo: int) -> None:
         self._key = key
         self._origin = origin_ns
         self.width_ns = width

@@ -180,11 +180,14 @@ class StepStore:
         """A copy of logical rows ``[lo, hi)`` of a ring column whose oldest row is ``start``."""
         a, b = start + lo, start + hi
         cap = self.capacity
+        rows: np.ndarray
         if b <= cap:
-            return column[a:b].copy()
-        if a >= cap:
-            return column[a - cap : b - cap].copy()
-        return np.concatenate((column[a:], column[: b - cap]))
+            rows = column[a:b].copy()
+        elif a >= cap:
+            rows = column[a - cap : b - cap].copy()
+        else:
+            rows = np.concatenate((column[a:], column[: b - cap]))
+        return rows
 
 
 @dataclass(frozen=True)
