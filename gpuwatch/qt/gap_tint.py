@@ -6,7 +6,6 @@ re-colours it with everything else.
 
 from __future__ import annotations
 
-import numpy as np
 from PySide6.QtGui import QColor
 
 from gpuwatch.qt import palette
@@ -29,12 +28,6 @@ CAUSE_TIPS = {
     "reconfigure": "a knob change being applied (and its transition steps)",
     "other": "loop overhead and anything else",
 }
-
-
-def present_causes(spans: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[str, ...]:
-    """Causes with something drawn, most visible time first (the legend's order)."""
-    totals = {c: float(np.sum(e - s)) for c, (s, e) in spans.items() if len(s)}
-    return tuple(sorted(totals, key=lambda c: -totals[c]))
 
 
 def legend(causes: tuple[str, ...]) -> str:

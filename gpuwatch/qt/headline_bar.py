@@ -1,37 +1,23 @@
 """Headline figures over the last few seconds, each with a one-sentence tooltip.
 
 Figures are refreshed a few times a second, not at the 30 fps redraw rate: numbers that
-change every frame cannot be read. Unknown figures read "—", never 0.
+change every frame cannot be read. Unknown figures read "—", never 0. The figures come from
+the frame presenter (``gpuwatch.core.figures.frame.headline_figures``), the same function the
+headless summary and the render bench read.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QMouseEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
+from gpuwatch.core.figures.frame import HeadlineFigures
 from gpuwatch.qt.help_view import HELP_SECTION_PROPERTY, TOOLTIP_HINT
 
+__all__ = ["DASH", "HeadlineBar", "HeadlineFigures"]
+
 DASH = "—"
-
-
-@dataclass(frozen=True)
-class HeadlineFigures:
-    """What the bar shows; ``None`` means unknown."""
-
-    window_s: float
-    samples_per_s: float | None = None
-    step_ms_p50: float | None = None
-    step_ms_p95: float | None = None
-    busy_pct: float | None = None
-    coarse_pct: float | None = None
-    coarse_short: str = "NVML"  # "NVML" | "runner CPU"
-    coarse_same_pct: float | None = None  # coarse % over the periods our marks cover...
-    busy_same_pct: float | None = None  # ...and our busy % over exactly those periods
-    top_phases: tuple[tuple[str, float], ...] = ()
-    device_kind: str | None = None
 
 
 class _Figure(QWidget):

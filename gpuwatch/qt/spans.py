@@ -1,27 +1,22 @@
-"""Drawing maths of the views (numpy only, no Qt): spans cut to the visible window, when a
-window is dense, step series and time-weighted means.
+"""Drawing maths of the views (numpy only, no Qt): samples as step series.
 
-Kept apart from the widgets so it is testable without a display. Dense windows are
-aggregated per pixel column by ``gpuwatch.core.figures.timeline_bins``.
+Kept apart from the widgets so it is testable without a display. The figures the views
+draw (spans cut to the view, when a view is dense, time-weighted means) are the frame
+presenter's (``gpuwatch.core.figures.frame``), re-exported here for the views' callers.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-#: Above this many spans per pixel the timeline draws per-column occupancy, not spans.
-DENSE_SPANS_PER_PIXEL = 0.5
+from gpuwatch.core.figures.frame import (
+    DENSE_SPANS_PER_PIXEL,
+    clip_to_window,
+    is_dense,
+    weighted_mean,
+)
 
-
-def clip_to_window(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """Spans overlapping ``[lo, hi]`` (not trimmed: the view clips the drawing)."""
-    keep = (e >= lo) & (s <= hi)
-    return s[keep], e[keep]
-
-
-def is_dense(n_spans: int, width_px: float) -> bool:
-    """Too many spans to draw one by one: about one per pixel or more."""
-    return n_spans > DENSE_SPANS_PER_PIXEL * max(width_px, 1.0)
+__all__ = ["DENSE_SPANS_PER_PIXEL", "clip_to_window", "is_dense", "step_series", "weighted_mean"]
 
 
 def step_series(
@@ -46,15 +41,3 @@ def step_series(
     if n > 1:
         connect[1:-1:2] = np.abs(t0[1:] - t1[:-1]) <= tolerance
     return x, y, connect
-
-
-def weighted_mean(
-    w0: np.ndarray, w1: np.ndarray, value: np.ndarray, lo: float, hi: float
-) -> float | None:
-    """Time-weighted mean of per-window values over the part of each window in [lo, hi]."""
-    a, b = np.maximum(w0, lo), np.minimum(w1, hi)
-    weight = np.clip(b - a, 0, None).astype(np.float64)
-    ok = np.isfinite(value) & (weight > 0)
-    if not ok.any():
-        return None
-    return float(np.average(value[ok], weights=weight[ok]))

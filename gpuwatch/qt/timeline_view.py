@@ -1,5 +1,6 @@
 """Timeline lanes: host phases (one lane each, or three merged on stage), and a device lane
-with its idle gaps tinted.
+with its idle gaps tinted, drawn from a ``TimelineFrame`` (``gpuwatch.core.figures.frame``
+computes what is drawn; this module only draws it).
 
 One ``BarGraphItem`` per category with one shared brush and no pen, so pyqtgraph draws all
 its rectangles in a single ``drawRects`` call (the fast path; per-bar brushes are ~50x
@@ -15,16 +16,24 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 from PySide6.QtGui import QPainterPath
 
-from gpuwatch.core.figures.analysis import gaps, phase_spans
-from gpuwatch.core.figures.gap_causes import CAUSES, CausedIdle, runs
-from gpuwatch.core.figures.timeline_bins import Columns, columns_of
+from gpuwatch.core.figures.analysis import Spans
+from gpuwatch.core.figures.frame import (
+    DenseLanes,
+    SparseLanes,
+    TimelineFrame,
+    dense_lanes,
+    idle_in_view,
+    present_causes,
+    steps_frame,
+)
+from gpuwatch.core.figures.gap_causes import CAUSES, CausedIdle
+from gpuwatch.core.figures.timeline_bins import Columns
 from gpuwatch.core.model.messages import ConfigChange
 from gpuwatch.core.model.store import StepsView
 from gpuwatch.protocol import ALL_PHASES
 from gpuwatch.qt import palette
 from gpuwatch.qt.dense_lanes import CLEAR, DenseLanesItem, Lane, render, rgba
-from gpuwatch.qt.gap_tint import CAUSE_COLORS, present_causes
-from gpuwatch.qt.spans import clip_to_window, is_dense
+from gpuwatch.qt.gap_tint import CAUSE_COLORS
 
 #: Host lanes as (name, phases drawn in it), top to bottom, above the device lane (which sits
 #: next to the utilization plot below): one lane per phase at the desk...
@@ -169,42 +178,72 @@ class TimelineView(pg.PlotWidget):
         self.plot_item.getAxis("left").setTicks([ticks, []])
         self.plot_item.setYRange(-0.6, n - 0.4, padding=0)
 
+    def show_frame(self, frame: TimelineFrame) -> None:
+        """Draw the timeline of ``frame``: per pixel column (dense) or span by span."""
+        self.set_device_kind(frame.device_kind)
+        if frame.dense is not None:
+            self._draw_dense(frame.dense, frame.t0_ns, frame.lo_ns, frame.hi_ns)
+        elif frame.sparse is not None:
+            self._draw_sparse(frame.sparse, frame.t0_ns, frame.lo_ns, frame.hi_ns, frame.px_ns)
+        if frame.causes_shown is not None:
+            self.causes_shown = frame.causes_shown
+
     def show_steps(
         self,
         view: StepsView,
-        active: tuple[np.ndarray, np.ndarray],
+        active: Spans,
         t0_ns: int,
         lo_ns: int,
         hi_ns: int,
         *,
         changes: Sequence[ConfigChange] = (),
     ) -> None:
-        """Redraw every lane for the visible window ``[lo_ns, hi_ns]`` from ``view``.
+        """Redraw every lane for the visible window ``[lo_ns, hi_ns]`` from ``view`` (a
+        one-off drawing: the window draws the frames of its ``FramePresenter``).
 
         ``active`` are the merged device spans of ``view`` (``analysis.active_spans``);
-        ``changes`` the run's knob changes (their transitions tint as *reconfigure*).
-
-        Sparse data is drawn span by span (each at least a pixel wide, so a 20 us sync
-        phase stays visible). Dense data (more spans than half the pixels) is drawn per
-        pixel column (``show_columns``). The window draws dense data from its incremental
-        ``TimelineBins`` instead of calling this with every visible step.
+        ``changes`` the run's knob changes (their transitions tint as *reconfigure*). Dense
+        data (more spans than half the pixels) is drawn per pixel column.
         """
-        width_px = self.width_px()
-        in_window = (view.host[:, -1] >= lo_ns) & (view.host[:, 0] <= hi_ns)
-        if is_dense(int(in_window.sum()), width_px):
-            self.show_columns(
-                columns_of(view, changes, lo_ns, hi_ns, int(np.ceil(width_px))), t0_ns, lo_ns, hi_ns
+        self.show_frame(
+            steps_frame(
+                view,
+                changes,
+                t0_ns=t0_ns,
+                lo_ns=lo_ns,
+                hi_ns=hi_ns,
+                width_px=self.width_px(),
+                device_kind=self._device_kind,
+                active=active,
             )
+        )
+
+    def show_gap_causes(self, idle: CausedIdle, t0_ns: int, lo_ns: int, hi_ns: int) -> None:
+        """Tint the sparse device lane's idle gaps by cause (call right after ``show_steps``;
+        a dense view was tinted per pixel column already)."""
+        if self.dense:
             return
+        spans = idle_in_view(idle, lo_ns, hi_ns)
+        self._tint(spans, t0_ns, (hi_ns - lo_ns) / self.width_px())
+        self.causes_shown = present_causes(spans)
+
+    def show_columns(self, cols: Columns, t0_ns: int, lo_ns: int, hi_ns: int) -> None:
+        """Draw dense data given per pixel column (``TimelineBins.columns``)."""
+        lanes, shown = dense_lanes(cols)
+        self._draw_dense(lanes, t0_ns, lo_ns, hi_ns)
+        self.causes_shown = shown
+
+    def _draw_sparse(
+        self, lanes: SparseLanes, t0_ns: int, lo_ns: int, hi_ns: int, px_ns: float
+    ) -> None:
+        """Span by span, each at least a pixel wide (so a 20 us sync phase stays visible)."""
         self.dense = False
         self.dense_lanes.setVisible(False)
-        px_ns = (hi_ns - lo_ns) / width_px
         self._shade_lanes(t0_ns, lo_ns, hi_ns)
         empty = np.empty(0)
-        spans_of = phase_spans(view)
         for row, (_, phases) in enumerate(self.host_lanes):
             for name in phases:
-                s, e = clip_to_window(*spans_of[name], lo_ns, hi_ns)
+                s, e = lanes.phases[name]
                 self.phase_bars[name].set_spans(
                     _to_s(s, t0_ns),
                     _to_s(np.maximum(e, s + px_ns), t0_ns),
@@ -212,35 +251,23 @@ class TimelineView(pg.PlotWidget):
                     BAR_HEIGHT,
                 )
                 self.phase_backing[name].set_spans(empty, empty, 0.0, BAR_HEIGHT)
-        s, e = clip_to_window(*active, lo_ns, hi_ns)
+        s, e = lanes.active
         y = lane_y(self.n_lanes - 1, self.n_lanes)
         self.device_bars.set_spans(
             _to_s(s, t0_ns), _to_s(np.maximum(e, s + px_ns), t0_ns), y, BAR_HEIGHT
         )
-        g0, g1 = gaps(s, e)
+        g0, g1 = lanes.gaps
         pad = (1 - BAR_HEIGHT) / 4
         self.gap_bars.set_spans(_to_s(g0, t0_ns), _to_s(g1, t0_ns), y - pad, BAR_HEIGHT + 2 * pad)
+        if lanes.idle is not None:
+            self._tint(lanes.idle, t0_ns, px_ns)
 
-    def show_gap_causes(self, idle: CausedIdle, t0_ns: int, lo_ns: int, hi_ns: int) -> None:
-        """Tint the device lane's idle gaps by cause (call right after ``show_steps``).
-
-        The tint takes the plain gap tint's place and geometry. A dense view was tinted by
-        ``show_columns`` already (one colour per pixel column: the cause with most idle time
-        in it), so only a sparse view is tinted here, span by span.
-        """
-        if self.dense:
-            return
-        px_ns = (hi_ns - lo_ns) / self.width_px()
-        spans = {c: clip_to_window(*idle.spans(c), lo_ns, hi_ns) for c in CAUSES}
-        self._tint(spans, t0_ns, px_ns)
-
-    def show_columns(self, cols: Columns, t0_ns: int, lo_ns: int, hi_ns: int) -> None:
-        """Draw dense data: per pixel column and lane, a bar whose height is the share of
-        the column the lane was active, so the duty cycle stays readable at any rate.
+    def _draw_dense(self, lanes: DenseLanes, t0_ns: int, lo_ns: int, hi_ns: int) -> None:
+        """Dense data: per pixel column and lane, a bar whose height is the share of the
+        column the lane was active, so the duty cycle stays readable at any rate.
 
         Phases sharing a lane stack, over the pale colour of the lane's first phase present;
-        the device lane's idle columns (not fully active, between the first and last
-        activity) are tinted by the cause with most idle time in them. All of it is one
+        the device lane's idle columns are tinted by their main cause. All of it is one
         image (``DenseLanesItem``): far cheaper to paint than a bar per column.
         """
         self.dense = True
@@ -254,49 +281,42 @@ class TimelineView(pg.PlotWidget):
             *self.cause_bars.values(),
         ):
             bars.set_spans(empty, empty, 0.0, BAR_HEIGHT)
+        cols = lanes.columns
         n = len(cols.c0)
-        lanes = []
+        image_lanes = []
         for _, phases in self.host_lanes:
             backing = np.full(n, CLEAR, np.uint32)
             for name in reversed(phases):  # the first phase present wins
                 backing = np.where(
                     cols[name] > 0, np.uint32(_color(self.phase_backing[name])), backing
                 )
-            lanes.append(
+            image_lanes.append(
                 Lane(
                     [cols[name] for name in phases],
                     [_color(self.phase_bars[name]) for name in phases],
                     backing,
                 )
             )
-        active = cols["active"]
-        idle = np.zeros(n, bool)
-        where = np.flatnonzero(active > 0)
-        if len(where):
-            idle[where[0] : where[-1] + 1] = active[where[0] : where[-1] + 1] < 1.0
-        shares = np.vstack([cols[f"idle:{c}"] for c in CAUSES])
-        top = np.argmax(shares, axis=0)
-        caused = shares.sum(axis=0) > 0
-        tint = np.where(idle, np.uint32(_color(self.gap_bars)), np.uint32(CLEAR))
+        tint = np.where(lanes.device_idle, np.uint32(_color(self.gap_bars)), np.uint32(CLEAR))
         for i, cause in enumerate(CAUSES):
-            tint = np.where(caused & (top == i), np.uint32(_color(self.cause_bars[cause])), tint)
-        lanes.append(
-            Lane([active], [_color(self.device_bars)], tint, backing_pad=(1 - BAR_HEIGHT) / 4)
+            tint = np.where(lanes.idle_cause == i, np.uint32(_color(self.cause_bars[cause])), tint)
+        image_lanes.append(
+            Lane(
+                [cols["active"]],
+                [_color(self.device_bars)],
+                tint,
+                backing_pad=(1 - BAR_HEIGHT) / 4,
+            )
         )
         rows = max(int(self.plot_item.getViewBox().height() / (self.n_lanes + 0.2)), 4)
         self.dense_lanes.show_pixels(
-            render(lanes, n, rows, BAR_HEIGHT),
+            render(image_lanes, n, rows, BAR_HEIGHT),
             (cols.c0[0] - t0_ns) / 1e9 if n else 0.0,
             (cols.c1[-1] - t0_ns) / 1e9 if n else 0.0,
             self.n_lanes,
         )
-        self.causes_shown = present_causes(
-            {c: _column_runs(caused & (top == i), cols.c0, cols.c1) for i, c in enumerate(CAUSES)}
-        )
 
-    def _tint(
-        self, spans: dict[str, tuple[np.ndarray, np.ndarray]], t0_ns: int, px_ns: float
-    ) -> None:
+    def _tint(self, spans: dict[str, Spans], t0_ns: int, px_ns: float) -> None:
         """Cause bars at the gap tint's place (each at least ``px_ns`` wide); the plain gap
         tint shows only where no cause is drawn."""
         y, height = self.gap_bars.opts["y0"], self.gap_bars.opts["height"]
@@ -304,8 +324,8 @@ class TimelineView(pg.PlotWidget):
             self.cause_bars[cause].set_spans(
                 _to_s(s, t0_ns), _to_s(np.maximum(e, s + px_ns), t0_ns), y, height
             )
-        self.causes_shown = present_causes(spans)
-        self.gap_bars.setVisible(not self.causes_shown)  # the tint replaces the plain one
+        # the tint replaces the plain one
+        self.gap_bars.setVisible(not any(len(s) for s, _ in spans.values()))
 
     def dense_share(self, row: int, bars: SpanBars) -> np.ndarray:
         """Per column of the dense image, the share of lane ``row``'s bar drawn in ``bars``'s
@@ -335,11 +355,6 @@ class TimelineView(pg.PlotWidget):
 def _to_s(t: np.ndarray, t0_ns: int) -> np.ndarray:
     """ns on the host axis → seconds since the session's origin (the x axis)."""
     return (np.asarray(t) - t0_ns) / 1e9
-
-
-def _column_runs(mask: np.ndarray, c0: np.ndarray, c1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Runs of neighbouring pixel columns where ``mask`` holds (columns are contiguous)."""
-    return runs(np.append(c0, c1[-1:]), mask)
 
 
 def _color(bars: SpanBars) -> int:

@@ -3,75 +3,26 @@
 On CUDA the coarse figure is NVML GPU utilization; on a CPU device (or without NVML) it is
 the runner process tree's CPU %. Both are drawn as step series over each sample's real
 period, never interpolated, because a coarse sample says nothing about where inside its
-period the work happened.
+period the work happened. Which metric is shown (``choose_coarse``) and the busy % beside it
+come from the frame presenter (``gpuwatch.core.figures.frame``); this module draws them.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from gpuwatch.core.model.metrics import NVML_GPU_UTIL, PROC_CPU
-from gpuwatch.core.model.store import MetricStatus, SeriesView
+from gpuwatch.core.figures.frame import CoarseChoice, UtilizationFrame, choose_coarse
+from gpuwatch.core.model.store import SeriesView
 from gpuwatch.qt import palette
 from gpuwatch.qt.spans import step_series
 from gpuwatch.qt.theme import theme_manager
 from gpuwatch.qt.timeline_view import style_plot
 
-
-@dataclass(frozen=True)
-class CoarseChoice:
-    """Which coarse metric to show and how to name it and the busy % beside it."""
-
-    metric: str
-    coarse_label: str
-    busy_label: str
-    short: str  # in headline sentences: "NVML", "runner CPU"
-    notes: tuple[str, ...]  # honest "n/a — reason" lines
-
-
-def choose_coarse(statuses: dict[str, MetricStatus], device_kind: str | None) -> CoarseChoice:
-    """NVML on a CUDA device when it is readable; otherwise the runner's CPU %."""
-    nvml = statuses.get(NVML_GPU_UTIL)
-    nvml_ok = nvml is not None and nvml.available
-    notes: list[str] = []
-    if nvml_ok and device_kind in ("cuda", None):
-        period = f"period {nvml.period_s * 1e3:.0f} ms" if nvml.period_s else "period unknown"
-        return CoarseChoice(
-            NVML_GPU_UTIL,
-            f"NVML GPU util (whole device, {period})",
-            "busy % from our marks (stream active, upper bound)",
-            "NVML",
-            (),
-        )
-    if nvml is None and device_kind == "cpu":
-        notes.append("NVML: n/a — the runner trains on the CPU")
-    elif nvml is None:
-        notes.append("NVML: n/a — no reading yet (it starts once the runner reports a CUDA device)")
-    elif not nvml.available:
-        notes.append(f"NVML: n/a — {nvml.reason or 'unsupported here'}")
-    else:
-        notes.append("NVML: not shown — the runner trains on the CPU")
-    cpu = statuses.get(PROC_CPU)
-    period = f"period {cpu.period_s:g} s" if cpu is not None and cpu.period_s else "1 s periods"
-    if cpu is not None and not cpu.available:
-        notes.append(f"runner CPU: n/a — {cpu.reason or 'unsupported here'}")
-    busy = (
-        "busy % from our marks (stream active, upper bound)"
-        if device_kind == "cuda"
-        else "compute busy % (host spans)"
-    )
-    return CoarseChoice(
-        PROC_CPU,
-        f"runner CPU % (process tree, % of one core, {period})",
-        busy,
-        "runner CPU",
-        tuple(notes),
-    )
+__all__ = ["CoarseChoice", "UtilizationView", "choose_coarse", "series_point_count"]
 
 
 class UtilizationView(QWidget):
@@ -128,6 +79,10 @@ class UtilizationView(QWidget):
         self.choice = None
         if compact:
             self.note_label.hide()
+
+    def show_frame(self, frame: UtilizationFrame) -> None:
+        """Draw the utilization of one frame (``FramePresenter.plots``)."""
+        self.show_data(frame.choice, frame.coarse, frame.busy, frame.t0_ns)
 
     def show_data(
         self, choice: CoarseChoice, coarse: SeriesView, busy: np.ndarray, t0_ns: int
