@@ -11,7 +11,8 @@ sampler does. The window follows "now" with its default 30 s visible; the genera
 A frame is one tick of the window's redraw timer plus the paint it causes (posted paint
 events are flushed right after the tick, so the paint is timed inside the frame). Reported:
 frame time p50/p95/max, frames dropped (periods of the nominal 33 ms clock without a frame),
-and this process's CPU % (all its threads: window, link reading, samples).
+and this process's CPU % (all its threads: window, link reading, samples); then the headline
+figures at the end, from the frame presenter's function the window and headless read.
 Nothing here runs a GPU: the device marks and utilization are made up.
 """
 
@@ -34,6 +35,8 @@ import numpy as np
 import psutil
 from PySide6.QtCore import QCoreApplication, QTimer
 
+from gpuwatch.core.figures.frame import HeadlineFigures, RunData, headline_figures
+from gpuwatch.core.figures.timeline_bins import TimelineBins
 from gpuwatch.core.model.metrics import NVML_GPU_UTIL, PROC_CPU
 from gpuwatch.core.model.store import MetricStatus
 from gpuwatch.core.run.session import Session, SessionState
@@ -207,13 +210,45 @@ class FrameClock:
         return max(0, round(duration_s * 1e3 / REDRAW_MS) - len(self.frames_ms))
 
 
+def window_bins(window: MainWindow) -> TimelineBins:
+    """The timeline bins the window draws from (its frame presenter's)."""
+    presenter = getattr(window, "presenter", None)
+    return presenter.bins if presenter is not None else window.bins
+
+
 def filled_share(window: MainWindow) -> float:
     """Share of the visible window's pixel columns that show steps (the step ring holds 13 s
     at 10,000 steps/s; the timeline's bins keep what it dropped)."""
     lo_s, hi_s = window.timeline.getPlotItem().getViewBox().viewRange()[0]
     t0 = window.session.t0_ns
-    cols = window.bins.columns(t0 + int(lo_s * S), t0 + int(hi_s * S), 300)
+    cols = window_bins(window).columns(t0 + int(lo_s * S), t0 + int(hi_s * S), 300)
     return float(np.mean(cols["steps"] > 0))
+
+
+def headline_now(session: Session) -> tuple[HeadlineFigures, float]:
+    """The window's headline figures from the frame presenter's function, now, and what one
+    computation costs (ms, the median of 5: the window refreshes them ~4 times a second)."""
+    costs = []
+    for _ in range(5):
+        started = time.perf_counter()
+        figures = headline_figures(RunData.of(session), time.perf_counter_ns())
+        costs.append((time.perf_counter() - started) * 1e3)
+    return figures, machine.percentile(costs, 50)
+
+
+def headline_text(f: HeadlineFigures, cost_ms: float) -> str:
+    """One line of the headline figures, as the window's bar shows them."""
+
+    def num(value: float | None, fmt: str) -> str:
+        return "—" if value is None else fmt.format(value)
+
+    return (
+        f"headline over {f.window_s:g} s: {num(f.samples_per_s, '{:,.0f}')} samples/s, step "
+        f"{num(f.step_ms_p50, '{:.2f}')} ms, busy {num(f.busy_pct, '{:.0f}%')}, "
+        f"{f.coarse_short} {num(f.coarse_pct, '{:.0f}%')}; same periods: {f.coarse_short} "
+        f"{num(f.coarse_same_pct, '{:.0f}%')} vs busy {num(f.busy_same_pct, '{:.0f}%')} "
+        f"({cost_ms:.1f} ms to compute)"
+    )
 
 
 def run_rate(app: Any, rate: float, seconds: float, size: tuple[int, int]) -> dict[str, Any]:
@@ -247,6 +282,7 @@ def run_rate(app: Any, rate: float, seconds: float, size: tuple[int, int]) -> di
     clock.recording = False
     wall = time.perf_counter() - wall0
     cpu1 = proc.cpu_times()
+    figures, headline_ms = headline_now(session)
     run.stop()
     cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
     frames = clock.frames_ms
@@ -265,6 +301,7 @@ def run_rate(app: Any, rate: float, seconds: float, size: tuple[int, int]) -> di
         "stored": len(session.steps.snapshot()),
         "interval_ms": window.timer.interval(),
         "filled": filled_share(window),
+        "headline": headline_text(figures, headline_ms),
     }
     window.session.close = lambda *a, **k: None  # type: ignore[method-assign]  # never started
     window.close()
@@ -310,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['dropped']:7d} {r['cpu_pct']:9.1f} {r['interval_ms']:8d} {r['stored']:7d} "
             f"{r['filled']:6.0%} {r['cpu50']:7.1f} {r['cpu95']:7.1f}  {verdict}"
         )
+        print(f"#   {r['headline']}")
         sys.stdout.flush()
     print(
         "# frame times are wall clock (tick + paint); cpu p50/p95: the GUI thread's CPU time "

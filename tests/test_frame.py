@@ -392,3 +392,114 @@ def test_run_data_reads_a_session_like_source() -> None:
     data = RunData.of(run)
     assert data.steps is run.steps and data.coarse is run.coarse
     assert data.changes == tuple(run.changes) and data.device_kind == "cuda"
+
+
+# ---- The window draws what the presenter computes ------------------------------------------
+
+
+def _drawn(win) -> dict:
+    """What the window's timeline, utilization plot and headline show now."""
+    timeline, util = win.timeline, win.utilization
+    bars = {
+        **{f"phase:{n}": b for n, b in timeline.phase_bars.items()},
+        **{f"backing:{n}": b for n, b in timeline.phase_backing.items()},
+        **{f"cause:{c}": b for c, b in timeline.cause_bars.items()},
+        "device": timeline.device_bars,
+        "gap": timeline.gap_bars,
+    }
+    drawn = {
+        name: (np.asarray(b.opts["x0"]).tolist(), np.asarray(b.opts["x1"]).tolist())
+        for name, b in bars.items()
+    }
+    drawn["gap visible"] = timeline.gap_bars.isVisible()
+    drawn["dense"] = timeline.dense
+    drawn["pixels"] = timeline.dense_lanes.pixels.tolist() if timeline.dense else None
+    drawn["causes"] = timeline.causes_shown
+    for name, curve in (("coarse", util.coarse_curve), ("busy", util.busy_curve)):
+        x, y = curve.getData()
+        drawn[name] = (np.asarray(x).tolist(), np.asarray(y).tolist())
+    drawn["legend"] = util.legend_texts()
+    return drawn
+
+
+def _feed(session, dense: bool) -> None:
+    """A finished "CUDA" run written straight into the session's stores."""
+    session.hello = {"device": {"kind": "cuda", "name": "SIMULATED GPU"}, "workload": "x"}
+    n, step_ns = (40_000, 0.5 * MS) if dense else (300, 50 * MS)
+    host = jittered_marks(session.t0_ns + S, n, step_ns)
+    session.steps.append(list(range(n)), [0] * n, [SAMPLES] * n, host.tolist())
+    marked = [i for i in range(n) if i % 97 != 5]
+    session.steps.set_device_marks(marked, (host[marked] + 200_000).tolist())
+    period = S // 6
+    t0s = np.arange(session.t0_ns, int(host[-1, -1]) + period, period, dtype=np.int64)
+    session.coarse.set_status(
+        MetricStatus(NVML_GPU_UTIL, "NVML GPU utilization", "%", True, period_s=1 / 6)
+    )
+    values = np.random.default_rng(5).uniform(30, 95, len(t0s))
+    session.coarse.append_many(
+        NVML_GPU_UTIL, t0s.tolist(), (t0s + period).tolist(), values.tolist()
+    )
+
+
+@pytest.mark.parametrize("dense", [False, True], ids=["sparse", "dense"])
+def test_the_window_draws_and_shows_what_the_presenter_computes(show_window, dense) -> None:
+    """The window's own frame and headline, then the same widgets redrawn from a fresh
+    presenter's frame: the same pixels, spans, curves and figures."""
+    from gpuwatch.core.run.session import Session
+
+    session = Session(sample_coarse=False)
+    _feed(session, dense)
+    win = show_window(session)
+    win.timer.stop()
+    for _ in range(8):  # a full round of ticks: the headline is refreshed in one of them
+        win.redraw_now()
+    assert win.timeline.dense is dense
+    seen = _drawn(win)
+    shown = win.headline.figures
+
+    run = RunData.of(session)
+    last_step = int(session.steps.snapshot(last=1).host[-1, -1])
+    now = max(last_step, int(session.coarse.snapshot(NVML_GPU_UTIL).t1[-1]))  # not live
+    lo_s, hi_s = win.timeline.getPlotItem().getViewBox().viewRange()[0]
+    lo, hi = session.t0_ns + int(lo_s * 1e9), session.t0_ns + int(hi_s * 1e9)
+    frame = FramePresenter().plots(run, lo, hi, win.timeline.width_px(), final=True)
+    assert frame is not None
+    win.timeline.show_frame(frame.timeline)
+    win.utilization.show_frame(frame.utilization)
+
+    assert _drawn(win) == seen
+    assert shown is not None
+    want = headline_figures(run, now)
+    assert figures_dict(shown) == figures_dict(want)
+    assert shown.top_phases == want.top_phases and shown.device_kind == "cuda"
+
+
+# ---- The headless summary reads the same figures ---------------------------------------------
+
+
+@dataclass
+class FinishedRun(FakeRun):
+    """A session as the headless summary reads it at the end of a run."""
+
+    instruments_off: list[str] = field(default_factory=list)
+
+    def scoreboard(self) -> list:
+        return []
+
+
+@pytest.mark.parametrize("kind", ["cpu", "cuda"])
+def test_the_headless_summary_prints_the_whole_run_figures(kind) -> None:
+    from gpuwatch.commands.headless import summary_lines
+
+    source = cpu_run(1000) if kind == "cpu" else cuda_run(3000, 2 * MS)
+    run = FinishedRun(source.steps, source.coarse, device_kind=kind, changes=source.changes)
+    view = run.steps.snapshot()
+    h = headline(view, int(view.host[-1, -1]), int(view.host[-1, -1] - view.host[0, 0]) + 1)
+    want = (
+        f"steps: {run.steps.count:,} · samples/s: {h.samples_per_s:,.1f} · "
+        f"step p50/p95: {h.step_ms_p50:.1f}/{h.step_ms_p95:.1f} ms · "
+        f"busy: {100.0 * h.busy_share:.0f} % · input wait: {100.0 * h.phase_shares['data']:.0f} %"
+    )
+    lines = summary_lines(run, "The script ended.")  # type: ignore[arg-type]
+    assert lines[:2] == ["The script ended.", want]
+    assert summary_lines(FinishedRun(), "Nothing ran.") == ["Nothing ran."]  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 from gpuwatch.commands.bench_report import COLUMNS, MISSING
 from gpuwatch.commands.progress_line import STOP_TIMEOUT_S, ProgressLine, stop_run
 from gpuwatch.core.figures.analysis import headline
+from gpuwatch.core.figures.frame import RunData, whole_run_figures
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.messages import describe_change
 from gpuwatch.core.run.outcome import describe, facts_from
@@ -183,14 +184,14 @@ def summary_lines(session: Session, sentence: str, recording: str | None = None)
     measuring (an instrument that failed), the scoreboard if knobs changed, and where the
     recording is."""
     lines = [sentence]
-    view = session.steps.snapshot()
-    if len(view):
-        h = headline(view, int(view.host[-1, -1]), int(view.host[-1, -1] - view.host[0, 0]) + 1)
-        shares = h.phase_shares or {}
+    # The window's headline figures (the same function), over every step the run kept.
+    f = whole_run_figures(RunData.of(session))
+    if f is not None:
         lines.append(
-            f"steps: {session.steps.count:,} · samples/s: {_fig(h.samples_per_s, '{:,.1f}')} · "
-            f"step p50/p95: {_fig(h.step_ms_p50, '{:.1f}')}/{_fig(h.step_ms_p95, '{:.1f}')} ms"
-            f" · busy: {_pct(h.busy_share)} · input wait: {_pct(shares.get('data'))}"
+            f"steps: {session.steps.count:,} · samples/s: {_fig(f.samples_per_s, '{:,.1f}')} · "
+            f"step p50/p95: {_fig(f.step_ms_p50, '{:.1f}')}/{_fig(f.step_ms_p95, '{:.1f}')} ms"
+            f" · busy: {_fig(f.busy_pct, '{:.0f} %')}"
+            f" · input wait: {_pct(dict(f.phase_shares).get('data'))}"
         )
         lines.append(
             "busy = "

@@ -57,9 +57,14 @@ HEADLINE_MAX_STEPS = 10_000
 class RunSource(Protocol):
     """What a frame is computed from: a live ``Session`` or a ``ReplaySession`` has it."""
 
-    steps: StepStore
-    coarse: SeriesStore
-    t0_ns: int
+    @property
+    def steps(self) -> StepStore: ...
+
+    @property
+    def coarse(self) -> SeriesStore: ...
+
+    @property
+    def t0_ns(self) -> int: ...
 
     @property
     def device_kind(self) -> str | None: ...
@@ -315,12 +320,13 @@ def steps_frame(
     frame = TimelineFrame(t0_ns, lo_ns, hi_ns, width_px, device_kind)
     if is_dense(int(in_window.sum()), width_px):
         cols = columns_of(view, changes, lo_ns, hi_ns, int(np.ceil(width_px)))
-        lanes, shown = dense_lanes(cols)
-        return replace(frame, dense=lanes, causes_shown=shown)
+        lanes, by_time = dense_lanes(cols)
+        return replace(frame, dense=lanes, causes_shown=by_time)
     spans_of = phase_spans(view)
     phases = {name: clip_to_window(s, e, lo_ns, hi_ns) for name, (s, e) in spans_of.items()}
     on = clip_to_window(*(active if active is not None else active_spans(view)), lo_ns, hi_ns)
-    idle_spans = shown = None
+    idle_spans: dict[str, Spans] | None = None
+    shown: tuple[str, ...] | None = None
     if tint:
         idle_spans = idle_in_view(
             caused_idle(view, None, reconfiguring_steps(view, changes)), lo_ns, hi_ns
