@@ -113,7 +113,7 @@ def test_what_a_killed_gpuwatch_left_is_removed_by_the_next_one(tmp_path: Path) 
 
 def test_a_new_private_dir_is_named_after_its_maker_and_removed_at_exit() -> None:
     """The at-exit clean-up of a process that never ended its run (an error in the GUI)."""
-    code = "from gpuwatch.core import link; import sys; print(link.private_dir(), flush=True)"
+    code = "from gpuwatch.core.run import link; import sys; print(link.private_dir(), flush=True)"
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
