@@ -1,6 +1,6 @@
 """Finding and judging training interpreters (gpuwatch.core.run.interpreters).
 
-Fake interpreters are shell scripts named ``python`` that print a probe report (or fail,
+Fake interpreters are shell scripts named ``python`` that print a survey report (or fail,
 or hang); GPU capabilities are simulated numbers, since this machine has no GPU.
 """
 
@@ -116,7 +116,7 @@ def test_frozen_discovery_never_offers_the_app_itself(tmp_path, monkeypatch):
     assert all(os.path.realpath(c.path) != os.path.realpath(sys.executable) for c in found)
 
 
-# ---- Probes of fake interpreters ---------------------------------------------------------
+# ---- Surveys of fake interpreters --------------------------------------------------------
 
 
 def check(path: Path, gpus=(), timeout: float = 10.0):
@@ -193,14 +193,14 @@ def test_red_when_the_interpreter_hangs(tmp_path):
 
 
 def test_real_python_without_torch_and_with_torch():
-    """The probe source itself, in real interpreters (the venv has torch)."""
+    """The survey source itself, in real interpreters (the venv has torch)."""
     with_torch = interpreters.check(Candidate(sys.executable, "venv"), gpus=[])
     assert with_torch.verdict.level == OK, with_torch.verdict
     assert with_torch.report["torch"]
     assert "trains on the CPU" in with_torch.verdict.summary
     system = Path("/usr/bin/python3")
     if system.exists():
-        report = interpreters.probe(str(system))
+        report = interpreters.survey(str(system))
         assert report["python"]  # whatever it has, it answers with a report
 
 
@@ -256,9 +256,9 @@ def test_arch_support_rules():
 
 
 def test_best_prefers_green_then_usable():
-    def probed(level):
-        return interpreters.Probed(Candidate(level, level), {}, interpreters.Verdict(level, ""))
+    def surveyed(level):
+        return interpreters.Surveyed(Candidate(level, level), {}, interpreters.Verdict(level, ""))
 
-    assert interpreters.best([probed(BAD), probed(WARN), probed(OK)]).candidate.path == OK
-    assert interpreters.best([probed(BAD), probed(WARN)]).candidate.path == WARN
-    assert interpreters.best([probed(BAD)]) is None
+    assert interpreters.best([surveyed(BAD), surveyed(WARN), surveyed(OK)]).candidate.path == OK
+    assert interpreters.best([surveyed(BAD), surveyed(WARN)]).candidate.path == WARN
+    assert interpreters.best([surveyed(BAD)]) is None

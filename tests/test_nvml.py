@@ -279,7 +279,7 @@ def three_gpus(machine: FakeNvml) -> list[FakeDevice]:
 
 
 def _hello_device(dev: FakeDevice, cuda_index: int) -> dict[str, object]:
-    """What the runner reports for ``dev`` (runner/probe.py: bare hex gets a "GPU-" prefix)."""
+    """What the runner reports for ``dev`` (runner/survey.py: bare hex gets a "GPU-" prefix)."""
     bare = dev.uuid.split("-", 1)[1]
     parent = dev.parent or dev
     assert parent.pci_bus_id is not None

@@ -46,7 +46,7 @@ def test_spec_ships_every_runner_module_as_source():
     text = (PACKAGING / "pyinstaller" / "gpuwatch.spec").read_text()
     assert f'"{launcher.FROZEN_RUNNER_SOURCE}/gpuwatch"' in text
     assert '(PKG / "runner").rglob("*.py")' in text
-    assert '"interpreter_probe.py"' in text
+    assert '"interpreter_survey.py"' in text
 
 
 @posix_only

@@ -1,4 +1,4 @@
-"""``python -m gpuwatch.runner`` as a subprocess: --probe, argument errors, link set-up errors."""
+"""``python -m gpuwatch.runner`` as a subprocess: --survey, argument errors, link set-up errors."""
 
 from __future__ import annotations
 
@@ -38,10 +38,10 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
-def test_probe_prints_one_json_object() -> None:
+def test_survey_prints_one_json_object() -> None:
     import torch
 
-    result = runner("--probe")
+    result = runner("--survey")
     assert result.returncode == 0, result.stderr
     info = json.loads(result.stdout)  # the whole stdout is one JSON object
     assert info["torch"] == torch.__version__ and info["torch_error"] is None
@@ -54,9 +54,9 @@ def test_probe_prints_one_json_object() -> None:
         assert info["devices"] == []
 
 
-def test_probe_without_torch_still_exits_0(tmp_path: Path) -> None:
+def test_survey_without_torch_still_exits_0(tmp_path: Path) -> None:
     (tmp_path / "torch.py").write_text("raise ImportError('no torch in this interpreter')\n")
-    result = runner("--probe", pythonpath=os.pathsep.join([str(tmp_path), str(REPO)]))
+    result = runner("--survey", pythonpath=os.pathsep.join([str(tmp_path), str(REPO)]))
     assert result.returncode == 0, result.stderr
     info = json.loads(result.stdout)
     assert info["torch"] is None and info["devices"] == []
@@ -71,7 +71,8 @@ def test_probe_without_torch_still_exits_0(tmp_path: Path) -> None:
         ("--connect", "x", "--device", "gpu"),
         ("--connect", "x", "--max-steps", "0"),
         ("--connect", "x", "--workload", "nope"),
-        ("--connect", "x", "--probe"),
+        ("--connect", "x", "--survey"),
+        ("--probe",),  # the old name of --survey is gone
     ],
 )
 def test_bad_arguments_exit_2(args: tuple[str, ...]) -> None:

@@ -1,6 +1,6 @@
 """``gpuwatch doctor``: what this machine offers, and what to do about what is missing.
 
-torch is probed in the *training* interpreter (``python -m gpuwatch.runner --probe``) because
+torch is surveyed in the *training* interpreter (``python -m gpuwatch.runner --survey``) because
 the GUI process never imports it; NVML, the display and Qt are checked here.
 """
 
@@ -15,17 +15,17 @@ from typing import Any
 
 from gpuwatch.core.run import launcher, nvml
 from gpuwatch.core.run.display import describe_display
-from gpuwatch.core.run.json_probe import run_json_probe
+from gpuwatch.core.run.json_survey import run_json_survey
 
-PROBE_TIMEOUT_S = 120.0
+SURVEY_TIMEOUT_S = 120.0
 
 
-def probe_interpreter(python: str) -> dict[str, Any]:
-    """Run the runner's probe in ``python``; returns its report or ``{"error": ...}``."""
-    with tempfile.TemporaryDirectory(prefix="gpuwatch-probe-") as tmp:
+def survey_interpreter(python: str) -> dict[str, Any]:
+    """Run the runner's survey in ``python``; returns its report or ``{"error": ...}``."""
+    with tempfile.TemporaryDirectory(prefix="gpuwatch-survey-") as tmp:
         env = launcher.child_env(launcher.runner_pythonpath(python, Path(tmp)))
-        return run_json_probe(
-            [python, "-m", "gpuwatch.runner", "--probe"], env, PROBE_TIMEOUT_S, python
+        return run_json_survey(
+            [python, "-m", "gpuwatch.runner", "--survey"], env, SURVEY_TIMEOUT_S, python
         )
 
 
@@ -40,7 +40,7 @@ def report(python: str) -> tuple[list[tuple[str, str]], bool]:
     """Rows of (topic, finding) and whether training can run at all."""
     from gpuwatch import __version__
 
-    probe = probe_interpreter(python)
+    survey = survey_interpreter(python)
     rows = [
         ("gpuwatch", __version__),
         ("GUI Python", f"{platform.python_version()} ({sys.executable})"),
@@ -55,21 +55,21 @@ def report(python: str) -> tuple[list[tuple[str, str]], bool]:
         ("display", describe_display()),
         ("training Python", python),
     ]
-    ok = "error" not in probe and bool(probe.get("torch"))
-    if "error" in probe:
-        rows.append(("torch", f"unusable: {probe['error']}"))
+    ok = "error" not in survey and bool(survey.get("torch"))
+    if "error" in survey:
+        rows.append(("torch", f"unusable: {survey['error']}"))
     else:
-        rows.append(("training Python version", str(probe.get("python"))))
-        rows.append(("torch", str(probe.get("torch") or f"missing: {probe.get('torch_error')}")))
+        rows.append(("training Python version", str(survey.get("python"))))
+        rows.append(("torch", str(survey.get("torch") or f"missing: {survey.get('torch_error')}")))
         rows.append(
             (
                 "torchvision",
-                str(probe.get("torchvision") or f"missing: {probe.get('torchvision_error')}"),
+                str(survey.get("torchvision") or f"missing: {survey.get('torchvision_error')}"),
             )
         )
-        if probe.get("cuda_available"):
-            rows.append(("CUDA", f"available (torch built for CUDA {probe.get('cuda')})"))
-            for dev in probe.get("devices") or []:
+        if survey.get("cuda_available"):
+            rows.append(("CUDA", f"available (torch built for CUDA {survey.get('cuda')})"))
+            for dev in survey.get("devices") or []:
                 rows.append(
                     (
                         f"cuda:{dev.get('index')}",
@@ -78,7 +78,7 @@ def report(python: str) -> tuple[list[tuple[str, str]], bool]:
                     )
                 )
         else:
-            built = probe.get("cuda")
+            built = survey.get("cuda")
             rows.append(
                 (
                     "CUDA",
@@ -90,7 +90,7 @@ def report(python: str) -> tuple[list[tuple[str, str]], bool]:
                     ),
                 )
             )
-        rows.append(("Triton", "importable" if probe.get("triton") else "not installed"))
+        rows.append(("Triton", "importable" if survey.get("triton") else "not installed"))
     info = nvml.describe()
     if info.get("available"):
         rows.append(("NVML", f"driver {info.get('driver_version')}"))

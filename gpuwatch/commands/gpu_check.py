@@ -123,16 +123,16 @@ def run_gpu_check(
     started = time.monotonic()
     report = GpuCheckReport(python=python)
     say(f"checking the training Python {python}")
-    probe = doctor.probe_interpreter(python)
-    if "error" in probe:
-        report.message = f"failed: {probe['error']}"
-        report.add("training Python", "fail", str(probe["error"]))
-    elif not probe.get("cuda_available"):
+    survey = doctor.survey_interpreter(python)
+    if "error" in survey:
+        report.message = f"failed: {survey['error']}"
+        report.add("training Python", "fail", str(survey["error"]))
+    elif not survey.get("cuda_available"):
         report.ok = report.skipped = True
         why = (
             "torch is a CPU-only build"
-            if not probe.get("cuda")
-            else f"torch {probe.get('torch')} finds no CUDA device"
+            if not survey.get("cuda")
+            else f"torch {survey.get('torch')} finds no CUDA device"
         )
         report.message = f"no NVIDIA GPU: skipped ({why})"
         report.add("GPU", "skipped", report.message)

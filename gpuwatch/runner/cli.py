@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="link address: socket path, Windows pipe name, or HOST:PORT",
     )
     mode.add_argument(
-        "--probe",
+        "--survey",
         action="store_true",
         help="print what this interpreter has (torch, CUDA, devices) as JSON",
     )
@@ -123,10 +123,10 @@ def main(argv: Sequence[str] | None = None, *, source_root: str | None = None) -
         parser.error("arguments after -- are the script's: they need --script PATH")
     if source_root is not None and args.script is not None:
         settle_source_root(source_root)  # before torch: nothing of ours shadows the script's
-    if args.probe:
-        from gpuwatch.runner import probe
+    if args.survey:
+        from gpuwatch.runner import survey
 
-        return probe.main()
+        return survey.main()
     from gpuwatch.runner.session import say
 
     try:

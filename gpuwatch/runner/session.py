@@ -20,7 +20,7 @@ from gpuwatch.runner.availability import knob_schema
 from gpuwatch.runner.follow_device import FollowDevice
 from gpuwatch.runner.link import Link
 from gpuwatch.runner.nvtx_ranges import NvtxPhases
-from gpuwatch.runner.probe import cuda_device
+from gpuwatch.runner.survey import cuda_device
 from gpuwatch.runner.timing import CudaEventBackend, HostBackend, TimingBackend
 from gpuwatch.runner.worker_start import warm_up
 from gpuwatch.runner.workloads import load_workload

@@ -31,7 +31,7 @@ if [ -n "$leaked" ]; then
   exit 1
 fi
 for need in runner-src/gpuwatch/runner/__main__.py runner-src/gpuwatch/protocol.py \
-            gpuwatch/core/run/interpreter_probe.py gpuwatch/qt/assets/gpuwatch.svg; do
+            gpuwatch/core/run/interpreter_survey.py gpuwatch/qt/assets/gpuwatch.svg; do
   [ -f "$bundle/_internal/$need" ] || { echo "build.sh: $need missing from the bundle" >&2; exit 1; }
 done
 

@@ -2,8 +2,8 @@
 
 A frozen gpuwatch has no torch (it would be ~5 GB): training runs in a Python the user
 already has. This module finds the usual suspects (the Python gpuwatch was installed into,
-``PATH``, venvs, conda envs, the py launcher on Windows), probes each in a subprocess with
-a timeout (``interpreter_probe``: Python, torch, CUDA, the GPU architectures torch was
+``PATH``, venvs, conda envs, the py launcher on Windows), surveys each in a subprocess with
+a timeout (``interpreter_survey``: Python, torch, CUDA, the GPU architectures torch was
 built for) and turns each report into a verdict with the exact command that fixes it.
 The GPU's compute capability comes from NVML, so a CPU-only torch on a GPU machine is
 caught too. Qt-free: the picker dialog, ``--self-test`` and tests share it.
@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.core.run import launcher
-from gpuwatch.core.run.json_probe import run_json_probe
+from gpuwatch.core.run.json_survey import run_json_survey
 
-#: Seconds one probe may take: a first ``import torch`` from a cold disk is slow.
-PROBE_TIMEOUT_S = 30.0
+#: Seconds one survey may take: a first ``import torch`` from a cold disk is slow.
+SURVEY_TIMEOUT_S = 30.0
 #: The runner's floor (pyproject's requires-python and torch pin).
 MIN_PYTHON = (3, 10)
 MIN_TORCH = (2, 4)
@@ -38,8 +38,8 @@ INDEX_URL = "https://download.pytorch.org/whl/{}"
 OK, WARN, BAD = "ok", "warn", "bad"
 _LEVEL_RANK = {OK: 0, WARN: 1, BAD: 2}
 _PYTHON_NAME = re.compile(r"^python(3(\.\d+)?)?(\.exe)?$", re.IGNORECASE)
-#: The probe's source, run with ``-c`` (the frozen build ships it as a plain data file here).
-PROBE_FILE = Path(__file__).with_name("interpreter_probe.py")
+#: The survey's source, run with ``-c`` (the frozen build ships it as a plain data file here).
+SURVEY_FILE = Path(__file__).with_name("interpreter_survey.py")
 
 
 @dataclass(frozen=True)
@@ -64,10 +64,16 @@ class Verdict:
 
 
 @dataclass(frozen=True)
-class Probed:
+class Surveyed:
+    """A candidate, what its survey reported, and the verdict on that report."""
+
     candidate: Candidate
     report: dict[str, Any]
     verdict: Verdict
+
+
+#: The interpreter picker's name for ``Surveyed`` until it uses the new one.
+Probed = Surveyed
 
 
 # ---- Discovery --------------------------------------------------------------------------
@@ -213,26 +219,26 @@ def discover(
     return result
 
 
-# ---- Probe and verdict ------------------------------------------------------------------
+# ---- Survey and verdict -----------------------------------------------------------------
 
 
 def looks_like_python(path: str) -> bool:
     """Only files named like an interpreter are run: a browsed ``sh`` or ``import`` would
-    execute the probe's text as something else entirely."""
+    execute the survey's text as something else entirely."""
     name = Path(path).name.lower()
     return name.startswith("python") or name in ("py", "py.exe")
 
 
-def probe(python: str, timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
-    """Run the probe in ``python`` (in an empty folder, so nothing there shadows a module)."""
+def survey(python: str, timeout: float = SURVEY_TIMEOUT_S) -> dict[str, Any]:
+    """Run the survey in ``python`` (in an empty folder, so nothing there shadows a module)."""
     if not looks_like_python(python):
         return {
             "error": f"{Path(python).name} is not a Python interpreter (its name should "
             f"start with 'python')"
         }
-    with tempfile.TemporaryDirectory(prefix="gpuwatch-probe-") as tmp:
-        source = PROBE_FILE.read_text(encoding="utf-8")
-        return run_json_probe(
+    with tempfile.TemporaryDirectory(prefix="gpuwatch-survey-") as tmp:
+        source = SURVEY_FILE.read_text(encoding="utf-8")
+        return run_json_survey(
             [python, "-c", source], launcher.clean_env(), timeout, python, cwd=tmp
         )
 
@@ -318,7 +324,7 @@ def _cuda_index(capabilities: Sequence[tuple[int, int]]) -> str:
 
 
 def judge(report: dict[str, Any], python: str, gpus: Sequence[tuple[int, int]] = ()) -> Verdict:
-    """The verdict on one probe report; ``gpus`` are NVML's capabilities (may be empty)."""
+    """The verdict on one survey report; ``gpus`` are NVML's capabilities (may be empty)."""
     if "error" in report:
         return Verdict(BAD, str(report["error"]), "choose another interpreter")
     py = _version(report.get("python"))
@@ -416,19 +422,19 @@ def judge(report: dict[str, Any], python: str, gpus: Sequence[tuple[int, int]] =
 
 
 def check(
-    candidate: Candidate, gpus: Sequence[tuple[int, int]] = (), timeout: float = PROBE_TIMEOUT_S
-) -> Probed:
-    report = probe(candidate.path, timeout)
-    return Probed(candidate, report, judge(report, candidate.path, gpus))
+    candidate: Candidate, gpus: Sequence[tuple[int, int]] = (), timeout: float = SURVEY_TIMEOUT_S
+) -> Surveyed:
+    report = survey(candidate.path, timeout)
+    return Surveyed(candidate, report, judge(report, candidate.path, gpus))
 
 
 def check_all(
     candidates: Sequence[Candidate],
     gpus: Sequence[tuple[int, int]] | None = None,
-    timeout: float = PROBE_TIMEOUT_S,
+    timeout: float = SURVEY_TIMEOUT_S,
     workers: int = 4,
-) -> list[Probed]:
-    """Probe candidates concurrently (each ``import torch`` waits on disk, not CPU)."""
+) -> list[Surveyed]:
+    """Survey candidates concurrently (each ``import torch`` waits on disk, not CPU)."""
     gpus = gpu_capabilities() if gpus is None else gpus
     if not candidates:
         return []
@@ -436,10 +442,10 @@ def check_all(
         return list(pool.map(lambda c: check(c, gpus, timeout), candidates))
 
 
-def best(probed: Sequence[Probed]) -> Probed | None:
+def best(surveyed: Sequence[Surveyed]) -> Surveyed | None:
     """The first green one, else the first usable one, else None."""
     for level in (OK, WARN):
-        for item in probed:
+        for item in surveyed:
             if item.verdict.level == level:
                 return item
     return None

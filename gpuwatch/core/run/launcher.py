@@ -63,7 +63,7 @@ def runner_pythonpath(python: str, private_dir: Path) -> str:
     of the runner's source (stdlib + torch only) in the session's private dir,
     with ``gpuwatch.probe`` so a user's script run there can ``import gpuwatch.probe``.
     The runner itself is started with it by ``boot_code`` (never through ``PYTHONPATH``);
-    ``child_env`` puts it on ``PYTHONPATH`` for the probe, which runs no user code.
+    ``child_env`` puts it on ``PYTHONPATH`` for the survey, which runs no user code.
     """
     bundle = bundle_dir()
     if bundle is not None:  # the build ships the runner's source as plain files
@@ -214,7 +214,7 @@ def prepare_frozen_children() -> None:
 
 def child_env(pythonpath: str) -> dict[str, str]:
     """Our environment, cleaned of a frozen app's paths, with ``pythonpath`` first on
-    PYTHONPATH: for ``--probe`` only, which runs no user code (a runner gets ``runner_env``)."""
+    PYTHONPATH: for ``--survey`` only, which runs no user code (a runner gets ``runner_env``)."""
     env = clean_env()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH")) if p)
     return env

@@ -18,7 +18,7 @@ def _import(name):
     sys.stdout = sys.stderr  # some packages print on import: stdout carries the JSON only
     try:
         return __import__(name), None
-    except Exception as exc:  # the probe reports whatever broke
+    except Exception as exc:  # the survey reports whatever broke
         return None, type(exc).__name__ + ": " + str(exc)
     finally:
         sys.stdout = saved
@@ -54,7 +54,7 @@ def collect():
             info["capabilities"] = [
                 list(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())
             ]
-    except Exception as exc:  # a broken driver must not break the probe
+    except Exception as exc:  # a broken driver must not break the survey
         info["cuda_error"] = type(exc).__name__ + ": " + str(exc)
     return info
 

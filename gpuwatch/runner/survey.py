@@ -1,4 +1,4 @@
-"""``python -m gpuwatch.runner --probe``: what the *training* interpreter has, as one JSON object.
+"""``python -m gpuwatch.runner --survey``: what the *training* interpreter has, as one JSON object.
 
 ``gpuwatch doctor`` runs this in the interpreter that will train (it may not be the GUI's), so
 it must work, and exit 0, even when torch is missing or broken: every failed import becomes a
@@ -28,7 +28,7 @@ def _import(name: str) -> tuple[ModuleType | None, str | None]:
         # Some packages print on import; stdout must carry the JSON object only.
         with contextlib.redirect_stdout(sys.stderr):
             return importlib.import_module(name), None
-    except Exception as exc:  # the probe reports whatever broke
+    except Exception as exc:  # the survey reports whatever broke
         return None, f"{type(exc).__name__}: {exc}"
 
 
@@ -56,7 +56,7 @@ def pci_bus_id(props: Any) -> str | None:
 
 
 def cuda_device(torch: Any, index: int) -> dict[str, Any]:
-    """Identity and size of CUDA device ``index`` (shared by the probe and ``hello``)."""
+    """Identity and size of CUDA device ``index`` (shared by the survey and ``hello``)."""
     props = torch.cuda.get_device_properties(index)
     return {
         "index": index,
@@ -99,7 +99,7 @@ def collect() -> dict[str, Any]:
         info["cuda_available"] = bool(torch.cuda.is_available())
         if info["cuda_available"]:
             info["devices"] = [cuda_device(torch, i) for i in range(torch.cuda.device_count())]
-    except Exception as exc:  # a broken driver must not break the probe
+    except Exception as exc:  # a broken driver must not break the survey
         info["cuda_error"] = f"{type(exc).__name__}: {exc}"
     triton, info["triton_error"] = _import("triton")
     if triton is not None:
@@ -109,7 +109,7 @@ def collect() -> dict[str, Any]:
 
 
 def main() -> int:
-    """Print the probe as one JSON line; always exit 0 (failures are in the fields)."""
+    """Print the survey as one JSON line; always exit 0 (failures are in the fields)."""
     sys.stdout.write(json.dumps(collect(), allow_nan=False, default=str) + "\n")
     sys.stdout.flush()
     return 0

@@ -1,4 +1,4 @@
-"""Run a probe command in another Python and read the one JSON object it prints.
+"""Run a survey command in another Python and read the one JSON object it prints.
 
 Shared by ``gpuwatch doctor`` and the interpreter picker.
 """
@@ -10,10 +10,10 @@ import subprocess
 from typing import Any
 
 
-def run_json_probe(
+def run_json_survey(
     cmd: list[str], env: dict[str, str], timeout: float, python: str, cwd: str | None = None
 ) -> dict[str, Any]:
-    """Run a probe command that prints one JSON object; its report or ``{"error": ...}``.
+    """Run a survey command that prints one JSON object; its report or ``{"error": ...}``.
 
     Shared by doctor and the interpreter picker: a hung interpreter is killed after
     ``timeout`` and every failure is one sentence naming ``python``.
@@ -43,12 +43,12 @@ def run_json_probe(
     except json.JSONDecodeError:
         report = None
     if not isinstance(report, dict):
-        return {"error": f"{python} printed an unreadable probe report"}
+        return {"error": f"{python} printed an unreadable survey report"}
     return report
 
 
 def _gist(stderr: str) -> str:
-    """The line of a failed probe's stderr that says why: a traceback's last line, else the
+    """The line of a failed survey's stderr that says why: a traceback's last line, else the
     first (a launcher or shim explains itself first and adds hints below)."""
     lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
     if not lines:
