@@ -4,6 +4,7 @@ test leaves a run's private directory behind in the temp folder."""
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import pytest
@@ -15,6 +16,22 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 def pytest_configure(config) -> None:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def torch_on_the_runners_threads():
+    """Torch in the test process computes on as many threads as a runner on this machine would
+    (``configure_threads``: half the cores). Torch's default, one thread per core, makes every
+    parallel op wait for its slowest thread: beside one other busy process on 2 cores that is
+    several times slower, for no test's benefit. Session-wide, so that module fixtures (a
+    reference run) compute on the same threads as the tests comparing with them; torch is
+    never imported here (the collected test modules did, or it stays out)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        from gpuwatch.runner.session import configure_threads
+
+        configure_threads(torch, torch.device("cpu"))
+    yield
 
 
 @pytest.fixture(autouse=True)
