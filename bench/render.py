@@ -36,7 +36,6 @@ import psutil
 from PySide6.QtCore import QCoreApplication, QTimer
 
 from gpuwatch.core.figures.frame import HeadlineFigures, RunData, headline_figures
-from gpuwatch.core.figures.timeline_bins import TimelineBins
 from gpuwatch.core.model.metrics import NVML_GPU_UTIL, PROC_CPU
 from gpuwatch.core.model.store import MetricStatus
 from gpuwatch.core.run.session import Session, SessionState
@@ -210,10 +209,12 @@ class FrameClock:
         return max(0, round(duration_s * 1e3 / REDRAW_MS) - len(self.frames_ms))
 
 
-def window_bins(window: MainWindow) -> TimelineBins:
-    """The timeline bins the window draws from (its frame presenter's)."""
-    presenter = getattr(window, "presenter", None)
-    return presenter.bins if presenter is not None else window.bins
+def window_bins(window: MainWindow) -> Any:
+    """The timeline bins the window draws from: its frame presenter's, held by the part that
+    redraws its plots (``window.frame``) or by the window itself."""
+    owner = getattr(window, "frame", window)
+    presenter = getattr(owner, "presenter", None)
+    return (presenter if presenter is not None else owner).bins
 
 
 def filled_share(window: MainWindow) -> float:
