@@ -423,8 +423,8 @@ def _drawn(win) -> dict:
 
 
 def _feed(session, dense: bool) -> None:
-    """A finished "CUDA" run written straight into the session's stores."""
-    session.hello = {"device": {"kind": "cuda", "name": "SIMULATED GPU"}, "workload": "x"}
+    """A finished run with late device marks and NVML readings, written straight into the
+    session's stores (no hello: the device kind is unknown, so NVML is shown)."""
     n, step_ns = (40_000, 0.5 * MS) if dense else (300, 50 * MS)
     host = jittered_marks(session.t0_ns + S, n, step_ns)
     session.steps.append(list(range(n)), [0] * n, [SAMPLES] * n, host.tolist())
@@ -471,7 +471,7 @@ def test_the_window_draws_and_shows_what_the_presenter_computes(show_window, den
     assert shown is not None
     want = headline_figures(run, now)
     assert figures_dict(shown) == figures_dict(want)
-    assert shown.top_phases == want.top_phases and shown.device_kind == "cuda"
+    assert shown.top_phases == want.top_phases and shown.coarse_short == "NVML"
 
 
 # ---- The headless summary reads the same figures ---------------------------------------------
