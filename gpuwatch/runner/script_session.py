@@ -127,6 +127,7 @@ def _watch(
     from gpuwatch.runner.probe_agent import ProbeAgent
     from gpuwatch.runner.probe_knobs import ProbeKnobs
     from gpuwatch.runner.script_control import ScriptControl
+    from gpuwatch.runner.script_knobs import ScriptLoaderKnobs, take_preset
     from gpuwatch.runner.session import device_info, make_script_backend, say, versions
     from gpuwatch.runner.step_recorder import StepRecorder
 
@@ -155,7 +156,8 @@ def _watch(
         instrumentation="auto",
         script={"path": full_path, "args": list(args), "cwd": os.getcwd()},
     )
-    knobs = ProbeKnobs(link)
+    knobs = ProbeKnobs(link, preset=take_preset(link))
+    loader_knobs = ScriptLoaderKnobs(torch, knobs, cuda=device.type == "cuda")
     control = ScriptControl(link, knobs, max_steps=max_steps, device=device.type)
     recorder = StepRecorder(
         link, backend, boundary=control.at_boundary, config_id=lambda: knobs.config_id
@@ -170,6 +172,7 @@ def _watch(
     sys.argv = [path, *args]
     enter_script(full_path)  # sys.path[0] as python PATH sets it (script_environment)
     probe.attach_runner(agent)
+    loader_knobs.install()  # first: the step hooks' DataLoader wrapper calls into its own
     hooks.install()
     control.start()
     recorder.flush_timer.start()
@@ -178,7 +181,15 @@ def _watch(
     finally:
         control.script_done()
         hooks.remove()
+        loader_knobs.remove()
         probe.attach_runner(None)
+    if knobs.preset:
+        link.log(
+            "warning",
+            f"--set {', '.join(f'{k}={v}' for k, v in knobs.preset.items())}: "
+            "no knob of that name appeared (a DataLoader's knobs appear when the script first "
+            "iterates it)",
+        )
     if control.stop_reason is not None and outcome.reason in ("script_exit", "stopped"):
         outcome = Outcome(control.stop_reason, outcome.code, EXIT_OK)
     try:
