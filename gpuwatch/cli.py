@@ -8,6 +8,7 @@ return a non-zero code; ``GPUWATCH_DEBUG=1`` shows tracebacks for bug reports.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -20,6 +21,8 @@ EXIT_USAGE = 2
 REPORT_FORMATS = ("md", "csv", "json")
 #: Window themes (gpuwatch.qt.theme.MODES; repeated so the CLI imports no Qt until a window opens).
 THEMES = ("system", "light", "dark")
+#: Where ``gpuwatch run --set`` leaves its values for the runner (``runner.script_knobs``).
+SCRIPT_SET_ENV = "GPUWATCH_SCRIPT_SET"
 
 
 class CliError(Exception):
@@ -234,6 +237,16 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="record the run to FILE (.gpuwatch), from the start",
     )
+    run.add_argument(
+        "--set",
+        dest="run_set",
+        action="append",
+        type=_assignment,
+        metavar="K=V",
+        help="start a knob of the script at this value (repeatable): a DataLoader's "
+        "num_workers, pin_memory, persistent_workers, prefetch_factor (the first one the "
+        "script iterates) or one of its gw.knob knobs",
+    )
     _add_demo_options(run, "run_")
     _add_look_options(run, "run_")
     run.add_argument("script", metavar="SCRIPT", help="the training script to run")
@@ -338,6 +351,14 @@ def _assignment(text: str) -> str:
     except KnobValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+def script_presets(assignments: list[str]) -> str:
+    """``gpuwatch run --set`` values as the runner reads them: a JSON object of texts (typed
+    by the runner against the knob, once the script declares it)."""
+    from gpuwatch.core.model.knob_values import split_assignment
+
+    return json.dumps(dict(split_assignment(text) for text in assignments))
 
 
 def _device(text: str) -> str:
@@ -542,6 +563,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"gpuwatch run: {problem}", file=sys.stderr)
         return EXIT_USAGE
     script = str(Path(args.script).expanduser())
+    if args.run_set:  # the runner takes them from its environment (runner.script_knobs)
+        os.environ[SCRIPT_SET_ENV] = script_presets(args.run_set)
     device = args.run_device or args.device or "auto"
     python = args.run_python or args.python
     if args.headless:

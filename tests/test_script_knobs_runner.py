@@ -1,0 +1,181 @@
+"""Zero-code DataLoader knobs through a real runner (``python -m gpuwatch.runner --script``, CPU):
+``num_workers`` 0→2 by a ``set`` as the panel and the advisor's Apply send it, and ``--set`` from
+the start. The script's dataset records which process served each index."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection, Listener
+from pathlib import Path
+from typing import Any
+
+import pytest
+from waiting import wait_until
+
+from gpuwatch import cli
+from gpuwatch.protocol import AUTHKEY_ENV, RUNNER_KINDS, decode, encode
+from gpuwatch.runner.script_knobs import PRESET_ENV
+
+REPO = Path(__file__).resolve().parents[1]
+KEY = bytes(range(32))
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="AF_UNIX listener")
+Message = dict[str, Any]
+
+#: Two epochs over 64 samples in batches of 4, no workers; the first epoch waits at its 4th
+#: batch until the test says "go" (so the change lands mid-epoch, whatever the machine's load).
+SCRIPT = """
+    import os, pathlib, time
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Served(Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, index):
+            with open("served.txt", "a") as out:
+                out.write(f"{index} {os.getpid()}\\n")
+            return torch.full((8,), float(index))
+
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.001)
+    loader = DataLoader(Served(), batch_size=4, shuffle=True)
+    for epoch in range(2):
+        for step, x in enumerate(loader):
+            if epoch == 0 and step == 3:
+                while not pathlib.Path("go").exists():
+                    time.sleep(0.01)
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        with open("served.txt", "a") as out:
+            out.write("epoch\\n")
+"""
+
+
+def run_script(
+    tmp_path: Path,
+    drive: Callable[[Connection, list[Message]], None] | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[list[Message], int, str]:
+    (tmp_path / "train.py").write_text(textwrap.dedent(SCRIPT))
+    messages: list[Message] = []
+    with tempfile.TemporaryDirectory(prefix="gw-") as private:
+        address = os.path.join(private, "link.sock")
+        listener = Listener(address, family="AF_UNIX", authkey=KEY)
+        full_env = {**os.environ, "PYTHONPATH": str(REPO), AUTHKEY_ENV: KEY.hex(), **(env or {})}
+        command = [sys.executable, "-m", "gpuwatch.runner", "--connect", address]
+        proc = subprocess.Popen(
+            [*command, "--device", "cpu", "--script", "train.py"],
+            cwd=tmp_path,
+            env=full_env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            conn = listener.accept()
+            reader = threading.Thread(target=_read_all, args=(conn, messages), daemon=True)
+            reader.start()
+            if drive is not None:
+                drive(conn, messages)
+            proc.wait(timeout=120)
+            reader.join(timeout=10)
+            assert proc.stderr is not None
+            stderr = proc.stderr.read().decode()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            listener.close()
+    return messages, proc.returncode, stderr
+
+
+def _read_all(conn: Connection, out: list[Message]) -> None:
+    while True:
+        try:
+            out.append(decode(conn.recv_bytes(), allowed=RUNNER_KINDS))
+        except (EOFError, OSError):
+            return
+
+
+def kinds(messages: list[Message], kind: str) -> list[Message]:
+    return [m for m in list(messages) if m["kind"] == kind]
+
+
+def served(tmp_path: Path) -> list[list[tuple[int, int]]]:
+    """Per epoch: (index, pid of the process that served it), in the order served."""
+    epochs: list[list[tuple[int, int]]] = [[]]
+    for line in (tmp_path / "served.txt").read_text().splitlines():
+        if line == "epoch":
+            epochs.append([])
+        else:
+            index, pid = line.split()
+            epochs[-1].append((int(index), int(pid)))
+    return epochs[:-1]
+
+
+def test_num_workers_0_to_2_mid_epoch_every_index_once_then_served_by_workers(
+    tmp_path: Path,
+) -> None:
+    def drive(conn: Connection, messages: list[Message]) -> None:
+        wait_until(lambda: kinds(messages, "knobs"), 90, "the loader's knobs")
+        conn.send_bytes(encode("set", values={"num_workers": 2}, request=7))
+        (tmp_path / "go").touch()
+
+    messages, code, stderr = run_script(tmp_path, drive)
+    assert code == 0, stderr
+    (hello,) = kinds(messages, "hello")
+    (announced,) = kinds(messages, "knobs")
+    assert announced["values"]["num_workers"] == 0
+    assert announced["knobs"][0]["label"] == "DataLoader workers (train.py:17)"
+    (config,) = kinds(messages, "config")
+    assert config["request"] == 7 and config["changed"] == {"num_workers": 2}
+    assert config["rebuilt"] == ["loader"] and config["values"]["num_workers"] == 2
+    epochs = served(tmp_path)
+    assert len(epochs) == 2
+    for epoch in epochs:
+        assert sorted(index for index, _ in epoch) == list(range(64))  # each exactly once
+    runner = hello["pid"]
+    first = [pid == runner for _, pid in epochs[0]]
+    switched = first.index(False)
+    assert 4 * 4 <= switched < 64  # the change came mid-epoch, after the 4th batch
+    assert not any(first[switched:])  # from then on, worker processes served every batch
+    assert all(pid != runner for _, pid in epochs[1])
+
+
+def test_set_from_the_command_line_applies_from_the_start(tmp_path: Path) -> None:
+    (tmp_path / "go").touch()
+    preset = cli.script_presets(["num_workers=2", "persistent_workers=on"])
+    assert json.loads(preset) == {"num_workers": "2", "persistent_workers": "on"}
+    messages, code, stderr = run_script(tmp_path, env={PRESET_ENV: preset})
+    assert code == 0, stderr
+    (hello,) = kinds(messages, "hello")
+    (announced,) = kinds(messages, "knobs")
+    assert announced["values"]["num_workers"] == 2
+    assert announced["values"]["persistent_workers"] is True
+    assert announced["knobs"][0]["default"] == 0  # the script's own value stays the default
+    assert not kinds(messages, "config")
+    epochs = served(tmp_path)
+    assert len(epochs) == 2
+    workers = {pid for epoch in epochs for _, pid in epoch}
+    assert hello["pid"] not in workers and len(workers) == 2  # the same two, both epochs
+    for epoch in epochs:
+        assert sorted(index for index, _ in epoch) == list(range(64))
+
+
+def test_run_takes_set_and_hands_it_to_the_runner_environment() -> None:
+    args = cli.build_parser().parse_args(
+        ["run", "--set", "num_workers=4", "--set", "pin_memory=on", "train.py", "--epochs", "1"]
+    )
+    assert args.run_set == ["num_workers=4", "pin_memory=on"]
+    assert args.script == "train.py" and args.script_args == ["--epochs", "1"]
+    assert cli.SCRIPT_SET_ENV == PRESET_ENV
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["run", "--set", "num_workers", "train.py"])
