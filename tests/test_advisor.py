@@ -328,7 +328,7 @@ def test_naive_vision_on_a_cpu_waits_for_input_and_the_applied_fix_is_measured()
 
         wait_until(baseline_measured, 300, "two steady seconds of the naive loop")
         top = advice()[0]
-        cores = session.hello["device"]["cores"]
+        cores = session.hello.device.cores
         assert top.rule == "input-bound", [f.title for f in advice()]
         assert top.suggestion == {"num_workers": min(cores, 16)}
         assert f"this machine has {cores} core" in top.title

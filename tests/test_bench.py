@@ -18,7 +18,7 @@ from gpuwatch.commands.bench import BenchOptions, run_bench
 from gpuwatch.commands.bench_report import BenchReport, render
 from gpuwatch.commands.progress_line import ProgressLine
 from gpuwatch.core.figures.segments import SegmentStats
-from gpuwatch.core.model.messages import ConfigChange
+from gpuwatch.core.model.messages import ConfigChange, Hello
 from gpuwatch.core.run.session import LogLine, SessionState
 
 MACHINE = {
@@ -235,20 +235,22 @@ class ScriptedSession(FakeSession):
 
     @property
     def knobs(self) -> list[dict[str, Any]]:
-        return list(self.hello["knobs"]) if self.hello else []
+        return [k.to_message() for k in self.hello.knobs] if self.hello else []
 
     def start(self, spec: Any) -> None:
         if self._fail_start:
             self.state, self.error = SessionState.FAILED, self._fail_start
             return
         self.state = SessionState.RUNNING
-        self.hello = {
-            "knobs": schema(cuda=False),
-            "workload": spec.workload,
-            "timing": "host",
-            "device": {"kind": "cpu", "name": "Test CPU", "cores": 2},
-            "versions": {"python": "3.11.9", "torch": "2.14.1", "cuda": None},
-        }
+        self.hello = Hello.from_message(
+            {
+                "knobs": schema(cuda=False),
+                "workload": spec.workload,
+                "timing": "host",
+                "device": {"kind": "cpu", "name": "Test CPU", "cores": 2},
+                "versions": {"python": "3.11.9", "torch": "2.14.1", "cuda": None},
+            }
+        )
 
     def set_knobs(self, values: dict[str, Any], *, label: str | None = None) -> int | None:
         request = super().set_knobs(values, label=label)

@@ -10,13 +10,16 @@ from PySide6.QtCore import qVersion
 from PySide6.QtWidgets import QApplication
 
 from gpuwatch import __version__
+from gpuwatch.core.model.messages import Hello
 from gpuwatch.core.run.session import Session
 from gpuwatch.qt.about_dialog import NO_RUN, AboutDialog, diagnostics_text, nvml_driver
 
-HELLO = {
-    "versions": {"python": "3.12.1", "torch": "2.14.0", "cuda": "12.8"},
-    "device": {"kind": "cuda", "name": "Test GPU"},
-}
+HELLO = Hello.from_message(
+    {
+        "versions": {"python": "3.12.1", "torch": "2.14.0", "cuda": "12.8"},
+        "device": {"kind": "cuda", "name": "Test GPU"},
+    }
+)
 
 
 def test_versions_are_listed_and_copied(qtbot):

@@ -87,7 +87,7 @@ def rebuild(recording: Recording) -> Session:
         session._dispatch(message)
     session.coarse = recording.coarse
     # A Session stamps config 0 with its own clock; the recording has the exact times/labels.
-    session._changes = {c.id: c for c in recording.configs}
+    session.model._changes = {c.id: c for c in recording.configs}
     return session
 
 
@@ -208,7 +208,7 @@ def test_kill_9_leaves_every_committed_step(tmp_path: Path) -> None:
     assert len(recording.steps) >= committed
     steps = recording.steps.step
     assert np.array_equal(steps, np.arange(steps[0], steps[0] + len(steps))), "no holes"
-    assert recording.hello is not None and recording.hello["workload"] == "mlp"
+    assert recording.hello is not None and recording.hello.workload == "mlp"
     assert [c.id for c in recording.configs] == [0]
     assert recording.exit_code is None and recording.bye is None
     assert sum(m["kind"] == "steps" for _, m in recording.messages()) >= 1
@@ -247,7 +247,7 @@ def test_recording_started_mid_run_begins_with_what_the_session_holds(tmp_path: 
     recorder.close()
     recording = open_recording(tmp_path / "late.gpuwatch")
     assert recording.steps.step.tolist() == list(range(8))
-    assert recording.hello["pid"] == 42
+    assert recording.hello is not None and recording.hello.pid == 42
     assert [m["kind"] for _, m in recording.messages()] == ["hello", "steps", "steps"]
 
 
@@ -270,7 +270,7 @@ def test_a_second_run_ends_the_recording(tmp_path: Path) -> None:
     wait_until(lambda: recorder.error is not None, 10, "the recorder to stop")
     assert "another run" in recorder.error
     recorder.close()
-    assert open_recording(tmp_path / "one.gpuwatch").hello["pid"] == 1
+    assert open_recording(tmp_path / "one.gpuwatch").hello.pid == 1
 
 
 def test_a_full_queue_drops_and_counts_instead_of_blocking(tmp_path: Path) -> None:

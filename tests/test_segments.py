@@ -258,7 +258,7 @@ def test_session_records_configs_answers_and_refusals() -> None:
     session._dispatch(hello())
     assert session.config_values() == {"num_workers": 0, "log_every": 1}
     assert session.config_changes()[0].label == "baseline"
-    session._labels[7] = "workers"
+    session.model._labels[7] = "workers"
     session._dispatch(
         {
             "kind": "config",

@@ -145,10 +145,10 @@ def test_other_builtin_workloads_run_through_the_session(workload: str, steps: i
         session.start(LaunchSpec(workload=workload, device="cpu", max_steps=steps))
         assert session.wait_ended(120)
         assert session.state is SessionState.FINISHED, session.error
-        assert session.hello is not None and session.hello["workload"] == workload
+        assert session.hello is not None and session.hello.workload == workload
         view = session.steps.snapshot()
         assert len(view) == steps
         assert np.all(np.diff(view.host, axis=1) >= 0)
-        assert (view.samples == session.hello["batch_size"]).all()
+        assert (view.samples == session.hello.batch_size).all()
     finally:
         session.close()

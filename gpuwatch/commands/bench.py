@@ -23,6 +23,7 @@ from gpuwatch.core.figures.advisor import advise, context_of
 from gpuwatch.core.figures.kernel_window import KernelWindow, describe
 from gpuwatch.core.files.recording import Recorder, RecordingError
 from gpuwatch.core.model.knob_values import KnobValueError
+from gpuwatch.core.model.messages import Hello
 from gpuwatch.core.run.session import LaunchSpec, Session, SessionError, SessionState
 from gpuwatch.core.run.tour import Conductor, Skipped, Stage, plan_stages, plan_tour
 
@@ -132,7 +133,7 @@ def _close_recorder(recorder: Recorder, outcome: BenchOutcome, out: ProgressLine
         out.line(f"gpuwatch: recorded {recorder.steps_written} steps to {recorder.path}")
 
 
-def _wait_for_hello(session: Session, timeout_s: float, out: ProgressLine) -> dict[str, Any]:
+def _wait_for_hello(session: Session, timeout_s: float, out: ProgressLine) -> Hello:
     started = time.monotonic()
     while session.hello is None:
         if session.state in (SessionState.FAILED, SessionState.FINISHED):
@@ -154,13 +155,12 @@ def _wait_for_hello(session: Session, timeout_s: float, out: ProgressLine) -> di
 
 
 def _plan(
-    session: Session, options: BenchOptions, hello: dict[str, Any]
+    session: Session, options: BenchOptions, hello: Hello
 ) -> tuple[list[Stage], list[Skipped]]:
     knobs = session.knobs
     try:
         if options.tour:
-            cores = hello.get("device", {}).get("cores")
-            return plan_tour(knobs, hello.get("workload", options.workload), cores)
+            return plan_tour(knobs, hello.workload or options.workload, hello.device.cores)
         return plan_stages(knobs, options.groups), []
     except KnobValueError as exc:
         raise _Failure(str(exc), EXIT_USAGE) from None
@@ -168,14 +168,14 @@ def _plan(
 
 def _announce(
     out: ProgressLine,
-    hello: dict[str, Any],
+    hello: Hello,
     stages: Sequence[Stage],
     skipped: Sequence[Skipped],
     seconds: float,
 ) -> None:
-    device = hello.get("device", {})
+    device = hello.device
     out.line(
-        f"bench: {hello.get('workload')} on {device.get('name')} ({device.get('kind')}), "
+        f"bench: {hello.workload} on {device.name} ({device.kind}), "
         f"{len(stages)} stage(s) of at least {seconds:g} s steady each"
     )
     for item in skipped:
@@ -269,7 +269,7 @@ def build_report(
 ) -> BenchReport:
     """The scoreboard rows of the stages reached, in stage order, labelled by stage, and the
     advisor's findings on the last of them (what to try next)."""
-    hello = session.hello or {}
+    hello = session.hello
     rows = {row.config_id: row for row in session.scoreboard()}
     segments = []
     staged = [rows[c] for _, c in conductor.stage_configs() if c in rows]
@@ -288,7 +288,7 @@ def build_report(
         segments.append(clean_segment(segment))
     return BenchReport(
         machine=machine_from_hello(hello),
-        workload=hello.get("workload", options.workload),
+        workload=(hello.workload if hello else "") or options.workload,
         seconds_per_stage=options.seconds,
         segments=segments,
         skipped=[{"label": s.label, "reason": s.reason} for s in skipped],

@@ -19,7 +19,7 @@ from typing import Any
 from gpuwatch import __version__
 from gpuwatch.core.figures.gap_causes import CAUSES
 from gpuwatch.core.figures.step_breakdown import CATEGORIES, idle_summary, summary
-from gpuwatch.core.model.messages import describe_change
+from gpuwatch.core.model.messages import Hello, describe_change
 
 #: Bumped on any incompatible change of the JSON output.
 SCHEMA_VERSION = 1
@@ -145,10 +145,10 @@ def _ms_dict(value: Any, names: tuple[str, ...]) -> dict[str, float] | None:
     return {name: float(v) for name, v in figures.items()}
 
 
-def machine_from_hello(hello: Mapping[str, Any]) -> dict[str, Any]:
+def machine_from_hello(hello: Hello | None) -> dict[str, Any]:
     """The ``machine`` object from the runner's ``hello`` (the OS is this machine's own)."""
-    device = hello.get("device") or {}
-    versions = hello.get("versions") or {}
+    device = hello.device.to_message() if hello else {}
+    versions = hello.versions if hello else {}
     return {
         "device": device.get("name"),
         "device_kind": device.get("kind"),
@@ -158,7 +158,7 @@ def machine_from_hello(hello: Mapping[str, Any]) -> dict[str, Any]:
         "cuda": versions.get("cuda"),
         "driver_model": device.get("driver_model"),
         "cores": device.get("cores"),
-        "timing": hello.get("timing", "host"),
+        "timing": hello.timing if hello else "host",
     }
 
 

@@ -168,8 +168,9 @@ def _check_run(report: GpuCheckReport, tmp: Path, say: Progress, deadline: float
         )
         _watch(session, say, deadline)
         report.steps = session.steps.count
-        hello = session.hello or {}
-        report.device, report.versions = hello.get("device"), hello.get("versions")
+        hello = session.hello
+        if hello is not None:
+            report.device, report.versions = hello.device.to_message(), dict(hello.versions)
         result = _read_result(result_file)
         _judge_run(report, session, result)
         if result is not None:
@@ -213,20 +214,19 @@ def _read_result(path: Path) -> dict[str, Any] | None:
 
 
 def _judge_run(report: GpuCheckReport, session: Session, result: dict[str, Any] | None) -> None:
-    hello = session.hello or {}
-    device = hello.get("device") or {}
-    if hello.get("timing") == "cuda_events":
+    hello = session.hello
+    timing = hello.timing if hello else None
+    if hello is not None and timing == "cuda_events":
         report.add(
             "device",
             "pass",
-            f"{device.get('name')} (cuda:{device.get('index')}), timed with CUDA events",
+            f"{hello.device.name} (cuda:{hello.device.index}), timed with CUDA events",
         )
     else:
         report.add(
             "device",
             "fail",
-            f"the runner did not time a CUDA device "
-            f"(timing: {hello.get('timing')}; {session.error or ''})",
+            f"the runner did not time a CUDA device (timing: {timing}; {session.error or ''})",
         )
     if result is None:
         report.add(

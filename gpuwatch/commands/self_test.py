@@ -124,8 +124,11 @@ def _watch_run(
                 break
             time.sleep(0.05)
         result.steps = session.steps.count
-        hello = session.hello or {}
-        result.runner = {"versions": hello.get("versions"), "device": hello.get("device")}
+        hello = session.hello
+        result.runner = {
+            "versions": dict(hello.versions) if hello else None,
+            "device": hello.device.to_message() if hello else None,
+        }
         if result.steps >= min_steps:
             result.ok = True
             result.message = (

@@ -9,7 +9,6 @@ from __future__ import annotations
 import html
 import platform
 import sys
-from typing import Any
 
 import pyqtgraph
 import PySide6
@@ -25,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from gpuwatch import __version__
+from gpuwatch.core.model.messages import Hello
 from gpuwatch.core.run.app_log import active_log_file, log_dir
 
 NO_RUN = "no run yet"
@@ -44,7 +44,7 @@ def nvml_driver() -> str:
     return f"n/a — {reason}" if reason else "n/a"
 
 
-def version_rows(hello: dict[str, Any] | None) -> list[tuple[str, str]]:
+def version_rows(hello: Hello | None) -> list[tuple[str, str]]:
     """(name, version) rows: this GUI process, then the runner of the current session."""
     rows = [
         ("gpuwatch", __version__),
@@ -58,20 +58,19 @@ def version_rows(hello: dict[str, Any] | None) -> list[tuple[str, str]]:
     if not hello:
         rows += [("runner torch", NO_RUN), ("runner CUDA", NO_RUN)]
     else:
-        versions = hello.get("versions") or {}
-        device = hello.get("device") or {}
+        versions, device = hello.versions, hello.device
         rows += [
             ("runner Python", str(versions.get("python") or "unknown")),
             ("runner torch", str(versions.get("torch") or "unknown")),
             ("runner CUDA", str(versions.get("cuda") or "none (CPU build)")),
-            ("runner device", str(device.get("name") or device.get("kind") or "unknown")),
+            ("runner device", device.name or device.kind or "unknown"),
         ]
     log = active_log_file()
     rows.append(("log", str(log) if log else f"{log_dir()} (not written yet)"))
     return rows
 
 
-def diagnostics_text(hello: dict[str, Any] | None) -> str:
+def diagnostics_text(hello: Hello | None) -> str:
     """Plain text for a bug report: one ``name: version`` line per row."""
     rows = version_rows(hello)
     width = max(len(name) for name, _ in rows)
@@ -82,7 +81,7 @@ def diagnostics_text(hello: dict[str, Any] | None) -> str:
     )
 
 
-def copy_diagnostics(hello: dict[str, Any] | None) -> str:
+def copy_diagnostics(hello: Hello | None) -> str:
     """Put the diagnostics on the clipboard; returns the text."""
     text = diagnostics_text(hello)
     QApplication.clipboard().setText(text)
@@ -92,7 +91,7 @@ def copy_diagnostics(hello: dict[str, Any] | None) -> str:
 class AboutDialog(QDialog):
     """Versions in a table-like label, "Copy diagnostics" and Close."""
 
-    def __init__(self, hello: dict[str, Any] | None, parent: QWidget | None = None) -> None:
+    def __init__(self, hello: Hello | None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("About gpuwatch")
         self.hello = hello

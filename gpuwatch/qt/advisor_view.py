@@ -161,7 +161,7 @@ class AdvisorView(QWidget):
         """New scoreboard rows (call at the scoreboard's ~2 Hz)."""
         session = self.session
         changes = session.config_changes()
-        run = ((session.hello or {}).get("pid"), changes[0].t_ns if changes else None)
+        run = (session.hello.pid if session.hello else None, changes[0].t_ns if changes else None)
         if run != self._run:  # a new run (not a grown schema): forget the last one's requests
             self._run = run
             self.applied.clear()
@@ -217,7 +217,7 @@ class AdvisorView(QWidget):
             text = "Waiting for the first steps…"
         else:
             latest = rows[-1]
-            kind = (session.hello.get("device") or {}).get("kind")
+            kind = session.hello.device.kind
             if latest.breakdown is None or latest.idle_causes is None or not latest.steady:
                 text = (
                     f"Measuring <b>{_esc(latest.label)}</b>: findings once its "

@@ -18,6 +18,7 @@ from typing import Any
 from gpuwatch.protocol import PROTOCOL_VERSION
 from gpuwatch.runner.availability import knob_schema
 from gpuwatch.runner.follow_device import FollowDevice
+from gpuwatch.runner.knobs import initial_warmup
 from gpuwatch.runner.link import Link
 from gpuwatch.runner.nvtx_ranges import NvtxPhases
 from gpuwatch.runner.survey import cuda_device
@@ -250,7 +251,11 @@ def _train(
         versions=versions(torch),
         os=platform.platform(),
         knobs=schema.as_hello(),
-        config={"id": 0, "values": dict(state.values)},
+        config={
+            "id": 0,
+            "values": dict(state.values),
+            "warmup_steps": initial_warmup(state.values),
+        },
         workload_config=workload.parameters(),
         timing="cuda_events" if device.type == "cuda" else "host",
         batch_size=state.values["batch_size"],

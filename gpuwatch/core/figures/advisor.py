@@ -201,12 +201,12 @@ class Context:
 
 def context_of(session: Any) -> Context:
     """The advisor's context from a Session (or a replay: the same public API)."""
-    device = (session.hello or {}).get("device") or {}
-    cores = device.get("cores")
+    device = session.hello.device if session.hello else None
+    cores = device.cores if device else None
     return Context(
         knobs=session.knobs,
         values=session.config_values(),
-        device_kind=device.get("kind"),
+        device_kind=device.kind if device else None,
         cores=cores if isinstance(cores, int) and cores > 0 else None,
         capture=_current_capture(session),
     )

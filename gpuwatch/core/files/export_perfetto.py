@@ -127,10 +127,10 @@ def _us(ns: int) -> float:
 
 
 def _metadata(recording: Recording) -> list[dict[str, Any]]:
-    hello = recording.hello or {}
-    device = hello.get("device") if isinstance(hello.get("device"), dict) else {}
-    what = hello.get("workload") or recording.meta.get("spec", {}).get("workload") or "run"
-    name = f"gpuwatch: {what} on {device.get('name') or device.get('kind') or 'unknown device'}"
+    hello = recording.hello
+    what = (hello.workload if hello else "") or recording.meta.get("spec", {}).get("workload")
+    where = (hello.device.name or hello.device.kind) if hello else None
+    name = f"gpuwatch: {what or 'run'} on {where or 'unknown device'}"
     events: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "ts": 0, "args": {"name": name}}
     ]

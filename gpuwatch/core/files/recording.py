@@ -313,7 +313,7 @@ class Recorder:
             return []
         changes = session.config_changes()
         first_t = changes[0].t_ns if changes else time.perf_counter_ns()
-        items: list[tuple[dict[str, Any], int]] = [(hello, first_t)]
+        items: list[tuple[dict[str, Any], int]] = [(hello.to_message(), first_t)]
         items += [(config_message(c), c.t_ns) for c in changes if c.id > 0]
         view = session.steps.snapshot()
         cuda = session.device_kind == "cuda"

@@ -25,9 +25,9 @@ from gpuwatch.core.files.recording import (
     SCHEMA_VERSION,
     RecordingError,
 )
-from gpuwatch.core.model.messages import ConfigChange, Refusal
+from gpuwatch.core.model.log_buffer import LogLine
+from gpuwatch.core.model.messages import ConfigChange, Hello, Refusal
 from gpuwatch.core.model.store import DEFAULT_SERIES_CAPACITY, MetricStatus, SeriesStore, StepsView
-from gpuwatch.core.run.session import LogLine
 from gpuwatch.protocol import N_MARKS
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -44,7 +44,9 @@ class Recording:
 
     path: Path
     meta: dict[str, Any]
-    hello: dict[str, Any] | None
+    #: The run's hello, its device named as the live window saw it (a script's is named by a
+    #: later ``device`` message) and config 0's warm-up known (see ``_config0_warmup``).
+    hello: Hello | None
     steps: StepsView
     configs: list[ConfigChange]
     refusals: list[Refusal]
@@ -101,6 +103,8 @@ class Recording:
                 }
             elif kind == "log" and body.get("source") == "gpuwatch":
                 continue
+            elif kind == "hello" and self.hello is not None:
+                message = _with_warmup({**body, "kind": kind}, self.hello.warmup_steps)
             else:
                 message = {**body, "kind": kind}
             out.append((t_ns, message))
@@ -219,11 +223,14 @@ def _load(conn: sqlite3.Connection, path: Path) -> Recording:
             "SELECT seq, t_ns, kind, body FROM events ORDER BY seq"
         )
     ]
-    hello = next(({**body, "kind": kind} for _, _, kind, body in events if kind == "hello"), None)
-    hello = _with_named_device(hello, events)
-    on_cpu = hello is None or _object(hello.get("device", {})).get("kind") != "cuda"
-    steps, step_seq, device_seq, device_marks = _load_steps(conn, on_cpu=on_cpu)
+    sent = next(({**body, "kind": kind} for _, _, kind, body in events if kind == "hello"), None)
+    sent = _with_named_device(sent, events)
     configs = _load_configs(conn)
+    hello = (
+        None if sent is None else Hello.from_message(_with_warmup(sent, _config0_warmup(configs)))
+    )
+    on_cpu = hello is None or hello.device.kind != "cuda"
+    steps, step_seq, device_seq, device_marks = _load_steps(conn, on_cpu=on_cpu)
     coarse = _load_coarse(conn)
     refusals = [
         Refusal(
@@ -275,6 +282,20 @@ def _load(conn: sqlite3.Connection, path: Path) -> Recording:
         _device_seq=device_seq,
         _device_marks=device_marks,
     )
+
+
+def _config0_warmup(configs: list[ConfigChange]) -> int | None:
+    """Config 0's warm-up as the live session used it (the ``configs`` table), if recorded."""
+    return next((c.warmup_steps for c in configs if c.id == 0), None)
+
+
+def _with_warmup(hello: dict[str, Any], warmup_steps: int | None) -> dict[str, Any]:
+    """The hello with ``config.warmup_steps`` filled in where the runner did not send it (a
+    recording made before it did); ``Hello.from_message`` has a default for what is left."""
+    config = _object(hello.get("config", {}))
+    if warmup_steps is None or isinstance(config.get("warmup_steps"), int):
+        return hello
+    return {**hello, "config": {**config, "warmup_steps": warmup_steps}}
 
 
 def _with_named_device(

@@ -1,12 +1,11 @@
 """Show a recording in the window as if it were a live run, at a movable play position.
 
-``ReplaySession`` *is* a ``Session`` that never launches anything: it rebuilds the stores by
-feeding the recorded runner messages, in arrival order and up to the play position, through
-``Session``'s own dispatch code. Subclassing (rather than composing a fresh ``Session`` and
-copying its dispatch) keeps one implementation of how messages become steps, segments,
-refusals and log lines, so a replay shows exactly what the live window showed. The overrides
-only replace the wall clock by the recorded times and drop the GUI log lines that the
-dispatch would write a second time (the recording's ``log`` already holds them).
+``ReplaySession`` launches nothing: it owns a ``RunModel``, as a live ``Session`` does, and
+rebuilds it by folding the recorded runner messages, in arrival order and up to the play
+position. One implementation of how messages become steps, segments, refusals and log lines
+serves both, so a replay shows exactly what the live window showed. The replay only gives the
+model the recorded times as its clock and drops the GUI log lines that the fold would write a
+second time (the recording's ``log`` already holds them).
 
 Playing moves forward incrementally; a seek backwards rebuilds from the start: about 1 s for
 an hour of 50 ms step batches (72,000 messages) on a 2-core CPU, the test
@@ -17,24 +16,19 @@ The position advances only in ``tick()``, from an injectable clock, so tests nee
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpuwatch import protocol
 from gpuwatch.core.figures.segments import SegmentStats
+from gpuwatch.core.model.liveness import Liveness
+from gpuwatch.core.model.log_buffer import LogBuffer, LogLine
+from gpuwatch.core.model.messages import SessionState
 from gpuwatch.core.model.store import DEFAULT_SERIES_CAPACITY, DEFAULT_STEP_CAPACITY, SeriesStore
-from gpuwatch.core.run.session import (
-    LaunchSpec,
-    LogLine,
-    Session,
-    SessionError,
-    SessionState,
-    device_cores,
-)
+from gpuwatch.core.run.run_model import ModelAccess, RunModel
+from gpuwatch.core.run.session import LOG_LINES_KEPT, LaunchSpec, SessionError
 
 if TYPE_CHECKING:
     from gpuwatch.core.files.recording_reader import Recording
@@ -45,17 +39,37 @@ MIN_SPEED, MAX_SPEED = SPEEDS[0], SPEEDS[-1]
 READ_ONLY = "replay: knobs are read-only"
 
 
-class ReplaySession(Session):
-    """A recorded run, shown up to ``position_s``; starts positioned at the end (whole run)."""
+class ReplaySession(ModelAccess):
+    """A recorded run, shown up to ``position_s``; starts positioned at the end (whole run).
+
+    It answers what a view asks of a ``Session`` (the names ``ModelAccess`` delegates to
+    ``model``, the log, the state); whatever would change a run raises ``SessionError``.
+    """
+
+    #: Nothing is launched, so there is no spec, process, notice or capture.
+    spec: LaunchSpec | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    keep_all_output = False
+    stop_requested = False
+    capturing = False
+    stalled_at_stop_s: float | None = None
+    stop_escalation: str | None = None
+    stopped_after_s: float | None = None
 
     def __init__(
         self, recording: Recording, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        super().__init__(
-            step_capacity=max(DEFAULT_STEP_CAPACITY, len(recording.steps)), sample_coarse=False
-        )
         self.recording = recording
         self._clock = clock
+        self._now = recording.t0_ns
+        self.model = RunModel(
+            step_capacity=max(DEFAULT_STEP_CAPACITY, len(recording.steps)),
+            clock=lambda: self._now,
+            log_line=self._model_log_line,
+        )
+        self.liveness = Liveness(notice_s=float("inf"), script=False)
+        self._log = LogBuffer(LOG_LINES_KEPT)
         # The GUI's own log lines are kept apart from the runner's messages; put them back in
         # time order, ahead of a message of the same time (the live session logged first).
         gui_lines = [
@@ -136,6 +150,29 @@ class ReplaySession(Session):
         self._speed = float(factor)
         self._anchor = (self._clock(), self._position_ns)
 
+    @property
+    def notice(self) -> str | None:
+        """What the recorded run no longer measured (instruments that switched off), or None."""
+        return "; ".join(self.instruments_off) or None
+
+    def drain_log(self) -> list[LogLine]:
+        """The log lines shown since the last call (see ``Session.drain_log``)."""
+        return self._log.drain()
+
+    @property
+    def log_dropped(self) -> int:
+        return self._log.dropped
+
+    def wait_ended(self, timeout: float | None = None) -> bool:
+        """Nothing runs: always ended."""
+        return True
+
+    def add_listener(self, listener: Callable[[dict[str, Any], int], None]) -> None:
+        """A replay hands no messages on (it is not recorded again)."""
+
+    def remove_listener(self, listener: Callable[[dict[str, Any], int], None]) -> None:
+        """Nothing to detach (see ``add_listener``)."""
+
     def scoreboard(self) -> list[SegmentStats]:
         """The rows as the live window showed them at the play position: the last one is live
         until the recording's last message (the runner's bye) has been played.
@@ -144,16 +181,7 @@ class ReplaySession(Session):
         2 Hz refresh, maybe before the coarse sample overlapping the segment's end arrived; a
         replay freezes it with every sample that arrived by the play position.
         """
-        cores = device_cores(self.hello)
-        return self._scoreboard.rows(
-            self.steps,
-            self.config_changes(),
-            self.coarse,
-            device_kind=self.device_kind,
-            cores=cores,
-            baseline_id=self.baseline_id,
-            running=self._applied < len(self._messages),
-        )
+        return self.model.scoreboard(running=self._applied < len(self._messages))
 
     # ---- Play control ------------------------------------------------------------------
 
@@ -209,6 +237,11 @@ class ReplaySession(Session):
     def set_knobs(self, values: dict[str, Any], *, label: str | None = None) -> int | None:
         raise SessionError(READ_ONLY)
 
+    def request_capture(self, steps: int) -> None:
+        raise SessionError(
+            f"{self.recording.path.name} is a recording: kernels can only be captured in a run"
+        )
+
     def close(self, timeout: float = 15.0) -> None:
         self._playing = False
 
@@ -216,17 +249,13 @@ class ReplaySession(Session):
 
     def _rebuild(self) -> None:
         """Forget everything shown and start again at the recording's start."""
-        with self._lock:
-            self._reset()
+        self._position_ns = self._now = self.recording.t0_ns
+        self.model.reset(SeriesStore(self._series_capacity))  # t0_ns: the recording's start
         self._log.clear()
-        self._ended.set()  # nothing runs: wait_ended() returns at once
-        self.t0_ns = self.recording.t0_ns
-        self.coarse = SeriesStore(self._series_capacity)
         for status in self._coarse_statuses.values():
             self.coarse.set_status(status)
         self._coarse_cut = dict.fromkeys(self._coarse_all, 0)
         self._applied = 0
-        self._position_ns = self._now = self.recording.t0_ns
         self.generation += 1
 
     def _advance_to(self, target_ns: int) -> None:
@@ -246,42 +275,20 @@ class ReplaySession(Session):
         self.error = self.recording.error if self.at_end else self.error
 
     def _dispatch_recorded(self, message: dict[str, Any]) -> None:
-        if message["kind"] == "log" and message.get("source") == "gpuwatch":
+        kind = message["kind"]
+        if kind == "log" and message.get("source") == "gpuwatch":
             level = message["level"] if message["level"] in ("info", "warning", "error") else "info"
             self._log.append(LogLine(self._now, level, "gpuwatch", message["text"]))
-        else:
-            self._dispatch_kind(message)
+            return
+        self.model.fold(message)
+        if kind == "hello" and self._config0_t_ns is not None:
+            self.model.retime_config(0, self._config0_t_ns)
+        elif kind == "config":
+            label = self._recorded_labels.get(message["id"])
+            if label:
+                self.model.label_segment(message["id"], label)
 
-    # ---- Session hooks: the recorded time instead of the clock -------------------------
-
-    def _on_hello(self, hello: dict[str, Any]) -> None:
-        # The recording's schema, not the protocol number, says whether its data can be read.
-        super()._on_hello({**hello, "protocol": protocol.PROTOCOL_VERSION})
-        self.hello = hello
-        with self._lock:
-            first = self._changes.get(0)
-            if first is not None:
-                t_ns = self._config0_t_ns if self._config0_t_ns is not None else self._now
-                self._changes[0] = dataclasses.replace(first, t_ns=t_ns)
-
-    def _on_config(self, message: dict[str, Any]) -> None:
-        super()._on_config(message)
-        label = self._recorded_labels.get(message["id"])
-        if label:
-            self.label_segment(message["id"], label)
-
-    def _on_refused(self, message: dict[str, Any]) -> None:
-        super()._on_refused(message)
-        with self._lock:
-            refusal = self.last_refusal
-            if refusal is not None:
-                self.last_refusal = dataclasses.replace(refusal, t_ns=self._now)
-                if refusal.request is not None:
-                    self._answers[refusal.request] = self.last_refusal
-
-    def _log_line(
-        self, level: str, source: str, text: str, *, notice: bool = False, wait: bool = False
-    ) -> None:
-        # The GUI's own lines were recorded as messages; the dispatch's copies would repeat them.
+    def _model_log_line(self, level: str, source: str, text: str, notice: bool) -> None:
+        # The GUI's own lines were recorded as messages; the fold's copies would repeat them.
         if source != "gpuwatch":
             self._log.append(LogLine(self._now, level, source, text, notice))

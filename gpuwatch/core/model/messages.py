@@ -10,8 +10,200 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+#: Transition steps of config 0 when a hello does not say (a recording made before the runner
+#: sent ``config.warmup_steps``): generous on purpose, as leaving a few settled steps out of a
+#: scoreboard row costs less than counting a loader's start-up in it. A recording's own
+#: ``configs`` table, when it has config 0, gives the value the live window used instead.
+DEFAULT_WARMUP_STEPS = 10
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"hello {what} is not an object: {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """``hello.device`` (or a ``device`` message): what the run trains on.
+
+    ``pending`` is a watched script's CUDA device before its first step (named later by a
+    ``device`` message). ``cores`` is the runner's usable CPU cores as sent (may be absent or
+    nonsense): read it through ``core_count``.
+    """
+
+    kind: str = "cpu"
+    name: str | None = None
+    index: int | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    pending: bool = False
+    cores: Any = None
+    #: The object as the runner sent it (extra fields kept for diagnostics and recordings).
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_message(cls, device: Any) -> DeviceInfo:
+        device = _mapping(device, "device")
+        return cls(
+            kind=_text(device.get("kind")) or "cpu",
+            name=_text(device.get("name")),
+            index=_int(device.get("index")),
+            uuid=_text(device.get("uuid")),
+            pci_bus_id=_text(device.get("pci_bus_id")),
+            pending=device.get("pending") is True,
+            cores=device.get("cores"),
+            raw=dict(device),
+        )
+
+    def core_count(self, default: int = 1) -> int:
+        """The runner's usable cores; ``default`` when it sent none or nonsense (a ``1e400``
+        parses as infinity, which no int holds)."""
+        cores = self.cores
+        if (
+            isinstance(cores, int | float)
+            and not isinstance(cores, bool)
+            and math.isfinite(cores)
+            and cores >= 1
+        ):
+            return int(cores)
+        return default
+
+    def to_message(self) -> dict[str, Any]:
+        """The wire form (what the runner sent, or what these fields say)."""
+        return dict(self.raw) or {
+            "kind": self.kind,
+            "name": self.name,
+            "index": self.index,
+            "uuid": self.uuid,
+            "pci_bus_id": self.pci_bus_id,
+            "cores": self.cores,
+        }
+
+
+@dataclass(frozen=True)
+class KnobSpec:
+    """One entry of ``hello.knobs`` (docs/knobs.md §2), checked to have a name and a type.
+
+    ``schema`` is the entry as the runner sent it: the knob panel and the value parser read
+    its optional fields (label, help, choices, disabled choices, unit, group, rebuilds).
+    """
+
+    name: str
+    type: str
+    default: Any = None
+    min: Any = None
+    max: Any = None
+    enabled: bool = True
+    reason: str | None = None
+    schema: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def to_message(self) -> dict[str, Any]:
+        """The schema entry as the runner sent it (or what these fields say)."""
+        return dict(self.schema) or {
+            "name": self.name,
+            "type": self.type,
+            "default": self.default,
+            "min": self.min,
+            "max": self.max,
+            "enabled": self.enabled,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_message(cls, knob: Any) -> KnobSpec:
+        knob = _mapping(knob, "knob")
+        name, kind = knob.get("name"), knob.get("type")
+        if not isinstance(name, str) or not isinstance(kind, str):
+            raise ValueError(f"hello knob without a name and a type: {knob!r}")
+        return cls(
+            name=name,
+            type=kind,
+            default=knob.get("default"),
+            min=knob.get("min"),
+            max=knob.get("max"),
+            enabled=bool(knob.get("enabled", True)),
+            reason=_text(knob.get("reason")),
+            schema=dict(knob),
+        )
+
+
+@dataclass(frozen=True)
+class Hello:
+    """The runner's ``hello``: who trains what, where, with which knobs (``gpuwatch.protocol``).
+
+    Built once from the message by ``from_message``, which checks the fields every reader
+    uses; ``raw`` keeps the message as sent (a recording stores it so). ``warmup_steps`` is
+    config 0's transition (``hello.config.warmup_steps``; ``DEFAULT_WARMUP_STEPS`` if absent).
+    """
+
+    workload: str = ""
+    device: DeviceInfo = field(default_factory=DeviceInfo)
+    knobs: tuple[KnobSpec, ...] = ()
+    config_values: dict[str, Any] = field(default_factory=dict)
+    warmup_steps: int = DEFAULT_WARMUP_STEPS
+    pid: int | None = None
+    protocol: int | None = None
+    versions: dict[str, Any] = field(default_factory=dict)
+    timing: str = "host"
+    os: str | None = None
+    #: A built-in workload's batch size at the start (a script's is not known: None).
+    batch_size: int | None = None
+    #: A watched script's ``{"path", "args", "cwd"}``, or None for a built-in workload.
+    script: dict[str, Any] | None = None
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any], *, warmup_steps: int | None = None) -> Hello:
+        """Read a hello message; ``warmup_steps`` stands in when the message has none.
+
+        Raises ``ValueError`` when a field every reader needs is missing or of the wrong type.
+        """
+        config = _mapping(message.get("config", {}), "config")
+        values = config.get("values")
+        sent_warmup = _int(config.get("warmup_steps"))
+        if sent_warmup is None:
+            sent_warmup = warmup_steps if warmup_steps is not None else DEFAULT_WARMUP_STEPS
+        versions = message.get("versions")
+        script = message.get("script")
+        knobs = message.get("knobs", [])
+        if not isinstance(knobs, list):
+            raise ValueError(f"hello knobs is not a list: {knobs!r}")
+        return cls(
+            workload=_text(message.get("workload")) or "",
+            device=DeviceInfo.from_message(message.get("device", {})),
+            knobs=tuple(KnobSpec.from_message(k) for k in knobs),
+            config_values=dict(values) if isinstance(values, dict) else {},
+            warmup_steps=max(0, sent_warmup),
+            pid=_int(message.get("pid")),
+            protocol=_int(message.get("protocol")),
+            versions=dict(versions) if isinstance(versions, dict) else {},
+            timing=_text(message.get("timing")) or "host",
+            os=_text(message.get("os")),
+            batch_size=_int(message.get("batch_size")),
+            script=dict(script) if isinstance(script, dict) else None,
+            raw=dict(message),
+        )
+
+    def to_message(self) -> dict[str, Any]:
+        """The wire form of this hello as it stands (its device named, its knobs as kept)."""
+        return {
+            **self.raw,
+            "kind": "hello",
+            "device": self.device.to_message(),
+            "knobs": [k.to_message() for k in self.knobs],
+        }
 
 
 @dataclass(frozen=True)

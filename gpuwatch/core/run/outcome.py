@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuwatch.core.model.messages import ACTIVE_STATES, SessionState
+
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_HUNG = 124
 #: A process ended by signal N exits with this plus N in a POSIX shell.
@@ -58,8 +60,6 @@ class Outcome:
 
 def facts_from(session: Any) -> RunFacts:
     """The facts of a ``gpuwatch.core.run.session.Session`` (read once, at the end or live)."""
-    from gpuwatch.core.run.session import ACTIVE_STATES, SessionState
-
     spec = session.spec
     state = session.state
     return RunFacts(

@@ -7,11 +7,8 @@ object is shared across threads beyond those locked buffers.
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import dataclasses
 import logging
-import math
 import os
 import re
 import signal
@@ -23,27 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from gpuwatch import protocol
-from gpuwatch.core.figures.kernel_window import KernelWindow, KernelWindowError, describe
-from gpuwatch.core.figures.segments import BASELINE_LABEL, Scoreboard, SegmentStats
+from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.liveness import Liveness, Transition
 from gpuwatch.core.model.log_buffer import LogBuffer, LogLine
-from gpuwatch.core.model.messages import (
-    ACTIVE_STATES,
-    CaptureFailed,
-    ChangeRefused,
-    ConfigApplied,
-    ConfigChange,
-    KernelWindowReady,
-    Refusal,
-    SessionState,
-    StateChanged,
-)
-from gpuwatch.core.model.store import DEFAULT_STEP_CAPACITY, SeriesStore, StepStore
+from gpuwatch.core.model.messages import ACTIVE_STATES, SessionState, StateChanged
+from gpuwatch.core.model.store import DEFAULT_STEP_CAPACITY
 from gpuwatch.core.run import launcher, link
-from gpuwatch.core.run.run_model import RunModel
+from gpuwatch.core.run.run_model import ModelAccess, RunModel
 from gpuwatch.core.run.samplers import (
     NvmlSampler,
     ProcessTreeSampler,
@@ -70,15 +54,8 @@ DROPS_LOGGED = 20
 #: A script that has not reached a training step this long after it started gets a notice;
 #: so does any run whose steps stopped arriving this long ago (a hang).
 NO_STEP_NOTICE_S = 30.0
-#: Largest integer a knob may have to be shown: the knob panel's editors are 32-bit Qt spin
-#: boxes (``gpuwatch.qt.knob_panel.INT_LIMIT``; core cannot import qt).
-KNOB_INT_LIMIT = 2**31 - 1
-#: Kernel capture windows kept per run (the oldest falls off).
-MAX_KERNEL_WINDOWS = 32
 #: How often the run clock (``--seconds``, the liveness notices) looks at the time.
 CLOCK_TICK_S = 0.1
-#: Steps whose median is a run's typical step (stall threshold, stop grace).
-TYPICAL_STEPS = 32
 #: A stop asks a script to end at its next step boundary; it is interrupted where it is after
 #: this many typical steps (at least the minimum, at most the maximum, in seconds).
 STOP_GRACE_STEPS = 2.0
@@ -120,8 +97,12 @@ class LaunchSpec:
         return Path(self.script).name if self.script else self.workload
 
 
-class Session:
-    """Launches and watches one runner at a time; restartable after it ends."""
+class Session(ModelAccess):
+    """Launches and watches one runner at a time; restartable after it ends.
+
+    It keeps the runner process, the link, its threads and the samplers; what the runner's
+    messages say lives in ``model`` (a ``RunModel``), which the names views read delegate to.
+    """
 
     def __init__(
         self,
@@ -131,15 +112,9 @@ class Session:
         no_step_notice_s: float = NO_STEP_NOTICE_S,
         keep_all_output: bool = False,
     ) -> None:
-        self.steps = StepStore(step_capacity)
-        self.coarse = SeriesStore()
-        self.t0_ns = time.perf_counter_ns()
-        self.hello: dict[str, Any] | None = None
-        self.error: str | None = None
-        self.error_type: str | None = None  # the runner's ``error`` type (e.g. SyntaxError)
+        #: What views read of the run, and where they listen for its rare changes.
+        self.model = RunModel(step_capacity=step_capacity, log_line=self._model_log_line)
         self.exit_code: int | None = None
-        self.bye_reason: str | None = None
-        self.bye: dict[str, Any] | None = None  # the runner's bye (script: code, steps, cuda_used)
         #: Whether the loop makes progress (starting, no step yet, running, stalled, ended).
         self.liveness = Liveness(notice_s=no_step_notice_s, script=False)
         #: Seconds the run had been without a step when its stop was asked for, if it was
@@ -149,32 +124,10 @@ class Session:
         self.stop_escalation: str | None = None
         self.stopped_after_s: float | None = None  # set when ``LaunchSpec.seconds`` ran out
         self.spec: LaunchSpec | None = None
-        self.dropped_messages = 0
-        #: Valid messages that could not be used, per kind (also in ``dropped_messages``).
-        self.unusable_messages: dict[str, int] = {}
-        self.baseline_id: int | None = None
-        self.last_refusal: Refusal | None = None
         self._sample_coarse = sample_coarse
         self._no_step_notice_s = no_step_notice_s
         self._hello_at: float | None = None  # time.monotonic() of the hello
-        self._changes: dict[int, ConfigChange] = {}
-        self._answers: dict[int, ConfigChange | Refusal] = {}
-        self._labels: dict[int, str] = {}  # request id -> label for its segment
-        self._next_request = 1
-        self._scoreboard = Scoreboard()
-        self._windows: collections.deque[KernelWindow] = collections.deque(
-            maxlen=MAX_KERNEL_WINDOWS
-        )
-        self._capture_steps: int | None = None  # a capture asked for, not answered yet
-        self._hidden_knobs: set[Any] = set()  # knobs left out of the panel (logged once)
-        #: Why the last kernel capture did not give a window (refused or failed), if it did not.
-        self.capture_error: str | None = None
-        #: Runner notices of instruments that failed and switched themselves off (a ``log``
-        #: with ``off``), in order: what is no longer measured, and why.
-        self.instruments_off: list[str] = []
         self._listeners: list[Listener] = []
-        #: What views read of the run, and where they listen for its rare changes.
-        self.model = RunModel()
         self._state = SessionState.IDLE
         self._lock = threading.Lock()
         #: The script's output must reach the consumer whole (headless): when the log is full,
@@ -200,10 +153,6 @@ class Session:
         return self._state
 
     @property
-    def device_kind(self) -> str | None:
-        return self.hello["device"].get("kind") if self.hello else None
-
-    @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
@@ -218,11 +167,6 @@ class Session:
         """True once ``stop`` was called for this run (by the user or ``--seconds``)."""
         return self._stop_requested.is_set()
 
-    @property
-    def knobs(self) -> list[dict[str, Any]]:
-        """The runner's knob schema (docs/knobs.md §2); empty before ``hello``."""
-        return list(self.hello.get("knobs", [])) if self.hello else []
-
     def add_listener(self, listener: Listener) -> None:
         """Also hand every message to ``listener`` (e.g. a recorder), on the link thread.
 
@@ -235,18 +179,6 @@ class Session:
     def remove_listener(self, listener: Listener) -> None:
         with self._lock:
             self._listeners = [f for f in self._listeners if f is not listener]
-
-    def config_values(self) -> dict[str, Any]:
-        """The knob values in force now (the latest applied configuration)."""
-        with self._lock:
-            if not self._changes:
-                return {}
-            return dict(self._changes[max(self._changes)].values)
-
-    def config_changes(self) -> list[ConfigChange]:
-        """Every applied configuration of this run, id 0 first."""
-        with self._lock:
-            return [self._changes[i] for i in sorted(self._changes)]
 
     def set_knobs(self, values: dict[str, Any], *, label: str | None = None) -> int | None:
         """Ask the runner to change knobs; returns the request id to pass to ``answer``.
@@ -264,31 +196,15 @@ class Session:
         lnk = self._link
         if lnk is None or self._state is not SessionState.RUNNING:
             raise SessionError("no training run is connected: start one first")
-        with self._lock:
-            request = self._next_request
-            self._next_request += 1
-            if label:
-                self._labels[request] = label
+        request = self.model.next_request(label)
         if not lnk.send("set", values=wanted, request=request):
             raise SessionError("the link to the runner is closed")
         return request
 
-    def answer(self, request: int) -> ConfigChange | Refusal | None:
-        """The runner's answer to a ``set_knobs`` request; None until it arrived."""
-        with self._lock:
-            return self._answers.get(request)
-
-    def label_segment(self, config_id: int, label: str) -> None:
-        """Rename a segment on the scoreboard (e.g. the tour naming its stages)."""
-        with self._lock:
-            change = self._changes.get(config_id)
-            if change is not None:
-                self._changes[config_id] = dataclasses.replace(change, label=label)
-
     @property
     def capturing(self) -> bool:
         """A kernel capture was asked for and its window has not come back yet."""
-        return self._capture_steps is not None and self._state is SessionState.RUNNING
+        return self.model.capture_pending is not None and self._state is SessionState.RUNNING
 
     def request_capture(self, steps: int) -> None:
         """Profile the next ``steps`` steps (docs/design.md, "Kernel capture").
@@ -309,30 +225,17 @@ class Session:
             raise SessionError("no training run is connected: start one first")
         if self.capturing:
             raise SessionError("a kernel capture is already running: wait for its window")
-        self._capture_steps = steps
-        self.capture_error = None
+        self.model.capture_pending = steps
+        self.model.capture_error = None
         if not lnk.send("capture", steps=steps):
-            self._capture_steps = None
+            self.model.capture_pending = None
             raise SessionError("the link to the runner is closed")
         self._info(f"capturing kernels over the next {steps} step(s) (plus one warm-up step)")
 
-    def kernel_windows(self) -> list[KernelWindow]:
-        """The kernel capture windows of this run that succeeded, oldest first."""
-        with self._lock:
-            return list(self._windows)
-
     def scoreboard(self) -> list[SegmentStats]:
         """One row per configuration (docs/knobs.md §3), speedups against ``baseline_id``."""
-        changes = self.config_changes()
-        cores = device_cores(self.hello, os.cpu_count() or 1)
-        return self._scoreboard.rows(
-            self.steps,
-            changes,
-            self.coarse,
-            device_kind=self.device_kind,
-            cores=cores,
-            baseline_id=self.baseline_id,
-            running=self._state in ACTIVE_STATES,
+        return self.model.scoreboard(
+            running=self._state in ACTIVE_STATES, default_cores=os.cpu_count() or 1
         )
 
     def start(self, spec: LaunchSpec) -> None:
@@ -422,33 +325,13 @@ class Session:
 
     def _reset(self) -> None:
         """Forget the previous run (called by ``start`` with ``self._lock`` held)."""
-        self.steps.clear()
-        self.coarse = SeriesStore()
-        self.t0_ns = time.perf_counter_ns()
-        self.hello = None
-        self.error = None
-        self.error_type = None
+        self.model.reset()
         self.exit_code = None
-        self.bye_reason = None
-        self.bye = None
         self.liveness = Liveness(notice_s=self._no_step_notice_s, script=False)
         self.stalled_at_stop_s = None
         self.stop_escalation = None
         self.stopped_after_s = None
         self._hello_at = None
-        self.dropped_messages = 0
-        self.unusable_messages = {}
-        self.baseline_id = None
-        self.last_refusal = None
-        self._changes.clear()  # the caller holds self._lock
-        self._answers.clear()
-        self._labels.clear()
-        self._scoreboard.clear()
-        self._windows.clear()
-        self._capture_steps = None
-        self.capture_error = None
-        self.instruments_off = []
-        self._hidden_knobs = set()
         self._link = None
         self._stop_requested.clear()
         self._ended.clear()
@@ -520,8 +403,8 @@ class Session:
             except EOFError:
                 break
             except protocol.ProtocolError as exc:
-                self.dropped_messages += 1
-                n = self.dropped_messages
+                self.model.dropped_messages += 1
+                n = self.model.dropped_messages
                 if n <= DROPS_LOGGED or n % 1000 == 0:  # a flood must not flood the log
                     self._log_line(
                         "warning",
@@ -538,24 +421,9 @@ class Session:
         try:
             self._dispatch_kind(message)
         except Exception as exc:
-            self._unusable(message["kind"], exc)
+            self.model.unusable(message["kind"], exc)
             return
         self._notify(message)
-
-    def _unusable(self, kind: str, exc: Exception) -> None:
-        self.dropped_messages += 1
-        seen = self.unusable_messages.get(kind, 0)
-        self.unusable_messages[kind] = seen + 1
-        if seen:
-            return
-        log.warning("could not use a %r message from the runner", kind, exc_info=exc)
-        self._log_line(
-            "warning",
-            "gpuwatch",
-            f"dropped a {kind!r} message from the runner that gpuwatch could not "
-            f"use ({type(exc).__name__}: {protocol.shorten(str(exc), 300)}); "
-            f"further {kind!r} messages that fail are counted, not logged",
-        )
 
     def _notify(self, message: dict[str, Any]) -> None:
         listeners = self._listeners
@@ -575,205 +443,53 @@ class Session:
                 )
 
     def _dispatch_kind(self, message: dict[str, Any]) -> None:
+        """Fold the message into the model, and do what it asks of the process side: check a
+        hello's protocol first, then start sampling the device it names."""
         kind = message["kind"]
-        if kind == "steps":
-            self.steps.append(
-                message["step"], message["config"], message["samples"], message["host"]
-            )
-        elif kind == "device_marks":
-            self.steps.set_device_marks(message["step"], message["device"])
-        elif kind == "hello":
-            self._on_hello(message)
-        elif kind == "log":
-            level = message["level"] if message["level"] in ("info", "warning", "error") else "info"
-            off = isinstance(message.get("off"), str)
-            if off:
-                self.instruments_off.append(message["text"])
-            self._log_line(level, "runner", message["text"], notice=off)
-        elif kind == "error":
-            self.error_type = message["type"]
-            self.error = f"{message['type']}: {message['message']}"
-            self._log_line("error", "runner", self.error)
-            if message.get("traceback"):
-                self._log_line("error", "runner", str(message["traceback"]).rstrip())
-        elif kind == "bye":
-            self.bye = dict(message)
-            self.bye_reason = message["reason"]
-            self._info(f"runner said goodbye ({message['reason']})")
-        elif kind == "config":
-            self._on_config(message)
-        elif kind == "refused":
-            self._on_refused(message)
-        elif kind == "knobs":
-            self._on_knobs(message)
-        elif kind == "kernels":
-            self._on_kernels(message)
-        elif kind == "device":
-            self._on_device(message["device"])
-        else:
-            self._info(f"runner sent {kind!r}")
-
-    def _on_config(self, message: dict[str, Any]) -> None:
-        request = message.get("request")
-        with self._lock:
-            label = self._labels.pop(request, None) if isinstance(request, int) else None
-            change = ConfigChange.from_message(message, label)
-            self._changes[change.id] = change
-            if change.request is not None:
-                self._answers[change.request] = change
-        cost = f" in {change.apply_s:.2f} s" if change.apply_s >= 0.01 else ""
-        self._info(f"config {change.id} applied{cost}: {change.label}")
-        self.model.emit(ConfigApplied(change))
-
-    def _on_kernels(self, message: dict[str, Any]) -> None:
-        """A capture window (or why there is none); its steps leave the scoreboard."""
-        self._capture_steps = None
-        try:
-            window = KernelWindow.from_message(message)
-        except KernelWindowError as exc:
-            self.capture_error = str(exc)
-            self._log_line("warning", "gpuwatch", str(exc))
-            self.model.emit(CaptureFailed(self.capture_error))
-            return
-        if not window.ok:  # the runner logged the reason already
-            self.capture_error = window.error or f"kernel capture {window.status}"
-            self.model.emit(CaptureFailed(self.capture_error))
-            return
-        recent = self.steps.snapshot(last=4096)
-        configs = set(recent.config[np.isin(recent.step, window.perturbed)].tolist())
-        with self._lock:
-            self._windows.append(window)
-            if self._changes:  # the latest steps may still be on their way
-                configs.add(max(self._changes))
-        self._scoreboard.mark_profiled(window.perturbed, sorted(configs))
-        steps = f"{window.steps[0]}-{window.steps[-1]}" if window.steps else "none"
-        summary = describe(window.summary(), window.device)
-        self._info(f"kernel window over steps {steps}: {summary}")
-        self.model.emit(KernelWindowReady(window))
-
-    def _on_knobs(self, message: dict[str, Any]) -> None:
-        """The schema grew (a script declared a knob): show it, with its current value."""
-        if self.hello is None:
-            return
-        self.hello = {**self.hello, "knobs": self._panel_knobs(message["knobs"])}
-        with self._lock:
-            if self._changes:
-                last = self._changes[max(self._changes)]
-                values = {**last.values, **message["values"]}
-                self._changes[last.id] = dataclasses.replace(last, values=values)
-
-    def _panel_knobs(self, knobs: list[Any]) -> list[Any]:
-        """The schema without the integer knobs the knob panel cannot hold (its editors are
-        32-bit): each is logged once; the script keeps its value and the scoreboard shows it.
-        """
-        kept = []
-        for knob in knobs:
-            too_big = _beyond_panel(knob)
-            if too_big is None:
-                kept.append(knob)
-                continue
-            name = knob.get("name")
-            if name not in self._hidden_knobs:
-                self._hidden_knobs.add(name)
-                self._log_line(
-                    "warning",
-                    "gpuwatch",
-                    f"knob {name!r} is not shown: its {too_big} is beyond what the "
-                    f"knob panel holds (integers up to ±{KNOB_INT_LIMIT:,}); the "
-                    f"script goes on with its value",
-                )
-        return kept
-
-    def _on_refused(self, message: dict[str, Any]) -> None:
-        request = message.get("request")
-        refusal = Refusal(
-            request if isinstance(request, int) else None,
-            dict(message["values"]),
-            str(message["message"]),
-            time.perf_counter_ns(),
-        )
-        with self._lock:
-            if refusal.request is not None:
-                self._labels.pop(refusal.request, None)
-                self._answers[refusal.request] = refusal
-            self.last_refusal = refusal
-        self._log_line("warning", "runner", f"change refused: {refusal.message}")
-        self.model.emit(ChangeRefused(refusal))
-
-    def _on_hello(self, hello: dict[str, Any]) -> None:
-        if hello["protocol"] != protocol.PROTOCOL_VERSION:
+        if kind == "hello" and message["protocol"] != protocol.PROTOCOL_VERSION:
             self.stop()  # first: stop() leaves a FAILED run alone, and this one must end
             self._fail(
-                f"the runner speaks protocol {hello['protocol']}, this gpuwatch "
+                f"the runner speaks protocol {message['protocol']}, this gpuwatch "
                 f"speaks {protocol.PROTOCOL_VERSION}: install the same gpuwatch version "
                 f"in the training environment"
             )
             return
-        self.hello = {**hello, "knobs": self._panel_knobs(hello["knobs"])}
+        hello = self.model.hello
+        device_pending = hello is not None and hello.device.pending
+        self.model.fold(message)
+        if kind == "hello":
+            self._on_hello()
+        elif kind == "device" and device_pending:
+            self._sample_device()
+
+    def _on_hello(self) -> None:
+        """The runner is connected: the run clock starts and the device is sampled."""
         self._hello_at = time.monotonic()
-        initial = hello["config"]
-        values = initial.get("values")
-        with self._lock:
-            self._changes[0] = ConfigChange(
-                id=0,
-                values=dict(values) if isinstance(values, dict) else {},
-                changed={},
-                t_ns=time.perf_counter_ns(),
-                first_step=0,
-                warmup_steps=initial["warmup_steps"]
-                if isinstance(initial.get("warmup_steps"), int)
-                else _initial_warmup(values or {}),
-                label=BASELINE_LABEL,
-            )
-            first = self._changes[0]
-        self.model.emit(ConfigApplied(first))
-        device = hello["device"]
-        on_cpu = device.get("kind") != "cuda"
-        self.steps.set_device_is_host(on_cpu)
         with self._lock:
             connected = self._state is SessionState.STARTING
             if connected:
                 self._state = SessionState.RUNNING
         if connected:
             self._state_changed()
-        versions = hello.get("versions", {})
-        self._info(
-            f"runner pid {hello['pid']}: {hello['workload']} on {device.get('name')} "
-            f"(python {versions.get('python')}, torch {versions.get('torch')}, "
-            f"timing: {hello.get('timing', 'host')})"
-        )
-        if not self._sample_coarse:
+        hello = self.model.hello
+        if not self._sample_coarse or hello is None:
             return
-        if on_cpu:
+        if hello.device.kind != "cuda":
             nvml_unavailable_statuses(self.coarse, "the runner trains on the CPU")
-        elif not device.get("pending"):  # a script's device is named at its first step
-            self._add_sampler(
-                NvmlSampler.for_device(
-                    self.coarse,
-                    uuid=device.get("uuid"),
-                    pci_bus_id=device.get("pci_bus_id"),
-                    index=device.get("index"),
-                )
-            )
+        elif not hello.device.pending:  # a script's device is named at its first step
+            self._sample_device()
 
-    def _on_device(self, device: dict[str, Any]) -> None:
-        """A watched script's CUDA device, known once it ran a step: NVML is matched to it."""
-        if self.hello is None:
+    def _sample_device(self) -> None:
+        """Sample NVML for the CUDA device hello names (matched by UUID or PCI bus id)."""
+        hello = self.model.hello
+        if not self._sample_coarse or hello is None:
             return
-        pending = (self.hello.get("device") or {}).get("pending")
-        self._info(f"the script trains on cuda:{device.get('index')}: {device.get('name')}")
-        if not pending:
-            return
-        self.hello = {**self.hello, "device": dict(device)}
-        if self._sample_coarse:
-            self._add_sampler(
-                NvmlSampler.for_device(
-                    self.coarse,
-                    uuid=device.get("uuid"),
-                    pci_bus_id=device.get("pci_bus_id"),
-                    index=device.get("index"),
-                )
+        device = hello.device
+        self._add_sampler(
+            NvmlSampler.for_device(
+                self.coarse, uuid=device.uuid, pci_bus_id=device.pci_bus_id, index=device.index
             )
+        )
 
     def _read_output(self) -> None:
         proc = self._proc
@@ -835,13 +551,6 @@ class Session:
         """Tell the model's listeners the run's state (or its liveness) changed."""
         self.model.emit(StateChanged(self._state))
 
-    def typical_step_s(self) -> float | None:
-        """The median duration of the last few steps (seconds), or None before any."""
-        view = self.steps.snapshot(last=TYPICAL_STEPS)
-        if not len(view):
-            return None
-        return float(np.median(view.host[:, -1] - view.host[:, 0])) / 1e9
-
     def _escalate_stop(self) -> None:
         proc = self._proc
         if proc is None:
@@ -893,7 +602,7 @@ class Session:
 
     def _script_exit_code(self) -> int | None:
         """The code a user's script ended with by itself (its bye), if it did."""
-        bye = self.bye or {}
+        bye = self.model.bye or {}
         code = bye.get("code")
         if bye.get("reason") == "script_exit" and isinstance(code, int):
             return code
@@ -926,6 +635,9 @@ class Session:
     def _info(self, text: str) -> None:
         self._log_line("info", "gpuwatch", text)
 
+    def _model_log_line(self, level: str, source: str, text: str, notice: bool) -> None:
+        self._log_line(level, source, text, notice=notice)
+
     def _log_line(
         self, level: str, source: str, text: str, *, notice: bool = False, wait: bool = False
     ) -> None:
@@ -955,40 +667,6 @@ def stop_grace_s(typical_step_s: float | None) -> float:
     if typical_step_s is None:
         return STOP_GRACE_MIN_S
     return min(STOP_GRACE_MAX_S, max(STOP_GRACE_MIN_S, STOP_GRACE_STEPS * typical_step_s))
-
-
-def device_cores(hello: dict[str, Any] | None, default: int = 1) -> int:
-    """The runner's core count from its hello; ``default`` when it sent none or nonsense
-    (a ``1e400`` parses as infinity, which no int holds)."""
-    cores = hello["device"].get("cores") if hello is not None else None
-    if (
-        isinstance(cores, int | float)
-        and not isinstance(cores, bool)
-        and math.isfinite(cores)
-        and cores >= 1
-    ):
-        return int(cores)
-    return default
-
-
-def _beyond_panel(knob: Any) -> str | None:
-    """Which integer of an ``int`` knob's schema (default, min, max) the panel cannot hold."""
-    if not isinstance(knob, dict) or knob.get("type") != "int":
-        return None
-    for field in ("default", "min", "max"):
-        value = knob.get(field)
-        if isinstance(value, int) and not -KNOB_INT_LIMIT <= value <= KNOB_INT_LIMIT:
-            return f"{field} {value:,}"
-    return None
-
-
-def _initial_warmup(values: dict[str, Any]) -> int:
-    """Transition steps of config 0 (docs/knobs.md §2): the loader rule plus 3."""
-    workers = values.get("num_workers", 0)
-    prefetch = values.get("prefetch_factor", 2)
-    if not isinstance(workers, int) or not isinstance(prefetch, int):
-        return 5
-    return 2 + workers * prefetch + 3
 
 
 def _same_value(a: Any, b: Any) -> bool:
