@@ -31,7 +31,9 @@ from gpuwatch.core.run.session import LOG_LINES_KEPT, Session
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX runner")
 
-LINES = 200_000
+#: Ten times what the log holds between two reads: headless reads every quarter second, so a
+#: reader that dropped lines instead of holding the script back would lose most of them.
+LINES = 10 * LOG_LINES_KEPT
 LONG_LINE = 300_000  # characters without a newline: read in pieces, all of them shown
 PRINTER = textwrap.dedent(f"""
     import sys
