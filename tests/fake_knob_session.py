@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any
 
 from gpuwatch.core.figures.segments import SegmentStats
-from gpuwatch.core.model.messages import ConfigChange, Refusal, describe_change
+from gpuwatch.core.model.messages import ConfigChange, Hello, Refusal, describe_change
 from gpuwatch.core.run.session import SessionError, SessionState
 
 MS = 1_000_000
@@ -104,9 +104,9 @@ class FakeSession:
 
     def new_run(self, knobs: list[dict[str, Any]], workload: str = "vision") -> None:
         """A new run's hello arrives (e.g. the workload was switched)."""
-        self.hello = hello_for(knobs, workload)
+        self.hello: Hello | None = Hello.from_message(hello_for(knobs, workload))
         self._changes = [
-            ConfigChange(0, dict(self.hello["config"]["values"]), {}, T0, 0, 3, label="baseline")
+            ConfigChange(0, dict(self.hello.config_values), {}, T0, 0, 3, label="baseline")
         ]
         self._answers.clear()
         self.sent.clear()
@@ -118,7 +118,7 @@ class FakeSession:
 
     @property
     def knobs(self) -> list[dict[str, Any]]:
-        return list(self.hello["knobs"]) if self.hello else []
+        return [k.to_message() for k in self.hello.knobs] if self.hello else []
 
     def config_values(self) -> dict[str, Any]:
         return dict(self._changes[-1].values) if self._changes else {}

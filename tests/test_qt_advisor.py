@@ -147,13 +147,13 @@ def test_a_layout_saved_before_the_advisor_existed_does_not_hide_it(show_window,
 
 def test_a_new_run_forgets_applied_changes_but_a_grown_schema_does_not(advisor) -> None:
     session, view = advisor
-    session.hello = {**session.hello, "pid": 1}
+    session.hello = dataclasses.replace(session.hello, pid=1)
     view.refresh(naive_rows())
     view.applied[1] = "input wait"
-    session.hello = {**session.hello, "knobs": list(session.hello["knobs"])}  # schema grew
+    session.hello = dataclasses.replace(session.hello, knobs=session.hello.knobs[:])  # schema grew
     view.refresh(naive_rows())
     assert view.applied == {1: "input wait"}
-    session.hello = {**session.hello, "pid": 2}  # the next run
+    session.hello = dataclasses.replace(session.hello, pid=2)  # the next run
     view.refresh(naive_rows())
     assert view.applied == {}
 
@@ -176,7 +176,7 @@ def test_one_click_on_naive_vision_closes_the_input_gap_and_reports_it(show_wind
         assert win.advisor.cards[0].apply_button.isEnabled()
 
     qtbot.waitUntil(input_finding_offered, timeout=RUN_TIMEOUT_MS)
-    cores = session.hello["device"]["cores"]
+    cores = session.hello.device.cores
     workers = min(cores, 16)
     card = win.advisor.cards[0]
     assert card.isVisible() and "waits for input; try num_workers=" in card.title.text()

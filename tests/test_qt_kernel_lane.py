@@ -12,6 +12,7 @@ from PySide6.QtGui import QGuiApplication
 
 from gpuwatch import protocol
 from gpuwatch.commands.nsight_command import gpuwatch_argv, nsight_command
+from gpuwatch.core.model.messages import DeviceInfo, Hello
 from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 
 K, CPY, OP = (protocol.KERNEL_KINDS.index(k) for k in ("kernel", "memcpy", "cpu_op"))
@@ -59,7 +60,7 @@ def window(show_window):
 
 def running(session: Session) -> FakeLink:
     link = FakeLink()
-    session.hello = {"device": {"kind": "cuda", "name": "simulated GPU"}, "workload": "mlp"}
+    session.hello = Hello(workload="mlp", device=DeviceInfo(kind="cuda", name="simulated GPU"))
     session._link = link  # type: ignore[assignment]
     session._state = SessionState.RUNNING
     return link

@@ -255,7 +255,8 @@ class ScoreboardView(QWidget):
         """New rows from ``session.scoreboard()`` (call at ~2 Hz)."""
         selected = self.selected_config_id()
         count_before = self.model.rowCount()
-        self.model.device_kind = self.session.device_kind
+        hello = self.session.hello
+        self.model.device_kind = hello.device.kind if hello else None
         self.model.set_rows(rows, self.session.baseline_id)
         if self.model.rowCount() != count_before:
             self.table.resizeColumnsToContents()
