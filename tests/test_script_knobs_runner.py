@@ -28,8 +28,9 @@ KEY = bytes(range(32))
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="AF_UNIX listener")
 Message = dict[str, Any]
 
-#: Two epochs over 64 samples in batches of 4, no workers; the first epoch waits at its 4th
-#: batch until the test says "go" (so the change lands mid-epoch, whatever the machine's load).
+#: Two epochs over 64 samples in batches of 4, no workers, each sample ~5 ms of the dataset's
+#: time; the first epoch waits at its 4th batch until the test says "go" (the change is sent
+#: while it waits, so it cannot land before).
 SCRIPT = """
     import os, pathlib, time
     import torch
@@ -40,16 +41,19 @@ SCRIPT = """
             return 64
 
         def __getitem__(self, index):
+            time.sleep(0.005)
             with open("served.txt", "a") as out:
                 out.write(f"{index} {os.getpid()}\\n")
             return torch.full((8,), float(index))
 
     model = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.001)
+    torch.backends.cudnn.benchmark = True
     loader = DataLoader(Served(), batch_size=4, shuffle=True)
     for epoch in range(2):
         for step, x in enumerate(loader):
             if epoch == 0 and step == 3:
+                pathlib.Path("waiting").touch()
                 while not pathlib.Path("go").exists():
                     time.sleep(0.01)
             model(x).sum().backward()
@@ -58,6 +62,12 @@ SCRIPT = """
         with open("served.txt", "a") as out:
             out.write("epoch\\n")
 """
+
+
+def line_of(text: str) -> int:
+    """The line of ``SCRIPT`` (as written to train.py) that contains ``text``."""
+    lines = textwrap.dedent(SCRIPT).splitlines()
+    return next(number for number, line in enumerate(lines, 1) if text in line)
 
 
 def run_script(
@@ -125,16 +135,26 @@ def test_num_workers_0_to_2_mid_epoch_every_index_once_then_served_by_workers(
     tmp_path: Path,
 ) -> None:
     def drive(conn: Connection, messages: list[Message]) -> None:
-        wait_until(lambda: kinds(messages, "knobs"), 90, "the loader's knobs")
+        wait_until(
+            lambda: any("num_workers" in m["values"] for m in kinds(messages, "knobs")),
+            90,
+            "the loader's knobs",
+        )
+        wait_until((tmp_path / "waiting").exists, 90, "the script at its 4th batch")
         conn.send_bytes(encode("set", values={"num_workers": 2}, request=7))
         (tmp_path / "go").touch()
 
     messages, code, stderr = run_script(tmp_path, drive)
     assert code == 0, stderr
     (hello,) = kinds(messages, "hello")
-    (announced,) = kinds(messages, "knobs")
+    owned, announced = kinds(messages, "knobs")  # the script's own flag, then its loader
+    (benchmark,) = [entry for entry in owned["knobs"] if entry["name"] == "cudnn_benchmark"]
+    assert owned["values"]["cudnn_benchmark"] is True and not benchmark["enabled"]
+    site = f"train.py:{line_of('cudnn.benchmark = True')}"
+    assert benchmark["reason"] == f"set by the script at {site}: the script owns this flag"
     assert announced["values"]["num_workers"] == 0
-    assert announced["knobs"][0]["label"] == "DataLoader workers (train.py:17)"
+    labels = {entry["name"]: entry["label"] for entry in announced["knobs"]}
+    assert labels["num_workers"] == f"DataLoader workers (train.py:{line_of('= DataLoader(')})"
     (config,) = kinds(messages, "config")
     assert config["request"] == 7 and config["changed"] == {"num_workers": 2}
     assert config["rebuilt"] == ["loader"] and config["values"]["num_workers"] == 2
@@ -142,12 +162,13 @@ def test_num_workers_0_to_2_mid_epoch_every_index_once_then_served_by_workers(
     assert len(epochs) == 2
     for epoch in epochs:
         assert sorted(index for index, _ in epoch) == list(range(64))  # each exactly once
+    # The set reaches the next step boundary after "go" (the runner's control thread takes it
+    # up while the script trains on), normally in the first epoch.
     runner = hello["pid"]
-    first = [pid == runner for _, pid in epochs[0]]
-    switched = first.index(False)
-    assert 4 * 4 <= switched < 64  # the change came mid-epoch, after the 4th batch
-    assert not any(first[switched:])  # from then on, worker processes served every batch
-    assert all(pid != runner for _, pid in epochs[1])
+    by_runner = [pid == runner for epoch in epochs for _, pid in epoch]
+    switched = by_runner.index(False)
+    assert switched >= 4 * 4 and switched % 64 != 0  # after the 4th batch, mid-epoch
+    assert not any(by_runner[switched:])  # from then on, worker processes served every batch
 
 
 def test_set_from_the_command_line_applies_from_the_start(tmp_path: Path) -> None:
@@ -157,10 +178,11 @@ def test_set_from_the_command_line_applies_from_the_start(tmp_path: Path) -> Non
     messages, code, stderr = run_script(tmp_path, env={PRESET_ENV: preset})
     assert code == 0, stderr
     (hello,) = kinds(messages, "hello")
-    (announced,) = kinds(messages, "knobs")
+    announced = kinds(messages, "knobs")[-1]
     assert announced["values"]["num_workers"] == 2
     assert announced["values"]["persistent_workers"] is True
-    assert announced["knobs"][0]["default"] == 0  # the script's own value stays the default
+    (workers,) = [entry for entry in announced["knobs"] if entry["name"] == "num_workers"]
+    assert workers["default"] == 0  # the script's own value stays the default
     assert not kinds(messages, "config")
     epochs = served(tmp_path)
     assert len(epochs) == 2

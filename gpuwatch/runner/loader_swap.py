@@ -102,7 +102,6 @@ class LoaderHooks:
             weakref.WeakKeyDictionary()
         )
         self._pid = os.getpid()
-        self._torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
         self._restore: list[tuple[Any, str, Any]] = []
 
     # --- install / remove -------------------------------------------------------------------
@@ -185,16 +184,7 @@ class LoaderHooks:
 
     def _site(self, loader: Any) -> str:
         """``file.py:LINE`` of the script's line that created ``loader``."""
-        frame = sys._getframe(2)
-        while frame is not None:
-            name = frame.f_code.co_filename
-            if (
-                not name.startswith((self._torch_dir, _GPUWATCH_DIR))
-                and frame.f_locals.get("self") is not loader
-            ):
-                return f"{os.path.basename(name)}:{frame.f_lineno}"
-            frame = frame.f_back
-        return "unknown"
+        return script_site(self.torch, sys._getframe(2), skip=loader)
 
     # --- a change ---------------------------------------------------------------------------
 
@@ -258,6 +248,20 @@ class LoaderHooks:
         new._index_sampler = loader._index_sampler  # its len() and next epochs: the real one
         new._num_yielded = current._num_yielded
         return new
+
+
+def script_site(torch: Any, frame: Any, *, skip: Any = None) -> str:
+    """``file.py:LINE`` of the first frame from ``frame`` outward that is the script's: not in
+    torch or gpuwatch, and not a method of ``skip`` (a DataLoader subclass's ``__init__``)."""
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith((torch_dir, _GPUWATCH_DIR)) and (
+            skip is None or frame.f_locals.get("self") is not skip
+        ):
+            return f"{os.path.basename(name)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "unknown"
 
 
 class _Resume:

@@ -115,6 +115,13 @@ class ProbeKnobs:
                 self.link.log("info", f"--set {_describe(starting)}: in effect from the start")
         self._announce()
 
+    def update_entry(self, name: str, *, value: Any, **fields: Any) -> None:
+        """A zero-code knob's state changed outside a ``set`` (e.g. the script set the flag
+        itself): its entry and value as they are now, announced with a ``knobs`` message."""
+        self._schema[name] = {**self._schema[name], **fields}
+        self.values[name] = value
+        self._announce()
+
     def _announce(self) -> None:
         self.link.send("knobs", knobs=list(self._schema.values()), values=dict(self.values))
 

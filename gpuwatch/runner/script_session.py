@@ -124,6 +124,7 @@ def _watch(
 ) -> int:
     from gpuwatch import probe
     from gpuwatch.runner.autohooks import AutoHooks
+    from gpuwatch.runner.global_flags import GlobalFlags
     from gpuwatch.runner.probe_agent import ProbeAgent
     from gpuwatch.runner.probe_knobs import ProbeKnobs
     from gpuwatch.runner.script_control import ScriptControl
@@ -158,6 +159,7 @@ def _watch(
     )
     knobs = ProbeKnobs(link, preset=take_preset(link))
     loader_knobs = ScriptLoaderKnobs(torch, knobs, cuda=device.type == "cuda")
+    flags = GlobalFlags(torch, knobs, device=device)
     control = ScriptControl(link, knobs, max_steps=max_steps, device=device.type)
     recorder = StepRecorder(
         link, backend, boundary=control.at_boundary, config_id=lambda: knobs.config_id
@@ -172,6 +174,7 @@ def _watch(
     sys.argv = [path, *args]
     enter_script(full_path)  # sys.path[0] as python PATH sets it (script_environment)
     probe.attach_runner(agent)
+    flags.install()  # announces the flags as torch has them (a --set value applies now)
     loader_knobs.install()  # first: the step hooks' DataLoader wrapper calls into its own
     hooks.install()
     control.start()
@@ -182,6 +185,7 @@ def _watch(
         control.script_done()
         hooks.remove()
         loader_knobs.remove()
+        flags.remove()
         probe.attach_runner(None)
     if knobs.preset:
         link.log(
