@@ -267,25 +267,26 @@ def test_probe_knob_change_reaches_the_script(tmp_path: Path) -> None:
             60,
             "the knob and some steps",
         )
-        conn.send_bytes(encode("set", values={"amp": "bf16"}, request=1))
+        conn.send_bytes(encode("set", values={"turbo": True}, request=1))
         conn.send_bytes(encode("set", values={"num_workers": 3}, request=2))
         conn.send_bytes(encode("set", values={"num_workers": 2}, request=3))
 
     run = run_script(tmp_path, PROBE_SCRIPT, drive=drive)
     assert run.returncode == 0, run.stderr
-    (knobs,) = run.kinds("knobs")
-    assert knobs["values"] == {"num_workers": 0}
+    knobs, model = run.kinds("knobs")  # the script's knob; then, at the model's first forward,
+    assert knobs["values"] == {"num_workers": 0}  # the zero-code amp and channels_last
+    assert [entry["name"] for entry in model["knobs"]] == ["num_workers", "amp", "channels_last"]
     (entry,) = knobs["knobs"]
     assert entry["name"] == "num_workers" and entry["type"] == "choice"
     assert entry["choices"] == [0, 1, 2, 4] and entry["default"] == 0
     refusals = {m["request"]: m["message"] for m in run.kinds("refused")}
     assert refusals == {
-        1: "unknown knob 'amp': this script declares num_workers",
+        1: "unknown knob 'turbo': this script declares num_workers, amp, channels_last",
         2: "num_workers must be one of 0, 1, 2, 4, got 3",
     }
     (config,) = run.kinds("config")
     assert config["id"] == 1 and config["request"] == 3
-    assert config["changed"] == {"num_workers": 2} and config["values"] == {"num_workers": 2}
+    assert config["changed"] == {"num_workers": 2} and config["values"]["num_workers"] == 2
     assert (tmp_path / "observed.txt").read_text() == "[0, 2]"
     steps = run.steps()
     assert steps and all(samples == 4 for _, samples, _ in steps)

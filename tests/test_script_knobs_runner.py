@@ -147,7 +147,8 @@ def test_num_workers_0_to_2_mid_epoch_every_index_once_then_served_by_workers(
     messages, code, stderr = run_script(tmp_path, drive)
     assert code == 0, stderr
     (hello,) = kinds(messages, "hello")
-    owned, announced = kinds(messages, "knobs")  # the script's own flag, then its loader
+    # the script's own flag, then its loader (first iteration), then its model (first forward)
+    owned, announced, model = kinds(messages, "knobs")
     (benchmark,) = [entry for entry in owned["knobs"] if entry["name"] == "cudnn_benchmark"]
     assert owned["values"]["cudnn_benchmark"] is True and not benchmark["enabled"]
     site = f"train.py:{line_of('cudnn.benchmark = True')}"
@@ -155,6 +156,7 @@ def test_num_workers_0_to_2_mid_epoch_every_index_once_then_served_by_workers(
     assert announced["values"]["num_workers"] == 0
     labels = {entry["name"]: entry["label"] for entry in announced["knobs"]}
     assert labels["num_workers"] == f"DataLoader workers (train.py:{line_of('= DataLoader(')})"
+    assert [entry["name"] for entry in model["knobs"]][-2:] == ["amp", "channels_last"]
     (config,) = kinds(messages, "config")
     assert config["request"] == 7 and config["changed"] == {"num_workers": 2}
     assert config["rebuilt"] == ["loader"] and config["values"]["num_workers"] == 2
@@ -173,14 +175,15 @@ def test_num_workers_0_to_2_mid_epoch_every_index_once_then_served_by_workers(
 
 def test_set_from_the_command_line_applies_from_the_start(tmp_path: Path) -> None:
     (tmp_path / "go").touch()
-    preset = cli.script_presets(["num_workers=2", "persistent_workers=on"])
-    assert json.loads(preset) == {"num_workers": "2", "persistent_workers": "on"}
+    preset = cli.script_presets(["num_workers=2", "persistent_workers=on", "amp=bf16"])
+    assert json.loads(preset) == {"num_workers": "2", "persistent_workers": "on", "amp": "bf16"}
     messages, code, stderr = run_script(tmp_path, env={PRESET_ENV: preset})
     assert code == 0, stderr
     (hello,) = kinds(messages, "hello")
     announced = kinds(messages, "knobs")[-1]
     assert announced["values"]["num_workers"] == 2
     assert announced["values"]["persistent_workers"] is True
+    assert announced["values"]["amp"] == "bf16"
     (workers,) = [entry for entry in announced["knobs"] if entry["name"] == "num_workers"]
     assert workers["default"] == 0  # the script's own value stays the default
     assert not kinds(messages, "config")

@@ -84,6 +84,8 @@ class AutoHooks:
         self._module_handles: list[Any] = []
         self._restore: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
         self._quieted = False
+        #: Told each module whose forward is an outermost one (the zero-code model knobs).
+        self.on_outermost: Callable[[Any], None] | None = None
         if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
             os.register_at_fork(after_in_child=self._forked)
 
@@ -128,7 +130,7 @@ class AutoHooks:
         def forward_pre(module: Any, args: Any) -> None:
             if is_compiling():  # first: nothing below may be traced (module docstring)
                 return
-            self._forward_pre()
+            self._forward_pre(module)
 
         def forward_post(module: Any, args: Any, output: Any) -> None:
             if is_compiling():
@@ -216,12 +218,14 @@ class AutoHooks:
 
     # --- forward --------------------------------------------------------------------------
 
-    def _forward_pre(self) -> None:
+    def _forward_pre(self, module: Any = None) -> None:
         if self._backward_depth or not self._watching():
             return
         self._forward_depth += 1
         if self._forward_depth == 1:
             self._report(FORWARD_HOOK, self.recorder.forward_started)
+            if module is not None and self.on_outermost is not None:
+                self.on_outermost(module)  # never raises (it guards itself)
 
     def _forward_post(self) -> None:
         if self._backward_depth or not self._watching() or not self._forward_depth:

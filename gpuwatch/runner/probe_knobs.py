@@ -143,8 +143,7 @@ class ProbeKnobs:
             return default
         try:
             value = _checked(entry, _parsed(entry, raw))
-            if value != default and not entry.get("enabled", True):
-                raise KnobError(f"{entry['name']} cannot be changed here: {entry['reason']}")
+            _check_usable(entry, value, default)
         except KnobError as exc:
             self.link.log("error", f"--set {entry['name']}={raw}: {exc}; it stays {default}")
             return default
@@ -240,8 +239,7 @@ class ProbeKnobs:
                 )
                 raise KnobError(f"unknown knob {name!r}: {declared}")
             clean[name] = _checked(entry, value)
-            if not entry.get("enabled", True) and not _identical(clean[name], self.values[name]):
-                raise KnobError(f"{name} cannot be changed here: {entry['reason']}")
+            _check_usable(entry, clean[name], self.values[name])
         return clean
 
 
@@ -285,6 +283,18 @@ def _checked(entry: Mapping[str, Any], value: Any) -> Any:
         span = "" if low is None and high is None else f" from {_plain(low)} to {_plain(high)}"
         raise KnobError(f"{name} must be {what}{span}, got {value!r}")
     return int(number) if kind == "int" else float(number)
+
+
+def _check_usable(entry: Mapping[str, Any], value: Any, current: Any) -> None:
+    """A disabled knob or choice may only be "set" to the value it has (docs/knobs.md §2)."""
+    if _identical(value, current):
+        return
+    name = entry["name"]
+    if not entry.get("enabled", True):
+        raise KnobError(f"{name} cannot be changed here: {entry['reason']}")
+    reason = (entry.get("disabled_choices") or {}).get(value) if isinstance(value, str) else None
+    if reason is not None:
+        raise KnobError(f"{name}={value} is not available here: {reason}")
 
 
 def _plain(limit: float | None) -> str:

@@ -125,6 +125,7 @@ def _watch(
     from gpuwatch import probe
     from gpuwatch.runner.autohooks import AutoHooks
     from gpuwatch.runner.global_flags import GlobalFlags
+    from gpuwatch.runner.model_knobs import ModelKnobs
     from gpuwatch.runner.probe_agent import ProbeAgent
     from gpuwatch.runner.probe_knobs import ProbeKnobs
     from gpuwatch.runner.script_control import ScriptControl
@@ -160,12 +161,14 @@ def _watch(
     knobs = ProbeKnobs(link, preset=take_preset(link))
     loader_knobs = ScriptLoaderKnobs(torch, knobs, cuda=device.type == "cuda")
     flags = GlobalFlags(torch, knobs, device=device)
+    model_knobs = ModelKnobs(torch, knobs, device=device)
     control = ScriptControl(link, knobs, max_steps=max_steps, device=device.type)
     recorder = StepRecorder(
         link, backend, boundary=control.at_boundary, config_id=lambda: knobs.config_id
     )
     control.flush = recorder.flush
     hooks = AutoHooks(torch, recorder)
+    hooks.on_outermost = model_knobs.saw_outermost
     agent = ProbeAgent(recorder, knobs)
     if hasattr(os, "register_at_fork"):  # Windows has none (and no fork)
         os.register_at_fork(after_in_child=lambda: probe.attach_runner(None))
@@ -186,6 +189,7 @@ def _watch(
         hooks.remove()
         loader_knobs.remove()
         flags.remove()
+        model_knobs.remove()
         probe.attach_runner(None)
     if knobs.preset:
         link.log(
