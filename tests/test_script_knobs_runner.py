@@ -175,22 +175,23 @@ def test_num_workers_0_to_2_mid_epoch_every_index_once_then_served_by_workers(
 
 def test_set_from_the_command_line_applies_from_the_start(tmp_path: Path) -> None:
     (tmp_path / "go").touch()
-    preset = cli.script_presets(["num_workers=2", "persistent_workers=on", "amp=bf16"])
-    assert json.loads(preset) == {"num_workers": "2", "persistent_workers": "on", "amp": "bf16"}
+    preset = cli.script_presets(["num_workers=2", "prefetch_factor=3", "amp=bf16"])
+    assert json.loads(preset) == {"num_workers": "2", "prefetch_factor": "3", "amp": "bf16"}
     messages, code, stderr = run_script(tmp_path, env={PRESET_ENV: preset})
     assert code == 0, stderr
     (hello,) = kinds(messages, "hello")
     announced = kinds(messages, "knobs")[-1]
     assert announced["values"]["num_workers"] == 2
-    assert announced["values"]["persistent_workers"] is True
+    assert announced["values"]["prefetch_factor"] == 3
     assert announced["values"]["amp"] == "bf16"
     (workers,) = [entry for entry in announced["knobs"] if entry["name"] == "num_workers"]
     assert workers["default"] == 0  # the script's own value stays the default
     assert not kinds(messages, "config")
     epochs = served(tmp_path)
     assert len(epochs) == 2
-    workers = {pid for epoch in epochs for _, pid in epoch}
-    assert hello["pid"] not in workers and len(workers) == 2  # the same two, both epochs
+    for epoch in epochs:  # two workers each epoch (not persistent), never the runner itself
+        workers = {pid for _, pid in epoch}
+        assert hello["pid"] not in workers and len(workers) == 2
     for epoch in epochs:
         assert sorted(index for index, _ in epoch) == list(range(64))
 
