@@ -269,3 +269,31 @@ def test_a_change_that_cannot_be_applied_is_refused_and_undone() -> None:
     assert refused["message"].startswith("could not apply num_workers=2:")
     assert loader.num_workers == 0 and knobs.values["num_workers"] == 0
     assert len(batches(iterator)) == SIZE // BATCH - 1
+
+
+def test_the_advisors_apply_for_an_input_bound_script_changes_its_loader() -> None:
+    from test_advisor import row
+
+    from gpuwatch.core.figures.advisor import Context, advise
+
+    link, knobs, loaders = _site_knobs()
+    loaders.install()
+    try:
+        loader = make_loader()
+        iterator = iter(loader)
+        head = batches(iterator, 1)
+        announced = link.kinds("knobs")[-1]
+        context = Context(announced["knobs"], announced["values"], "cpu", 2)
+        (top, *_) = advise([row(data=62, kernel=38, settings=announced["values"])], context)
+        assert top.rule == "input-bound" and top.suggestion == {"num_workers": 2}
+        knobs.handle_set(  # what the Apply button sends
+            {"kind": "set", "values": top.suggestion, "request": 3},
+            first_step=1,
+            flush=lambda: None,
+        )
+        (config,) = link.kinds("config")
+        assert config["request"] == 3 and loader.num_workers == 2
+        rest = batches(iterator)
+        assert sorted(i for row_ in indices(head + rest) for i in row_) == list(range(SIZE))
+    finally:
+        loaders.remove()
