@@ -147,12 +147,35 @@ def test_two_changes_in_one_epoch_and_an_unchanged_second_loader(hooks: LoaderHo
     first = batches(iterator, 2)
     hooks.reconfigure(loader, LoaderSettings(2, False, False, 1))
     second = batches(iterator, 2)
-    hooks.reconfigure(loader, LoaderSettings(1, False, False, 2))
+    hooks.reconfigure(loader, LoaderSettings(2, False, False, 4))
     rest = batches(iterator)
     assert indices(first + second + rest) == expected
     assert all(os.getpid() not in pids for _, pids in second + rest)
     assert all(os.getpid() in pids for _, pids in batches(untouched))
     assert other.num_workers == 0
+
+
+def test_a_persistent_loader_left_mid_epoch_and_iterated_again_is_changed_once(
+    hooks: LoaderHooks,
+) -> None:
+    def run(changes: bool) -> list[list[int]]:
+        loader = make_loader(num_workers=2, persistent_workers=True)
+        torch.manual_seed(3)
+        first = iter(loader)
+        seen = batches(first, 3)
+        if changes:
+            hooks.reconfigure(loader, LoaderSettings(2, False, True, 3))
+        seen += batches(first, 2)  # the script leaves this epoch here (a break)
+        second = iter(loader)  # the replacement itself, reset for a new epoch
+        seen += batches(second, 2)
+        if changes:  # first and second both answer from one iterator: one replacement
+            assert hooks.reconfigure(loader, LoaderSettings(1, False, True, 2))
+            one = first.__dict__["_gpuwatch_replaced_by"]
+            assert one is second.__dict__["_gpuwatch_replaced_by"] and one is loader._iterator
+        seen += batches(second)
+        return indices(seen)
+
+    assert run(changes=True) == run(changes=False)
 
 
 def test_an_iterable_dataset_takes_the_change_at_its_next_epoch(hooks: LoaderHooks) -> None:

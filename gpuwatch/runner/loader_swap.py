@@ -208,11 +208,16 @@ class LoaderHooks:
                 if iterator is not None:
                     iterator.__dict__[_STALE] = True
             return False
-        built: list[tuple[Any, Any, Any]] = []  # (script's iterator, its current, new)
+        # The iterators the script holds, by the one that answers for them (a persistent
+        # loader's next epoch hands out the replacement itself, so two may share one).
+        holders: dict[int, tuple[Any, list[Any]]] = {}
+        for iterator in live:
+            current = iterator.__dict__.get(_REPLACED_BY) or iterator
+            holders.setdefault(id(current), (current, []))[1].append(iterator)
+        built: list[tuple[list[Any], Any, Any]] = []  # (script's iterators, current, new)
         try:
-            for iterator in live:
-                current = iterator.__dict__.get(_REPLACED_BY) or iterator
-                built.append((iterator, current, self._resumed(loader, current)))
+            for current, held in holders.values():
+                built.append((held, current, self._resumed(loader, current)))
         except BaseException:
             for _, _, new in built:
                 _shut_down(new)
@@ -223,12 +228,10 @@ class LoaderHooks:
         if cached is not None and id(cached) not in replaced:
             _shut_down(cached)  # idle persistent workers with the old settings
         loader._iterator = None
-        for iterator, current, new in built:
-            iterator.__dict__[_REPLACED_BY] = new if new is not iterator else None
-            if current is not iterator:
-                current.__dict__[_REPLACED_BY] = None
+        for held, current, new in built:
+            for iterator in held:
+                iterator.__dict__[_REPLACED_BY] = new  # a replacement is live only through it
             _shut_down(current)
-            self._iterators.setdefault(loader, weakref.WeakSet()).add(new)
             if persistent and loader._iterator is None:
                 loader._iterator = new  # the next epoch reuses its workers
         return bool(built)
