@@ -205,3 +205,18 @@ def test_run_takes_set_and_hands_it_to_the_runner_environment() -> None:
     assert cli.SCRIPT_SET_ENV == PRESET_ENV
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["run", "--set", "num_workers", "train.py"])
+
+
+def test_gpuwatch_run_headless_set_reaches_the_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "train.py").write_text(textwrap.dedent(SCRIPT))
+    (tmp_path / "go").touch()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(PRESET_ENV, raising=False)  # and restored after: run sets it
+    code = cli.main(["run", "--headless", "--device", "cpu", "--set", "num_workers=2", "train.py"])
+    assert code == 0
+    epochs = served(tmp_path)
+    assert len(epochs) == 2
+    serving = {pid for epoch in epochs for _, pid in epoch}
+    assert os.getpid() not in serving and len(serving) == 4  # two workers per epoch
