@@ -15,7 +15,6 @@ import argparse
 import os
 import sys
 import time
-from types import SimpleNamespace
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -26,6 +25,7 @@ from PySide6.QtCore import QCoreApplication
 from gpuwatch.core.run.session import Session, SessionState
 from gpuwatch.qt.app import create_app
 from gpuwatch.qt.main_window import MainWindow
+from gpuwatch.qt.window_options import WindowOptions
 
 
 class DrawLatency:
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     session = Session()
-    window = MainWindow(session, SimpleNamespace(workload=args.workload, device="cpu", python=None))
+    window = MainWindow(session, WindowOptions(workload=args.workload, device="cpu"))
     window.resize(1600, 900)
     window.show()
     probe = DrawLatency(window)

@@ -18,7 +18,6 @@ import gc
 import os
 import sys
 import time
-from types import SimpleNamespace
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -32,6 +31,7 @@ from gpuwatch.core.model.store import MetricStatus
 from gpuwatch.core.run.session import Session
 from gpuwatch.qt.app import create_app
 from gpuwatch.qt.main_window import MainWindow
+from gpuwatch.qt.window_options import WindowOptions
 
 MB = 1024 * 1024
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             NVML_GPU_UTIL, "NVML GPU utilization", "%", True, period_s=1 / 6, source="simulated"
         )
     )
-    window = MainWindow(session, SimpleNamespace(workload="vision", device="cpu", python=None))
+    window = MainWindow(session, WindowOptions(workload="vision", device="cpu"))
     window.timer.stop()  # redraws are driven below, at simulated-time intervals
     window.resize(1600, 900)
     window.show()

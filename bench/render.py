@@ -25,7 +25,6 @@ import sys
 import threading
 import time
 from multiprocessing.connection import Connection
-from types import SimpleNamespace
 from typing import Any
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -42,6 +41,7 @@ from gpuwatch.core.run.session import Session, SessionState
 from gpuwatch.protocol import N_MARKS, RUNNER_KINDS, decode, encode
 from gpuwatch.qt.app import create_app
 from gpuwatch.qt.main_window import REDRAW_MS, MainWindow
+from gpuwatch.qt.window_options import WindowOptions
 
 S = 1_000_000_000
 BATCH_S = 0.05
@@ -259,7 +259,7 @@ def run_rate(app: Any, rate: float, seconds: float, size: tuple[int, int]) -> di
     session._state = SessionState.RUNNING  # as if launched: the window follows "now"
     run = SyntheticRun(session, rate, start_ns=now - 30 * S)  # 30 s of history first
     run.announce()
-    window = MainWindow(session, SimpleNamespace(workload="vision", device="cpu", python=None))
+    window = MainWindow(session, WindowOptions(workload="vision", device="cpu"))
     window.resize(*size)
     window.show()
     clock = FrameClock(window)

@@ -22,7 +22,6 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import psutil
 
@@ -268,6 +267,7 @@ def _run_with_window(session, soak: Soak) -> None:
 
     from gpuwatch.qt.app import create_app
     from gpuwatch.qt.main_window import MainWindow
+    from gpuwatch.qt.window_options import WindowOptions
 
     app = create_app()
     previous = None
@@ -277,7 +277,7 @@ def _run_with_window(session, soak: Soak) -> None:
             previous(mode, context, message)
 
     previous = qInstallMessageHandler(quiet)
-    window = MainWindow(session, SimpleNamespace(workload="mlp", device="cpu", python=None))
+    window = MainWindow(session, WindowOptions(workload="mlp", device="cpu"))
     window.resize(1280, 800)
     window.show()
     timer = QTimer()

@@ -11,10 +11,15 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuwatch import __version__
 from gpuwatch.protocol import MAX_CAPTURE_STEPS, WORKLOADS
+
+if TYPE_CHECKING:
+    from gpuwatch.qt.window_options import WindowOptions
 
 EXIT_USAGE = 2
 #: Report formats of ``gpuwatch bench`` (kept here so parsing imports nothing heavy).
@@ -446,7 +451,21 @@ def main(argv: list[str] | None = None) -> int:
             return _replay(args)
         if args.screenshot is not None and args.demo_seconds is None:
             parser.error("--screenshot needs --demo-seconds (when to take it)")
-        return _open_window(args)
+        options_type, run_window = _window_kit()
+        return run_window(
+            options_type(
+                workload=args.workload,
+                device=args.device,
+                python=args.python,
+                autostart=args.autostart,
+                tour=args.tour,
+                demo_seconds=args.demo_seconds,
+                screenshot=args.screenshot,
+                presentation=args.presentation,
+                theme=args.theme,
+                window_size=args.window_size,
+            )
+        )
     except CliError as exc:
         print(f"gpuwatch: {exc}", file=sys.stderr)
         return 1
@@ -580,24 +599,26 @@ def _run(args: argparse.Namespace) -> int:
                 record=str(args.record) if args.record else None,
             )
         )
-    window = argparse.Namespace(
-        workload=args.workload,
-        device=device,
-        python=python,
-        autostart=True,
-        tour=False,
-        demo_seconds=args.run_demo_seconds,
-        screenshot=args.run_screenshot,
-        script=script,
-        script_args=tuple(args.script_args),
-        cwd=os.getcwd(),
-        seconds=args.run_seconds,
-        record=args.record,
-        presentation=args.run_presentation or args.presentation,
-        theme=args.run_theme or args.theme,
-        window_size=args.run_window_size or args.window_size,
+    options_type, run_window = _window_kit()
+    return run_window(
+        options_type(
+            workload=args.workload,
+            device=device,
+            python=python,
+            autostart=True,
+            tour=False,
+            demo_seconds=args.run_demo_seconds,
+            screenshot=args.run_screenshot,
+            script=script,
+            script_args=tuple(args.script_args),
+            cwd=os.getcwd(),
+            seconds=args.run_seconds,
+            record=args.record,
+            presentation=args.run_presentation or args.presentation,
+            theme=args.run_theme or args.theme,
+            window_size=args.run_window_size or args.window_size,
+        )
     )
-    return _open_window(window)
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -616,21 +637,23 @@ def _replay(args: argparse.Namespace) -> int:
         recordings = [open_recording(path) for path in (args.file, args.compare) if path]
     except RecordingError as exc:
         raise CliError(str(exc)) from None
-    window = argparse.Namespace(
-        workload=args.workload,
-        device=args.device,
-        python=args.python,
-        autostart=False,
-        tour=False,
-        demo_seconds=demo_seconds,
-        screenshot=screenshot,
-        recording=recordings[0],
-        compare=recordings[1] if len(recordings) > 1 else None,
-        presentation=args.replay_presentation or args.presentation,
-        theme=args.replay_theme or args.theme,
-        window_size=args.replay_window_size or args.window_size,
+    options_type, run_window = _window_kit()
+    return run_window(
+        options_type(
+            workload=args.workload,
+            device=args.device,
+            python=args.python,
+            autostart=False,
+            tour=False,
+            demo_seconds=demo_seconds,
+            screenshot=screenshot,
+            recording=recordings[0],
+            compare=recordings[1] if len(recordings) > 1 else None,
+            presentation=args.replay_presentation or args.presentation,
+            theme=args.replay_theme or args.theme,
+            window_size=args.replay_window_size or args.window_size,
+        )
     )
-    return _open_window(window)
 
 
 def _gpu_check(args: argparse.Namespace) -> int:
@@ -659,8 +682,6 @@ def _gpu_check(args: argparse.Namespace) -> int:
 def _self_test(args: argparse.Namespace) -> int:
     """``--self-test``: the window offscreen, a short CPU run, one line and a result file."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from types import SimpleNamespace
-
     from gpuwatch.commands.self_test import (
         SelfTestResult,
         default_result_path,
@@ -674,6 +695,7 @@ def _self_test(args: argparse.Namespace) -> int:
         from gpuwatch.qt.app import _install_quiet_handler, create_app
         from gpuwatch.qt.main_window import MainWindow
         from gpuwatch.qt.settings import Settings
+        from gpuwatch.qt.window_options import WindowOptions
     except ImportError as exc:  # a build that lacks a Qt module: say so in the file too
         failed = SelfTestResult(message=f"failed: the window cannot start: {exc}")
         write_result(failed, path)
@@ -685,7 +707,7 @@ def _self_test(args: argparse.Namespace) -> int:
         _install_quiet_handler()  # no offscreen size-hint noise around the one line
         window = MainWindow(
             session,
-            SimpleNamespace(workload="mlp", device="cpu", python=args.python, demo_seconds=1),
+            WindowOptions(workload="mlp", device="cpu", python=args.python, demo_seconds=1),
         )
         window.resize(1280, 800)
         window.show()
@@ -697,7 +719,9 @@ def _self_test(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
-def _open_window(args: argparse.Namespace) -> int:
+def _window_kit() -> tuple[type[WindowOptions], Callable[[WindowOptions], int]]:
+    """The window's options type and entry point, imported only now; one line (exit 1) when
+    there is no display or the window cannot be imported."""
     from gpuwatch.core.run.display import missing_display_reason
 
     reason = missing_display_reason()
@@ -705,9 +729,10 @@ def _open_window(args: argparse.Namespace) -> int:
         raise CliError(reason)
     try:
         from gpuwatch.qt.app import run_window
+        from gpuwatch.qt.window_options import WindowOptions
     except ImportError as exc:
         raise CliError(f"the window cannot start: {exc} (is PySide6 installed?)") from exc
-    return run_window(args)
+    return WindowOptions, run_window
 
 
 if __name__ == "__main__":

@@ -69,14 +69,13 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 @pytest.fixture
 def show_window(qtbot):
     """Factory: a shown 1280×800 MainWindow over ``session``, closed (run stopped) afterwards."""
-    from types import SimpleNamespace
-
     from gpuwatch.qt.main_window import MainWindow
+    from gpuwatch.qt.window_options import WindowOptions
 
     windows = []
 
     def show(session):
-        win = MainWindow(session, SimpleNamespace(workload="vision", device="cpu", python=None))
+        win = MainWindow(session, WindowOptions(workload="vision", device="cpu"))
         qtbot.addWidget(win)
         win.resize(1280, 800)
         win.show()

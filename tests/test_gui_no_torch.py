@@ -16,14 +16,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 GUI = """
 import sys, time
-from types import SimpleNamespace
 from gpuwatch.core.run.session import LaunchSpec, Session
 from gpuwatch.qt.app import create_app
 from gpuwatch.qt.main_window import MainWindow
+from gpuwatch.qt.window_options import WindowOptions
 
 app = create_app()
 session = Session()
-window = MainWindow(session, SimpleNamespace(workload="mlp", device="cpu", python=None))
+window = MainWindow(session, WindowOptions(workload="mlp", device="cpu"))
 window.show()
 torch_at_show = "torch" in sys.modules
 session.start(LaunchSpec(workload="mlp", device="cpu", max_steps=20))

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from PySide6.QtGui import QImage
 
 from gpuwatch.qt.app import run_window
+from gpuwatch.qt.window_options import WindowOptions
 
 
-def options(tmp_path, **overrides) -> SimpleNamespace:
+def options(tmp_path, **overrides) -> WindowOptions:
     values = {
         "workload": "vision",
         "device": "cpu",
@@ -19,7 +18,7 @@ def options(tmp_path, **overrides) -> SimpleNamespace:
         "screenshot": tmp_path / "shots" / "window.png",
     }
     values.update(overrides)
-    return SimpleNamespace(**values)
+    return WindowOptions(**values)
 
 
 def test_demo_saves_a_screenshot_and_exits_0(qapp, tmp_path, capsys):

@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from PySide6.QtWidgets import QDockWidget
@@ -18,9 +17,10 @@ from gpuwatch.core.files.recording_reader import open_recording
 from gpuwatch.core.files.replay import READ_ONLY, ReplaySession
 from gpuwatch.core.run import session as session_module
 from gpuwatch.core.run.session import Session, SessionState
-from gpuwatch.qt import main_window as main_window_module
+from gpuwatch.qt import file_dialogs, record_control
 from gpuwatch.qt.compare_view import CompareView, breakdown
 from gpuwatch.qt.main_window import MainWindow
+from gpuwatch.qt.window_options import WindowOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,7 +57,8 @@ def recording(tmp_path) -> Path:
 def no_documents(tmp_path, monkeypatch) -> Path:
     """Record and the file dialogs use a temporary folder, never the user's documents."""
     folder = tmp_path / "documents" / "gpuwatch"
-    monkeypatch.setattr(main_window_module, "recordings_dir", lambda: folder)
+    monkeypatch.setattr(file_dialogs, "recordings_dir", lambda: folder)
+    monkeypatch.setattr(record_control, "recordings_dir", lambda: folder)
     return folder
 
 
@@ -96,12 +97,12 @@ def test_file_open_on_a_bad_file_shows_the_error_and_keeps_the_window(
     win = show_window(Session(sample_coarse=False))
     bad = tmp_path / "notes.gpuwatch"
     bad.write_text("not a recording")
-    assert win.open_recording_file(bad) is None
+    assert win.files.open_recording_file(bad) is None
     assert win.error_box is not None and win.error_box.isVisible()
     assert "not a gpuwatch recording" in win.error_box.text()
     win.error_box.close()
     assert win.isVisible()
-    opened = win.open_recording_file(recording)
+    opened = win.files.open_recording_file(recording)
     assert opened is not None and opened.replay is not None and opened.isVisible()
     qtbot.waitUntil(lambda: opened.scoreboard.model.rowCount() == 2, timeout=5000)
     opened.close()
@@ -112,7 +113,7 @@ def test_compare_shows_both_scoreboards_and_breakdowns_that_sum_to_the_step(
 ):
     other = make_recording(tmp_path / "second.gpuwatch", n_batches=12)
     win = show_window(ReplaySession(open_recording(recording)))
-    view = win.compare_with(other)
+    view = win.files.compare_with(other)
     assert isinstance(view, CompareView)
     qtbot.addWidget(view)
     assert [b.model.rowCount() for b in view.scoreboards] == [2, 2]
@@ -123,7 +124,7 @@ def test_compare_shows_both_scoreboards_and_breakdowns_that_sum_to_the_step(
         for part in breakdown(session):
             assert part.step_ms == pytest.approx(rows[part.config_id].step_ms_p50)
             assert part.phase_ms[0] == pytest.approx(8.0)  # the data phase of the script
-    assert win.compare_with(tmp_path / "missing.gpuwatch") is None
+    assert win.files.compare_with(tmp_path / "missing.gpuwatch") is None
     assert "no such file" in win.error_box.text()
 
 
@@ -131,13 +132,15 @@ def test_record_action_writes_a_file_that_open_recording_reads(show_window, qtbo
     session = Session(sample_coarse=False)
     win = show_window(session)
     win.record_action.setChecked(True)
-    assert win.recorder is not None
-    path = win.recorder.path
+    assert win.recording.recorder is not None
+    path = win.recording.recorder.path
     assert path.parent == no_documents and path.suffix == ".gpuwatch"
     assert "recording to" in win.statusBar().currentMessage()
     feed(session, 8)
     win.record_action.setChecked(False)
-    assert win.recorder is None and "recorded 40 steps" in win.statusBar().currentMessage()
+    assert (
+        win.recording.recorder is None and "recorded 40 steps" in win.statusBar().currentMessage()
+    )
     recording = open_recording(path)
     assert len(recording.steps) == 40
     assert [c.id for c in recording.configs] == [0, 1]
@@ -146,20 +149,20 @@ def test_record_action_writes_a_file_that_open_recording_reads(show_window, qtbo
 def test_export_png_of_the_window(show_window, tmp_path, recording, no_documents):
     win = show_window(ReplaySession(open_recording(recording)))
     out = tmp_path / "shots" / "window.png"
-    assert win.export_png(out)
+    assert win.files.export_png(out)
     assert out.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_export_perfetto_and_csv_from_the_menu(show_window, tmp_path, recording, no_documents):
     live = show_window(Session(sample_coarse=False))
-    assert not live.export_recording("csv", tmp_path / "none.csv")
+    assert not live.files.export_recording("csv", tmp_path / "none.csv")
     assert "record the run" in live.error_box.text()
     win = show_window(ReplaySession(open_recording(recording)))
-    assert win.export_recording("perfetto", tmp_path / "trace.json")
+    assert win.files.export_recording("perfetto", tmp_path / "trace.json")
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
-    assert win.export_recording("csv", tmp_path / "steps.csv")
+    assert win.files.export_recording("csv", tmp_path / "steps.csv")
     assert len((tmp_path / "steps.csv").read_text().splitlines()) == 1 + 200
-    assert not win.export_recording("csv", tmp_path / "no" / "such" / "dir" / "steps.csv")
+    assert not win.files.export_recording("csv", tmp_path / "no" / "such" / "dir" / "steps.csv")
     assert "cannot write" in win.error_box.text()
 
 
@@ -217,7 +220,7 @@ def test_cli_replay_of_a_bad_file_is_one_line_and_exit_1(tmp_path, name, content
 def test_window_options_are_ignored_in_replay(qtbot, recording):
     win = MainWindow(
         ReplaySession(open_recording(recording)),
-        SimpleNamespace(workload="mlp", device="cpu", python=None),
+        WindowOptions(workload="mlp", device="cpu"),
     )
     qtbot.addWidget(win)
     assert not win.workload_combo.isEnabled() and not win.device_combo.isEnabled()

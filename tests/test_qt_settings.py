@@ -111,9 +111,9 @@ def test_last_knobs_are_offered_to_a_running_session(qtbot, tmp_path):
 
 def _window(qtbot, **options):
     from gpuwatch.qt.main_window import MainWindow
+    from gpuwatch.qt.window_options import WindowOptions
 
-    defaults = {"workload": None, "device": None, "python": None}
-    window = MainWindow(Session(sample_coarse=False), SimpleNamespace(**{**defaults, **options}))
+    window = MainWindow(Session(sample_coarse=False), WindowOptions(**options))
     qtbot.addWidget(window)
     return window
 
@@ -128,15 +128,13 @@ def test_the_last_workload_and_device_are_preselected_unless_given(qtbot):
 
 
 def test_demo_runs_and_presentation_do_not_leave_their_layout_behind(qtbot):
-    from gpuwatch.qt.settings import remember
-
     demo = _window(qtbot, demo_seconds=5)
-    remember(demo, Settings())
+    demo.remember_layout(Settings())
     assert not Settings().has_window()  # a scripted screenshot run saves nothing
     window = _window(qtbot)
     window.show()
     qtbot.waitExposed(window)
     window.presentation.set_active(True, fullscreen=False)
-    remember(window, Settings())
+    window.remember_layout(Settings())
     assert not window.presentation.active  # the desk layout was saved, not the stage one
     assert Settings().has_window()

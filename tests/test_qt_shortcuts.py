@@ -8,9 +8,10 @@ from PySide6.QtGui import QKeySequence
 from PySide6.QtTest import QTest
 
 from gpuwatch.core.run.session import Session
-from gpuwatch.qt import main_window as main_window_module
+from gpuwatch.qt import file_dialogs, record_control
 from gpuwatch.qt.help_view import shortcuts_html
-from gpuwatch.qt.shortcuts import SHORTCUTS, ZOOM_LEVELS_S, apply_shortcuts
+from gpuwatch.qt.shortcuts import SHORTCUTS, apply_shortcuts
+from gpuwatch.qt.view_control import ZOOM_LEVELS_S
 
 CTRL = Qt.KeyboardModifier.ControlModifier
 #: Built by part A's presentation mode; the table lists it either way.
@@ -70,19 +71,23 @@ def test_ctrl_equal_and_minus_zoom_the_time_axis(window, qtbot):
 
 
 def test_ctrl_s_starts_then_finishes_a_recording(window, qtbot, tmp_path, monkeypatch):
-    monkeypatch.setattr(main_window_module, "recordings_dir", lambda: tmp_path)
+    monkeypatch.setattr(file_dialogs, "recordings_dir", lambda: tmp_path)
+    monkeypatch.setattr(record_control, "recordings_dir", lambda: tmp_path)
     QTest.keyClick(window, Qt.Key.Key_S, CTRL)
-    assert window.record_action.isChecked() and window.recorder is not None
+    assert window.record_action.isChecked() and window.recording.recorder is not None
     QTest.keyClick(window, Qt.Key.Key_S, CTRL)
     assert not window.record_action.isChecked()
-    assert window.last_recording is not None and window.last_recording.parent == tmp_path
-    assert window.last_recording.exists()
+    assert (
+        window.recording.last_recording is not None
+        and window.recording.last_recording.parent == tmp_path
+    )
+    assert window.recording.last_recording.exists()
 
 
 def test_ctrl_e_asks_where_to_export_perfetto(window, monkeypatch):
     asked = []
     monkeypatch.setattr(
-        main_window_module.QFileDialog,
+        file_dialogs.QFileDialog,
         "getSaveFileName",
         lambda *args, **kw: (asked.append(args[1]), ("", ""))[1],
     )

@@ -69,7 +69,7 @@ def test_dark_text_contrasts_with_its_background(light):
 
 def test_theme_choice_is_remembered(light, show_window):
     win = show_window(Session())
-    win.choose_theme("dark")
+    win.theme_menu.choose("dark")
     assert win.settings.theme == "dark"
 
 
@@ -247,7 +247,7 @@ def test_a_comparison_window_follows_the_theme(light, show_window, qtbot, tmp_pa
     first = make_recording(tmp_path / "first.gpuwatch", n_batches=12)
     other = make_recording(tmp_path / "second.gpuwatch", n_batches=12)
     win = show_window(ReplaySession(open_recording(first)))
-    view = win.compare_with(other)
+    view = win.files.compare_with(other)
     qtbot.addWidget(view)
     hint = view.scoreboards[0].hint
     assert "#b4b4b4" not in hint.styleSheet().lower()

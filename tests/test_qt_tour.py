@@ -92,20 +92,22 @@ def test_tour_walks_the_stages_and_shows_captions(tour, qtbot):
     assert "the naive defaults" in controller.caption.text()
     assert "steady 3.0/10 s" in controller.caption.text()  # the conductor's progress line
 
+    def frames_until(done):  # the window's redraw ticks; the conductor's period is 20 ms
+        qtbot.waitUntil(lambda: (controller.on_frame(), done())[1], timeout=2000)
+
     conductor.advance()
-    qtbot.waitUntil(lambda: "Tour 2/3 · workers" in controller.caption.text(), timeout=2000)
+    frames_until(lambda: "Tour 2/3 · workers" in controller.caption.text())
     assert "2 worker processes decode" in controller.caption.text()
     assert any("stage 2/3 “workers”" in text for _, text in lines)
     conductor.advance()
-    qtbot.waitUntil(lambda: "Tour 3/3 · compile" in controller.caption.text(), timeout=2000)
+    frames_until(lambda: "Tour 3/3 · compile" in controller.caption.text())
     conductor.advance()
     with qtbot.waitSignal(controller.active_changed, timeout=2000) as ended:
-        pass
+        frames_until(lambda: controller.conductor is None)
     assert ended.args == [False]
     assert controller.conductor is None
     assert controller.action.text() == "Tour"
     assert "Tour done: 3 stage(s)" in controller.caption.text()
-    assert not controller.timer.isActive()
     assert not session.stopped
 
 
@@ -116,7 +118,7 @@ def test_stop_tour_keeps_the_run_going(tour, qtbot):
     conductor = controller.conductor
     controller.action.trigger()  # "Stop tour"
     assert conductor.stopped
-    assert controller.conductor is None and not controller.timer.isActive()
+    assert controller.conductor is None and not controller.active
     assert not session.stopped and session.state is SessionState.RUNNING
     assert "Tour stopped" in controller.caption.text()
     assert lines[-1] == ("info", "tour stopped; the run goes on with its current knobs")
@@ -168,16 +170,13 @@ def test_real_plan_and_conductor_send_the_workers_stage(tour):
 
 def test_window_option_starts_the_tour_once_the_run_is_up(qtbot):
     """``gpuwatch --tour``: the window begins the tour by itself as soon as a run has knobs."""
-    from types import SimpleNamespace
-
     from gpuwatch.core.run.session import Session
     from gpuwatch.qt.main_window import MainWindow
+    from gpuwatch.qt.window_options import WindowOptions
 
     session = Session(sample_coarse=False)
     fake = FakeSession()
-    win = MainWindow(
-        session, SimpleNamespace(workload="vision", device="cpu", python=None, tour=True)
-    )
+    win = MainWindow(session, WindowOptions(workload="vision", device="cpu", tour=True))
     qtbot.addWidget(win)
     win.show()
     qtbot.waitExposed(win)

@@ -6,8 +6,6 @@ lets the window's own redraw timer pick the data up, then checks what the views 
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 from PySide6.QtCore import QPoint
@@ -18,6 +16,7 @@ from gpuwatch.core.run.session import Session, SessionState
 from gpuwatch.qt.main_window import MainWindow
 from gpuwatch.qt.palette import PHASE_COLORS
 from gpuwatch.qt.utilization_view import series_point_count
+from gpuwatch.qt.window_options import WindowOptions
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -117,8 +116,8 @@ def test_cpu_run_reaches_timeline_utilization_and_headline(window, qtbot):
     assert head.difference.value.text() == "runner CPU says 150%, compute busy 65%"
     assert head.phases.value.text().startswith("data 30%")
     assert head.busy.toolTip() and head.coarse.toolTip() and head.difference.toolTip()
-    assert "host timestamps (CPU)" in window.timing_label.text()
-    assert "synthetic CPU" in window.device_label.text()
+    assert "host timestamps (CPU)" in window.status_line.timing_label.text()
+    assert "synthetic CPU" in window.status_line.device_label.text()
 
 
 def test_dense_steps_are_aggregated_per_pixel_column(window, qtbot):
@@ -192,7 +191,7 @@ def test_cuda_run_shows_nvml_step_series_with_its_period(window, qtbot):
     assert window.timeline.device_bars.count() == n - 10
     qtbot.waitUntil(lambda: window.headline.coarse.caption.text() == "NVML util %", timeout=WAIT_MS)
     assert window.headline.busy.caption.text() == "stream active %"
-    assert "CUDA events" in window.timing_label.text()
+    assert "CUDA events" in window.status_line.timing_label.text()
 
 
 def _image_array(image: QImage) -> np.ndarray:
@@ -225,7 +224,7 @@ def test_failed_session_shows_its_error(qtbot, tmp_path):
     """A run that cannot start turns FAILED; the window says why, in a banner, not a dialog."""
     session = Session(sample_coarse=False)
     missing = tmp_path / "no-such-python"
-    win = MainWindow(session, SimpleNamespace(workload="vision", device="cpu", python=str(missing)))
+    win = MainWindow(session, WindowOptions(workload="vision", device="cpu", python=str(missing)))
     qtbot.addWidget(win)
     win.show()
     win.start_action.trigger()
@@ -248,6 +247,6 @@ def test_panning_turns_follow_off(window, qtbot):
     assert not window.follow
     vb.setXRange(1.0, 2.0, padding=0)
     qtbot.wait(100)
-    assert "1.0–2.0 s" in window.window_label.text()
+    assert "1.0–2.0 s" in window.status_line.window_label.text()
     window.follow_action.setChecked(True)
     assert vb.viewRange()[0] == pytest.approx([0.0, 30.0], abs=0.5)

@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 import textwrap
-from argparse import Namespace
 from pathlib import Path
 
 import psutil
@@ -238,6 +237,7 @@ def test_no_step_notice_while_a_script_never_reaches_a_step(tmp_path) -> None:
 
 def test_window_shows_the_script_and_its_steps(qtbot, tmp_path) -> None:
     from gpuwatch.qt.main_window import MainWindow
+    from gpuwatch.qt.window_options import WindowOptions
 
     # An endless loop that declares a probe knob: the knob panel grows with the schema.
     body = FINITE_LOOP.replace("range(30)", "range(10**9)").replace(
@@ -246,7 +246,7 @@ def test_window_shows_the_script_and_its_steps(qtbot, tmp_path) -> None:
     )
     script = _script(tmp_path, "import gpuwatch.probe as gw\n" + body, name="my_train.py")
     session = Session(sample_coarse=False)
-    options = Namespace(
+    options = WindowOptions(
         workload="vision",
         device="cpu",
         python=None,

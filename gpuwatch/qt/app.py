@@ -8,10 +8,9 @@ exits, so talks, docs and CI get real screenshots without a display
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import sys
-from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import (
     QMessageLogContext,
@@ -22,6 +21,7 @@ from PySide6.QtCore import (
 )
 from PySide6.QtWidgets import QApplication
 
+from gpuwatch.core.files.recording import Recorder, RecordingError
 from gpuwatch.core.files.replay import ReplaySession
 from gpuwatch.core.run.app_log import setup_logging
 from gpuwatch.core.run.session import Session, SessionState
@@ -31,6 +31,7 @@ from gpuwatch.qt.main_window import MainWindow
 from gpuwatch.qt.screenshot import save_screenshot
 from gpuwatch.qt.settings import Settings
 from gpuwatch.qt.theme import theme_manager
+from gpuwatch.qt.window_options import WindowOptions
 
 DEFAULT_SIZE = (1280, 800)
 #: Presentation screenshots are taken at a projector's size, so slides and docs match a hall.
@@ -67,17 +68,16 @@ def _install_quiet_handler() -> object:
     return previous
 
 
-def _start_recording(options: Any, session: Session, window: MainWindow) -> Any:
+def _start_recording(
+    options: WindowOptions, session: Session, window: MainWindow
+) -> Recorder | bool | None:
     """``--record FILE``: a Recorder on the session before the run starts; None if not asked,
     False (after one line on stderr) if the file cannot be created."""
-    path = getattr(options, "record", None)
-    if not path:
+    if not options.record:
         return None
-    from gpuwatch.core.files.recording import Recorder, RecordingError
-
     spec = window.script_spec
     recorder = Recorder(
-        path,
+        options.record,
         session,
         spec={
             "script": spec.script if spec else None,
@@ -85,7 +85,7 @@ def _start_recording(options: Any, session: Session, window: MainWindow) -> Any:
             "cwd": spec.cwd if spec else None,
             "workload": None if spec else window.workload_combo.currentText(),
             "device": window.device_combo.currentData() or "auto",
-            "python": getattr(options, "python", None),
+            "python": options.python,
         },
     )
     try:
@@ -97,71 +97,69 @@ def _start_recording(options: Any, session: Session, window: MainWindow) -> Any:
     return recorder
 
 
-def _remember_interpreter(options: Any, settings: Settings) -> None:
+def _remember_interpreter(options: WindowOptions, settings: Settings) -> WindowOptions:
     """``--python`` is remembered; a frozen app (no Python of its own) uses the remembered
     one when none is given. From a source install, no ``--python`` means this
-    interpreter, as the command line says."""
-    chosen = getattr(options, "python", None)
-    if chosen:
-        settings.python = str(chosen)
-    elif getattr(sys, "frozen", False) and settings.python and options is not None:
-        options.python = settings.python
+    interpreter, as the command line says. Returns the options the window opens with."""
+    if options.python:
+        settings.python = str(options.python)
+    elif getattr(sys, "frozen", False) and settings.python:
+        return dataclasses.replace(options, python=settings.python)
+    return options
 
 
-def apply_look(window: MainWindow, options: Any) -> None:
+def apply_look(window: MainWindow, options: WindowOptions) -> None:
     """``--theme`` (else the remembered theme) and ``--presentation`` on a shown window.
 
     With ``--window-size`` or ``--screenshot``, presentation mode keeps a window of that size
     (else 1280×720) instead of going full screen, so the picture is the same on every machine.
     """
-    theme_manager().set_mode(getattr(options, "theme", None) or Settings().theme)
-    if getattr(options, "presentation", False):
-        size = getattr(options, "window_size", None)
-        fixed = size is not None or getattr(options, "screenshot", None) is not None
+    theme_manager().set_mode(options.theme or Settings().theme)
+    if options.presentation:
+        size = options.window_size
+        fixed = size is not None or options.screenshot is not None
         if fixed:
             window.resize(*(size or PRESENTATION_SIZE))
         window.presentation.set_active(True, fullscreen=not fixed)
 
 
-def run_window(options: Any) -> int:
+def run_window(options: WindowOptions) -> int:
     """Run the window until it closes; 0, or 1 if the run FAILED or the PNG was not saved.
 
-    ``options`` has ``workload``, ``device``, ``python``, ``autostart``, ``demo_seconds``
-    and ``screenshot`` (the CLI's parsed arguments); ``gpuwatch run`` adds ``script``,
-    ``script_args``, ``cwd``, ``seconds`` and ``record`` (a file the run is recorded to from
-    its start); ``gpuwatch replay`` gives ``recording`` (shown instead of a live run) and
+    ``gpuwatch run`` gives a script and perhaps a file the run is recorded to from its
+    start; ``gpuwatch replay`` gives ``recording`` (shown instead of a live run) and
     ``compare`` (a second one, side by side), both already opened.
     """
     app = create_app()
     previous_handler = _install_quiet_handler()
     setup_logging()
-    _remember_interpreter(options, Settings())
-    recording = getattr(options, "recording", None)  # gpuwatch replay: an opened Recording
+    options = _remember_interpreter(options, Settings())
+    recording = options.recording
     session = Session() if recording is None else ReplaySession(recording)
     window = MainWindow(session, options)
-    if getattr(options, "window_size", None):
+    if options.window_size:
         window.resize(*options.window_size)
-    elif getattr(options, "screenshot", None) or not window.settings.has_window():
+    elif options.screenshot or not window.settings.has_window():
         window.resize(*DEFAULT_SIZE)  # screenshots are reproducible, not the user's layout
     window.show()
     apply_look(window, options)
     reporter = ErrorReporter(window)
     reporter.install()
-    if getattr(options, "compare", None) is not None:
-        window.show_compare(ReplaySession(options.compare))
+    if options.compare is not None:
+        window.files.show_compare(ReplaySession(options.compare))
     problems: list[str] = []
     recorder = _start_recording(options, session, window)
     if recorder is False:
         window.close()
         return 1
 
-    demo_seconds = getattr(options, "demo_seconds", None)
+    demo_seconds = options.demo_seconds
     if demo_seconds:
 
         def finish_demo() -> None:
-            shot = getattr(options, "screenshot", None)
+            shot = options.screenshot
             if shot is not None:
-                error = save_screenshot(window, Path(shot))
+                error = save_screenshot(window, shot)
                 if error:
                     problems.append(error)
             app.closeAllWindows()  # with any compare or replay window opened from this one
@@ -172,7 +170,7 @@ def run_window(options: Any) -> int:
     # swallowed by the Qt event loop; the redraw timer lets Python run the handler.
     previous = signal.signal(signal.SIGINT, lambda *_: window.close())
     try:
-        if getattr(options, "autostart", True):
+        if options.autostart:
             window.start_run()
         app.exec()
     finally:

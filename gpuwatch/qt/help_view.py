@@ -10,15 +10,12 @@ open the guide at its own section.
 from __future__ import annotations
 
 import html
-from typing import Any
 
-from PySide6.QtCore import QUrl
-from PySide6.QtGui import QAction, QCursor, QDesktopServices
+from PySide6.QtGui import QCursor
 from PySide6.QtWidgets import QApplication, QDialog, QTextBrowser, QVBoxLayout, QWidget
 
-from gpuwatch.core.run.app_log import log_dir
 from gpuwatch.qt.scoreboard_view import COLUMNS
-from gpuwatch.qt.shortcuts import SHORTCUTS, find_menu
+from gpuwatch.qt.shortcuts import SHORTCUTS
 from gpuwatch.qt.timeline_view import MERGED_LANES
 
 #: Sections, in order: (anchor, title). ``HELP_SECTION_PROPERTY`` on a widget names one.
@@ -175,54 +172,10 @@ def section_under_cursor() -> str | None:
     return None
 
 
-def open_help(window: Any, section: str | None = None) -> HelpDialog:
-    """Show the window's guide (one per window) at ``section``."""
-    dialog = getattr(window, "help_dialog", None)
+def open_help(window: QWidget, section: str | None = None) -> HelpDialog:
+    """Show the window's guide (one per window, a child of it) at ``section``."""
+    dialog = window.findChild(HelpDialog)
     if dialog is None:
-        dialog = window.help_dialog = HelpDialog(window)
+        dialog = HelpDialog(window)
     dialog.show_section(section)
     return dialog
-
-
-def open_log_folder() -> bool:
-    folder = log_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    return QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
-
-
-def build_help_menu(window: Any) -> None:
-    """Help ▸ Guide (F1), Keyboard shortcuts, About, Open log folder, Copy diagnostics."""
-    from gpuwatch.qt.about_dialog import AboutDialog, copy_diagnostics
-
-    menu = find_menu(window, "&Help")
-    window.help_action = QAction("Guide: how to read the views", window)
-    window.help_action.triggered.connect(lambda: open_help(window, section_under_cursor()))
-    keys = QAction("Keyboard shortcuts", window)
-    keys.triggered.connect(lambda: open_help(window, "keys"))
-    about = QAction("About gpuwatch", window)
-
-    def show_about() -> None:
-        window.about_dialog = AboutDialog(window.session.hello, window)
-        window.about_dialog.show()
-
-    about.triggered.connect(show_about)
-    logs = QAction("Open log folder", window)
-    logs.setToolTip(str(log_dir()))
-
-    def open_logs() -> None:
-        if not open_log_folder():
-            window.statusBar().showMessage(f"the log folder is {log_dir()}", 30_000)
-
-    logs.triggered.connect(open_logs)
-    diagnostics = QAction("Copy diagnostics", window)
-
-    def copy() -> None:
-        copy_diagnostics(window.session.hello)
-        window.statusBar().showMessage("diagnostics copied to the clipboard", 10_000)
-
-    diagnostics.triggered.connect(copy)
-    menu.addActions([window.help_action, keys])
-    menu.addSeparator()
-    menu.addActions([about, logs, diagnostics])
-    window.about_action, window.open_logs_action = about, logs
-    window.keys_action, window.copy_diagnostics_action = keys, diagnostics

@@ -10,14 +10,14 @@ Start the automatic pick, or a banner that says how to get torch when there is n
 
 from __future__ import annotations
 
+import contextlib
 import html
-import queue
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QAction, QColor, QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -35,10 +35,12 @@ from gpuwatch.core.run import interpreters, launcher
 from gpuwatch.core.run.interpreters import BAD, OK, WARN, Candidate, Probed
 from gpuwatch.qt import palette
 
+if TYPE_CHECKING:
+    from gpuwatch.qt.window_shell import WindowShell
+
 CHECKING = "checking"
 BADGE_COLORS = {OK: "#2E7D32", WARN: "#B26A00", BAD: "#C62828", CHECKING: "#9E9E9E"}
 BADGE_WORDS = {OK: "ready", WARN: "usable", BAD: "cannot train", CHECKING: "checking…"}
-POLL_MS = 100
 PATH_ROLE = Qt.ItemDataRole.UserRole
 LEVEL_ROLE = Qt.ItemDataRole.UserRole + 1
 
@@ -56,18 +58,29 @@ def badge(level: str) -> QIcon:
     return QIcon(pixmap)
 
 
-class ProbeQueue:
-    """Probes run in worker threads; results are collected by the GUI's polling timer
-    (data crosses threads, never widgets)."""
+class ProbeQueue(QObject):
+    """Probes run in worker threads; each result arrives as ``sig_probed`` in this object's
+    (the GUI's) thread: Qt queues a signal emitted from another thread, so data crosses
+    threads, never widgets, and nothing polls."""
 
-    def __init__(self) -> None:
+    #: One candidate checked: a ``gpuwatch.core.run.interpreters.Probed``.
+    sig_probed = Signal(object)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpuwatch-probe")
-        self._done: queue.SimpleQueue[Probed] = queue.SimpleQueue()
         self._gpus: list[tuple[int, int]] | None = None
 
     def submit(self, candidate: Candidate) -> None:
         future: Future = self._pool.submit(self._check, candidate)
-        future.add_done_callback(lambda f: f.cancelled() or self._done.put(f.result()))
+        future.add_done_callback(self._deliver)
+
+    def _deliver(self, future: Future) -> None:
+        if future.cancelled():
+            return
+        # RuntimeError: the queue was deleted (its dialog closed) while this probe ran.
+        with contextlib.suppress(RuntimeError):
+            self.sig_probed.emit(future.result())
 
     def _check(self, candidate: Candidate) -> Probed:
         try:
@@ -77,14 +90,6 @@ class ProbeQueue:
         except Exception as exc:  # a row must never stay "checking…" forever
             report = {"error": f"checking {candidate.path} failed: {exc}"}
             return Probed(candidate, report, interpreters.judge(report, candidate.path))
-
-    def finished(self) -> list[Probed]:
-        out = []
-        while True:
-            try:
-                out.append(self._done.get_nowait())
-            except queue.Empty:
-                return out
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -132,11 +137,9 @@ class InterpreterPicker(QDialog):
         self.browse_button.clicked.connect(self._browse)
         self.refresh_button.clicked.connect(self.search)
         layout.addWidget(buttons)
-        self.probes = ProbeQueue()
-        self.timer = QTimer(self)
-        self.timer.setInterval(POLL_MS)
-        self.timer.timeout.connect(self._collect)
-        self.finished.connect(lambda _: self._stop())
+        self.probes = ProbeQueue(self)
+        self.probes.sig_probed.connect(self._collect)
+        self.finished.connect(lambda _: self.probes.close())
         self.search()
 
     # ---- Rows -----------------------------------------------------------------------
@@ -162,7 +165,6 @@ class InterpreterPicker(QDialog):
         self._set_level(item, CHECKING)
         self.tree.addTopLevelItem(item)
         self.probes.submit(candidate)
-        self.timer.start()
 
     def _item(self, path: str) -> QTreeWidgetItem | None:
         for i in range(self.tree.topLevelItemCount()):
@@ -186,16 +188,13 @@ class InterpreterPicker(QDialog):
             for i in range(self.tree.topLevelItemCount())
         )
 
-    def _collect(self) -> None:
-        for probed in self.probes.finished():
-            path = probed.candidate.path
-            self.results[path] = probed
-            item = self._item(path)
-            if item is not None:
-                self._set_level(item, probed.verdict.level)
-                item.setToolTip(1, probed.verdict.summary)
-        if not self.pending():
-            self.timer.stop()
+    def _collect(self, probed: Probed) -> None:
+        path = probed.candidate.path
+        self.results[path] = probed
+        item = self._item(path)
+        if item is not None:
+            self._set_level(item, probed.verdict.level)
+            item.setToolTip(1, probed.verdict.summary)
         self._show_details()
 
     # ---- Selection ------------------------------------------------------------------
@@ -240,10 +239,6 @@ class InterpreterPicker(QDialog):
         if path:
             self.add_path(path)
 
-    def _stop(self) -> None:
-        self.timer.stop()
-        self.probes.close()
-
 
 class InterpreterChoice(QObject):
     """The window's training interpreter: Run → Choose Python…, and for the frozen app the
@@ -251,9 +246,10 @@ class InterpreterChoice(QObject):
 
     sig_chosen = Signal(str)
 
-    def __init__(self, window: Any) -> None:
-        super().__init__(window)
+    def __init__(self, window: WindowShell, dialog_parent: QWidget) -> None:
+        super().__init__(dialog_parent)
         self.window = window
+        self._dialog_parent = dialog_parent
         self.dialog: InterpreterPicker | None = None
         self.banner = QLabel()
         self.banner.setStyleSheet(palette.BANNER_STYLE.replace("#C62828", "#8D6E00"))
@@ -265,19 +261,14 @@ class InterpreterChoice(QObject):
         self._waiting: set[str] = set()
         self._found: list[Probed] = []
         self._then: Callable[[], None] | None = None
-        self.timer = QTimer(self)
-        self.timer.setInterval(POLL_MS)
-        self.timer.timeout.connect(self._collect)
-
-    def build_menu(self) -> None:
-        menu = self.window.menuBar().addMenu("&Run")
-        self.action = menu.addAction("Choose Python…")
+        #: Run → Choose Python…
+        self.action = QAction("Choose Python…", self)
         self.action.setToolTip("The interpreter (with torch) that runs the training")
         self.action.triggered.connect(self.open_picker)
 
     def open_picker(self) -> InterpreterPicker:
         """The dialog, non-blocking (the run and the redraw go on)."""
-        self.dialog = InterpreterPicker(self.window.python, self.window)
+        self.dialog = InterpreterPicker(self.window.python, self._dialog_parent)
         self.dialog.accepted.connect(lambda: self.choose(self.dialog.chosen))
         self.dialog.open()
         return self.dialog
@@ -301,7 +292,8 @@ class InterpreterChoice(QObject):
         self._then = then
         if self._search is not None:
             return
-        self._search = ProbeQueue()
+        self._search = ProbeQueue(self)
+        self._search.sig_probed.connect(self._collect)
         self._found = []
         candidates = interpreters.discover()
         self._waiting = {c.path for c in candidates}
@@ -310,23 +302,25 @@ class InterpreterChoice(QObject):
         self.window.statusBar().showMessage(
             "looking for a Python with torch to run the training…", 30_000
         )
-        self.timer.start()
-        self._collect()
+        if not self._waiting:
+            self._finish()
 
     def searching(self) -> bool:
         return self._search is not None
 
-    def _collect(self) -> None:
+    def _collect(self, probed: Probed) -> None:
         if self._search is None:
-            self.timer.stop()
             return
-        for probed in self._search.finished():
-            self._waiting.discard(probed.candidate.path)
-            self._found.append(probed)
-        if self._waiting:
-            return
-        self.timer.stop()
-        self._search.close()
+        self._waiting.discard(probed.candidate.path)
+        self._found.append(probed)
+        if not self._waiting:
+            self._finish()
+
+    def _finish(self) -> None:
+        """Every candidate checked: use the best, or say how to get torch."""
+        if self._search is not None:
+            self._search.close()
+            self._search.deleteLater()
         self._search = None
         best = interpreters.best(self._found)
         if best is None:
@@ -347,6 +341,6 @@ class InterpreterChoice(QObject):
         self.window.statusBar().showMessage("no Python with torch found", 30_000)
 
 
-def needs_choice(window: Any) -> bool:
+def needs_choice(python: str | None) -> bool:
     """A frozen app without a chosen interpreter cannot start a run (it has no Python)."""
-    return launcher.is_frozen() and not window.python
+    return launcher.is_frozen() and not python

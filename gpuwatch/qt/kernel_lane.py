@@ -9,26 +9,28 @@ whole line for the latest one. The lane stays hidden until the first capture is 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QObject, QTimer
+from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction, QActionGroup, QGuiApplication
 from PySide6.QtWidgets import QMenu, QSplitter, QToolButton
 
 from gpuwatch.commands.nsight_command import gpuwatch_argv, nsight_command
 from gpuwatch.core.figures.kernel_window import KernelWindow, describe
-from gpuwatch.core.run.session import LaunchSpec, Session, SessionError, SessionState
+from gpuwatch.core.run.session import LaunchSpec, SessionError, SessionState
 from gpuwatch.protocol import KERNEL_KINDS
 from gpuwatch.qt import palette
-from gpuwatch.qt.shortcuts import find_menu
+from gpuwatch.qt.session_signals import SessionSignals
 from gpuwatch.qt.timeline_view import AXIS_WIDTH, SpanBars, style_plot
+
+if TYPE_CHECKING:
+    from gpuwatch.qt.run_session import RunSession
+    from gpuwatch.qt.window_shell import WindowShell
 
 #: Step counts the toolbar's menu offers; the first one is the default.
 STEP_CHOICES: tuple[int, ...] = (10, 5, 20)
-#: How often the action's state and the lane are checked (windows arrive rarely).
-SYNC_MS = 250
 #: Height of the event bars inside the lane (the window shading is full height).
 EVENT_HEIGHT = 0.6
 KIND_COLORS: dict[str, str] = {
@@ -125,24 +127,26 @@ class KernelLane(pg.PlotWidget):
 class KernelCaptureControls(QObject):
     """The "Capture kernels" toolbar button (steps menu), the lane, and Help ▸ Nsight command.
 
-    ``attach`` wires it into a ``MainWindow``: the lane goes under the timeline in
-    ``splitter``. The action is enabled only while a run is connected and no capture runs;
-    a refused or failed capture is shown in the status bar (the log has it too).
+    The lane goes under the timeline in ``splitter``. The action is enabled only while a run
+    is connected and no capture runs; a refused or failed capture is shown in the status bar
+    (the log has it too). A new window, a failed capture or a new run state arrive as
+    ``signals``; the window also calls ``sync`` a few times a second (a replay's windows
+    appear as it plays).
     """
 
-    def __init__(self, window: Any, splitter: QSplitter) -> None:
-        super().__init__(window)
+    def __init__(self, window: WindowShell, splitter: QSplitter, signals: SessionSignals) -> None:
+        super().__init__(splitter)
         self.window = window
-        self.session: Session = window.session
+        self.session: RunSession = window.session
         self.steps = STEP_CHOICES[0]
         self.lane = KernelLane()
         self.lane.setXLink(window.timeline)
         self.lane.hide()
         splitter.insertWidget(1, self.lane)
         splitter.setStretchFactor(1, 0)
-        self.action = QAction("Capture kernels", window)
+        self.action = QAction("Capture kernels", self)
         self.action.triggered.connect(self._on_triggered)
-        menu = QMenu(window)
+        menu = QMenu(splitter)
         group = QActionGroup(menu)
         self.step_actions: dict[int, QAction] = {}
         for steps in sorted(STEP_CHOICES):
@@ -153,7 +157,7 @@ class KernelCaptureControls(QObject):
             group.addAction(choice)
             self.step_actions[steps] = choice
         menu.addSeparator()
-        self.nsight_action = QAction("Copy Nsight Systems command", window)
+        self.nsight_action = QAction("Copy Nsight Systems command", self)
         self.nsight_action.setToolTip(
             "Copy an `nsys profile` command that traces this workload "
             "or script with CUDA, NVTX phase ranges and OS runtime"
@@ -165,14 +169,15 @@ class KernelCaptureControls(QObject):
         self.button.setMenu(menu)
         self.button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
         window.run_bar.addWidget(self.button)
-        find_menu(window, "&Help").addAction(self.nsight_action)
         self._shown: tuple[int, int, int] | None = None  # (count, last t0, session t0)
         self._error_shown: str | None = None
         self._update_tooltip()
-        self.timer = QTimer(self)
-        self.timer.setInterval(SYNC_MS)
-        self.timer.timeout.connect(self.sync)
-        self.timer.start()
+        for signal in (
+            signals.sig_kernel_window,
+            signals.sig_capture_failed,
+            signals.sig_state_changed,
+        ):
+            signal.connect(lambda *_: self.sync())
         self.sync()
 
     def _on_triggered(self, _checked: bool = False) -> None:
@@ -209,7 +214,7 @@ class KernelCaptureControls(QObject):
         return LaunchSpec(
             workload=self.window.workload_combo.currentText(),
             device=str(self.window.device_combo.currentData()),
-            python=getattr(self.window, "_python", None),
+            python=self.window.python,
         )
 
     def copy_nsight_command(self) -> str:

@@ -35,6 +35,7 @@ from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.messages import ConfigChange, Refusal, format_value
 from gpuwatch.core.run.session import SessionError, SessionState
 from gpuwatch.qt import palette
+from gpuwatch.qt.run_session import RunSession
 
 GROUP_TITLES = {
     "loader": "Loader",
@@ -211,7 +212,7 @@ class KnobPanel(QWidget):
     #: A sentence for the status bar (refusals and failed requests).
     status_message = Signal(str)
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: RunSession) -> None:
         super().__init__()
         self.session = session
         self.rows: dict[str, KnobRow] = {}

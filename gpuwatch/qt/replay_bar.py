@@ -1,7 +1,8 @@
 """Play/pause, position slider and speed for a ``ReplaySession``.
 
-The bar owns the clock of the replay: while playing, its timer calls ``session.tick()`` and
-moves the slider; the window redraws from the session's stores on its own timer as usual.
+The bar moves the replay's clock: while playing, the window's redraw tick calls ``advance``
+(``session.tick()``, then the slider), so the frame draws the position just reached and the
+window keeps one timer.
 The slider seeks when released (not on every pixel of a drag): a seek backwards rebuilds the
 stores from the start, which takes up to a second for an hour-long recording.
 """
@@ -10,13 +11,11 @@ from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSlider, QStyle, QToolButton, QWidget
 
 from gpuwatch.core.files.replay import SPEEDS, ReplaySession
 
-#: Timer period while playing: as smooth as the window's redraw.
-TICK_MS = 33
 #: The slider's largest value: QSlider holds a 32-bit int, which in milliseconds covers only
 #: 24.8 days; a longer recording gets several milliseconds per slider unit.
 SLIDER_MAX = 2**30
@@ -77,9 +76,6 @@ class ReplayBar(QWidget):
         self.speed_combo.setToolTip("Replay speed: recorded seconds per second")
         self.speed_combo.currentIndexChanged.connect(self._on_speed)
         layout.addWidget(self.speed_combo)
-        self.timer = QTimer(self)
-        self.timer.setInterval(TICK_MS)
-        self.timer.timeout.connect(self._tick)
         self.sync()
 
     def toggle(self) -> None:
@@ -108,12 +104,11 @@ class ReplayBar(QWidget):
             self.slider.setValue(self._to_slider(session.position_s))
             self.slider.blockSignals(False)
             self.position_label.setText(format_time(session.position_s))
-        if playing and not self.timer.isActive():
-            self.timer.start()
-        elif not playing:
-            self.timer.stop()
 
-    def _tick(self) -> None:
+    def advance(self) -> None:
+        """While playing: move the position by the clock (once per frame of the window)."""
+        if not self.session.playing:
+            return
         if self.session.tick():
             self.position_changed.emit()
         self.sync()

@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import platformdirs
 from PySide6.QtCore import QByteArray, QSettings
-from PySide6.QtWidgets import QMainWindow
+from PySide6.QtWidgets import QDockWidget, QMainWindow, QStatusBar
+
+from gpuwatch.qt.run_session import RunSession
 
 #: Environment variable that overrides the settings folder.
 SETTINGS_DIR_ENV = "GPUWATCH_SETTINGS_DIR"
@@ -127,6 +129,19 @@ class Settings:
             restored = window.restoreState(state) and restored
         return bool(restored)
 
+    def show_docks_new_to_the_layout(self, window: QMainWindow, names: tuple[str, ...]) -> None:
+        """Restoring a layout saved before a dock existed (the Advisor) hides that dock: show
+        the docks in ``names`` that the saved layout does not know, so an upgrade does not
+        hide them; a dock the user closed stays closed."""
+        state = self._q.value("window/state")
+        if not isinstance(state, QByteArray):
+            return
+        saved = bytes(state.data())  # Qt stores each dock's object name as UTF-16
+        for dock in window.findChildren(QDockWidget):
+            name = dock.objectName()
+            if name in names and name.encode("utf-16-be") not in saved:
+                dock.show()
+
     def has_window(self) -> bool:
         return self._q.contains("window/geometry")
 
@@ -145,7 +160,16 @@ class Settings:
 # ---- The window's use of the settings ---------------------------------------------------
 
 
-def changed_knobs(session: Any) -> dict[str, Any]:
+class KnobsHost(Protocol):
+    """What offering the remembered knobs needs of a window: its run and its status bar."""
+
+    @property
+    def session(self) -> RunSession: ...
+
+    def statusBar(self) -> QStatusBar: ...
+
+
+def changed_knobs(session: RunSession) -> dict[str, Any]:
     """The session's current knob values that differ from their schema defaults."""
     defaults = {k.get("name"): k.get("default") for k in session.knobs}
     return {
@@ -155,28 +179,26 @@ def changed_knobs(session: Any) -> dict[str, Any]:
     }
 
 
-def remember(window: Any, settings: Settings) -> None:
-    """On close: layout, workload, device and the knobs the run ended with."""
-    if (
-        settings.was_reset
-        or getattr(window, "replay", None) is not None
-        or getattr(window, "demo_run", False)
-    ):
-        # A reset means "start fresh"; neither a replay window's layout nor that of a scripted
-        # --demo-seconds/--screenshot run is the user's own.
+def save_on_close(
+    settings: Settings,
+    window: QMainWindow,
+    session: RunSession,
+    workload: str | None,
+    device: str | None,
+) -> None:
+    """On close: layout, workload (None in script mode: not remembered), device and the
+    knobs the run ended with; nothing after a reset (the next start is fresh)."""
+    if settings.was_reset:
         return
-    presentation = getattr(window, "presentation", None)
-    if presentation is not None and presentation.active:
-        presentation.set_active(False)  # save the desk layout, not the stage one
     settings.save_window(window)
-    if window.script_spec is None:
-        settings.workload = window.workload_combo.currentText()
-    settings.device = window.device_combo.currentData() or None
-    if window.session.knobs:
-        settings.knobs = changed_knobs(window.session)
+    if workload is not None:
+        settings.workload = workload
+    settings.device = device or None
+    if session.knobs:
+        settings.knobs = changed_knobs(session)
 
 
-def apply_last_knobs(window: Any, settings: Settings) -> str:
+def apply_last_knobs(window: KnobsHost, settings: Settings) -> str:
     """Offer the remembered knobs to the running session; returns what happened."""
     session = window.session
     known = {k.get("name") for k in session.knobs}
@@ -192,25 +214,3 @@ def apply_last_knobs(window: Any, settings: Settings) -> str:
         text = "applied last session's knobs: " + ", ".join(f"{k}={v}" for k, v in values.items())
     window.statusBar().showMessage(text, 15_000)
     return text
-
-
-def build_settings_menu(window: Any, settings: Settings) -> None:
-    """Settings ▸ Apply last session's knobs, Reset settings."""
-    menu = window.menuBar().addMenu("&Settings")
-    window.apply_knobs_action = menu.addAction("Apply last session's knobs")
-    window.apply_knobs_action.setToolTip(
-        "The knob values the last window closed with, sent "
-        "to the running workload (never applied silently)"
-    )
-    window.apply_knobs_action.triggered.connect(lambda: apply_last_knobs(window, settings))
-    menu.addSeparator()
-    window.reset_settings_action = menu.addAction("Reset settings")
-    window.reset_settings_action.setToolTip(
-        f"Forget window layout, workload, device, knobs, interpreter and theme ({settings.path})"
-    )
-
-    def reset() -> None:
-        settings.reset()
-        window.statusBar().showMessage("settings reset: the next start uses the defaults", 15_000)
-
-    window.reset_settings_action.triggered.connect(reset)

@@ -1,25 +1,28 @@
 """The "Tour" toolbar action: walk the running workload through the well-known fixes.
 
-Plans the stages with ``gpuwatch.core.run.tour.plan_tour`` and drives a ``Conductor`` from its
-own 200 ms QTimer (the conductor is a non-blocking state machine meant to be ticked every
-100–250 ms; the redraw timer stretches under load, so it is not tied to it). The stage
-caption is shown large above the plots, because the audience of a talk reads it from afar.
-Stopping the tour leaves the run going in its current configuration.
+Plans the stages with ``gpuwatch.core.run.tour.plan_tour`` and drives a ``Conductor`` from the
+window's redraw tick (``on_frame``): the conductor is a non-blocking state machine meant to be
+ticked every 100–250 ms, so it is ticked at most every ``TICK_MS``, and the redraw period
+(33 ms, stretched to at most 250 ms under load) keeps it within that range. The stage caption
+is shown large above the plots, because the audience of a talk reads it from afar. Stopping
+the tour leaves the run going in its current configuration.
 """
 
 from __future__ import annotations
 
 import html
+import time
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QWidget
 
 from gpuwatch.core.run.session import SessionState
 from gpuwatch.core.run.tour import Conductor, TourProgress, plan_tour
 from gpuwatch.qt import palette
+from gpuwatch.qt.run_session import RunSession
 
 #: Steady seconds each stage is held for at least (docs/knobs.md §4).
 TOUR_STEADY_S = 10.0
@@ -40,7 +43,7 @@ class TourController(QObject):
 
     def __init__(
         self,
-        session: Any,
+        session: RunSession,
         parent: QWidget,
         log: LogFn,
         *,
@@ -72,9 +75,8 @@ class TourController(QObject):
         self.caption.hide()
         #: Presentation mode: the stage's sentence only; the progress line is desk detail.
         self.compact = False
-        self.timer = QTimer(self)
-        self.timer.setInterval(tick_ms)
-        self.timer.timeout.connect(self.tick)
+        self._tick_s = tick_ms / 1000
+        self._tick_due = 0.0
         self.sync()
 
     @property
@@ -91,11 +93,11 @@ class TourController(QObject):
         """Plan the tour for the running workload and begin its first stage."""
         session = self.session
         hello = session.hello
-        if self.active or session.state is not SessionState.RUNNING or not session.knobs:
+        running = session.state is SessionState.RUNNING and bool(session.knobs)
+        if self.active or not running or hello is None:
             self._log("warning", "tour: start a run first; the tour changes a running run's knobs")
             return
-        device = hello.get("device") or {}
-        stages, skipped = self._plan(session.knobs, hello.get("workload", ""), device.get("cores"))
+        stages, skipped = self._plan(session.knobs, hello.workload, hello.device.cores)
         for skip in skipped:
             self._log("info", f"tour: skipping “{skip.label}”: {skip.reason}")
         try:
@@ -105,10 +107,10 @@ class TourController(QObject):
             return
         self._hello = hello
         self._stage_index = None
+        self._tick_due = time.monotonic() + self._tick_s
         self._log(
             "info", f"tour: {len(stages)} stage(s): " + ", ".join(stage.label for stage in stages)
         )
-        self.timer.start()
         self.active_changed.emit(True)
         self.sync()
         self.tick()
@@ -124,7 +126,15 @@ class TourController(QObject):
             "Tour stopped — the run goes on with its current knobs.",
         )
 
+    def on_frame(self) -> None:
+        """Called by the window's redraw tick: tick the conductor when its period is up."""
+        now = time.monotonic()
+        if self.conductor is not None and now >= self._tick_due:
+            self._tick_due = now + self._tick_s
+            self.tick()
+
     def tick(self) -> None:
+        """One step of the tour: log a new stage, show its progress, or end it."""
         conductor = self.conductor
         if conductor is None:
             return
@@ -175,7 +185,6 @@ class TourController(QObject):
         self.caption.show()
 
     def _end(self, log_text: str, level: str, caption: str) -> None:
-        self.timer.stop()
         self.conductor = None
         self._log(level, log_text)
         self.caption.setText(_escape(caption))

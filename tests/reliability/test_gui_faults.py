@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-from argparse import Namespace
 from pathlib import Path
 
 import pytest
@@ -78,16 +77,18 @@ def test_gui_process_killed_ends_runner_and_workers_and_the_recording_is_readabl
 def test_closing_the_window_ends_the_whole_tree_and_keeps_the_recording(
     qtbot, tmp_path: Path, monkeypatch
 ) -> None:
-    from gpuwatch.qt import main_window
+    from gpuwatch.qt import file_dialogs, record_control
     from gpuwatch.qt.main_window import MainWindow
+    from gpuwatch.qt.window_options import WindowOptions
 
-    monkeypatch.setattr(main_window, "recordings_dir", lambda: tmp_path / "recordings")
+    monkeypatch.setattr(file_dialogs, "recordings_dir", lambda: tmp_path / "recordings")
+    monkeypatch.setattr(record_control, "recordings_dir", lambda: tmp_path / "recordings")
     out = tmp_path / "out"
     out.mkdir()
     session = Session(sample_coarse=False)
     window = MainWindow(
         session,
-        Namespace(
+        WindowOptions(
             workload="vision",
             device="cpu",
             python=None,
@@ -103,9 +104,9 @@ def test_closing_the_window_ends_the_whole_tree_and_keeps_the_recording(
         window.start_run()
         qtbot.waitUntil(lambda: session.steps.count >= 5, timeout=120_000)
         window.record_action.setChecked(True)
-        assert window.recorder is not None, "recording started"
-        qtbot.waitUntil(lambda: window.recorder.steps_written >= 5, timeout=10_000)
-        path = window.recorder.path
+        assert window.recording.recorder is not None, "recording started"
+        qtbot.waitUntil(lambda: window.recording.recorder.steps_written >= 5, timeout=10_000)
+        path = window.recording.recorder.path
         window.close()
         assert session.state is SessionState.FINISHED, session.error
         assert_all_gone(out, 5)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import sys
 import time
-from argparse import Namespace
 
 import psutil
 import pytest
@@ -37,9 +36,10 @@ def test_ten_thousand_steps_per_second_keep_the_window_drawing_in_bounded_memory
     qtbot, fake_python: str
 ) -> None:
     from gpuwatch.qt.main_window import MainWindow
+    from gpuwatch.qt.window_options import WindowOptions
 
     session = Session(step_capacity=CAPACITY, sample_coarse=False)
-    window = MainWindow(session, Namespace(workload="vision", device="cpu", python=None))
+    window = MainWindow(session, WindowOptions(workload="vision", device="cpu"))
     qtbot.addWidget(window)
     window.resize(1280, 800)
     window.show()

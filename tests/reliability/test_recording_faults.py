@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from argparse import Namespace
 from pathlib import Path
 
 import pytest
@@ -143,8 +142,11 @@ def _fake_spec(fake_python: str):
 
 def _window(qtbot, session: Session, fake_python: str):
     from gpuwatch.qt.main_window import MainWindow
+    from gpuwatch.qt.window_options import WindowOptions
 
-    window = MainWindow(session, Namespace(workload="rate:500", device="cpu", python=fake_python))
+    window = MainWindow(
+        session, WindowOptions(workload="rate:500", device="cpu", python=fake_python)
+    )
     qtbot.addWidget(window)
     window.show()
     return window
@@ -153,9 +155,10 @@ def _window(qtbot, session: Session, fake_python: str):
 def test_a_full_disk_is_reported_in_the_window_at_once(
     qtbot, tmp_path: Path, fake_python: str, monkeypatch
 ) -> None:
-    from gpuwatch.qt import main_window
+    from gpuwatch.qt import file_dialogs, main_window, record_control
 
-    monkeypatch.setattr(main_window, "recordings_dir", lambda: tmp_path)
+    monkeypatch.setattr(file_dialogs, "recordings_dir", lambda: tmp_path)
+    monkeypatch.setattr(record_control, "recordings_dir", lambda: tmp_path)
     monkeypatch.setattr(recording_module.Recorder, "_write", _full_after_first_batch())
     session = Session(sample_coarse=False)
     window = _window(qtbot, session, fake_python)
@@ -171,7 +174,7 @@ def test_a_full_disk_is_reported_in_the_window_at_once(
         assert window.error_box.windowTitle() == "Recording stopped"
         assert FULL in window.error_box.text()
         assert not window.record_action.isChecked()
-        assert window.recorder is None
+        assert window.recording.recorder is None
         count = session.steps.count
         qtbot.waitUntil(lambda: session.steps.count > count, timeout=10_000)  # run goes on
     finally:
@@ -181,15 +184,16 @@ def test_a_full_disk_is_reported_in_the_window_at_once(
 def test_the_window_never_overwrites_a_recording(
     qtbot, tmp_path: Path, fake_python: str, monkeypatch
 ) -> None:
-    from gpuwatch.qt import main_window
+    from gpuwatch.qt import file_dialogs, record_control
 
     class Frozen(dt.datetime):
         @classmethod
         def now(cls, tz=None):
             return cls(2026, 1, 2, 3, 4, 5)
 
-    monkeypatch.setattr(main_window, "recordings_dir", lambda: tmp_path)
-    monkeypatch.setattr(main_window, "datetime", Frozen)
+    monkeypatch.setattr(file_dialogs, "recordings_dir", lambda: tmp_path)
+    monkeypatch.setattr(record_control, "recordings_dir", lambda: tmp_path)
+    monkeypatch.setattr(record_control, "datetime", Frozen)
     existing = tmp_path / "rate:500-2026-01-02_03-04-05.gpuwatch"
     existing.write_bytes(b"an earlier run")
     session = Session(sample_coarse=False)

@@ -8,7 +8,6 @@ import itertools
 import signal
 import sys
 import time
-from argparse import Namespace
 
 import psutil
 import pytest
@@ -31,9 +30,10 @@ BAD_KNOBS = [
 
 def test_bad_knobs_are_refused_a_killed_runner_is_shown_and_start_runs_again(qtbot) -> None:
     from gpuwatch.qt.main_window import MainWindow
+    from gpuwatch.qt.window_options import WindowOptions
 
     session = Session(sample_coarse=False)
-    window = MainWindow(session, Namespace(workload="mlp", device="cpu", python=None))
+    window = MainWindow(session, WindowOptions(workload="mlp", device="cpu"))
     qtbot.addWidget(window)
     window.show()
     ticks: list[float] = []

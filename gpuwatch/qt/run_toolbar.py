@@ -1,0 +1,108 @@
+"""The run toolbar: what to run (a workload, or the script of ``gpuwatch run``) and where.
+
+The Run menu mirrors the two combo boxes (``combo_menu``), so a first-time user who looks in
+the menus finds them too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QComboBox, QLabel, QMainWindow, QMenu, QToolBar, QWidget
+
+from gpuwatch.core.run.session import LaunchSpec
+from gpuwatch.protocol import WORKLOADS
+
+WORKLOAD_TIP = (
+    "The built-in training workload to run: vision (JPEG decode + augmentation into a "
+    "small ResNet; input-bound when naive), mlp (small feed-forward net on 28×28 "
+    "digits; launch- and sync-bound on a GPU), gpt (small decoder-only transformer on "
+    "random tokens). Applies at the next Start."
+)
+DEVICE_TIP = "Where the runner trains: auto picks CUDA when torch sees a GPU, else the CPU."
+
+
+def device_entries() -> list[tuple[str, str]]:
+    """Device choices: auto, cpu, and one per GPU NVML lists (none without NVML)."""
+    entries = [("auto", "auto"), ("cpu", "cpu")]
+    with contextlib.suppress(Exception):  # no NVML, no driver, or an older core module
+        from gpuwatch.core.run import nvml
+
+        for dev in nvml.list_devices():
+            # NVML numbers GPUs by PCI bus; the runner must use the same order for cuda:N.
+            label = f"cuda:{dev.index}" + (f" — {dev.name}" if dev.name else "")
+            entries.append((label, f"cuda:{dev.index}"))
+    return entries
+
+
+class RunToolbar(QToolBar):
+    """Workload (or script) and device; the window adds its run actions after them."""
+
+    def __init__(
+        self, window: QMainWindow, workload: str, device: str, script: LaunchSpec | None
+    ) -> None:
+        super().__init__("Run")
+        self.setObjectName("run")
+        self.setMovable(False)
+        self.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        window.addToolBar(self)
+        self.workload_combo = QComboBox()
+        self.workload_combo.addItems(WORKLOADS)
+        if workload in WORKLOADS:
+            self.workload_combo.setCurrentText(workload)
+        self.workload_combo.setToolTip(WORKLOAD_TIP)
+        self.script_label: QLabel | None = None
+        if script is not None:
+            # Script mode: the script takes the workload's place (the combo stays unshown).
+            self.addWidget(QLabel(" Script "))
+            self.script_label = QLabel(f"<b>{html.escape(script.name)}</b>")
+            args = " ".join(script.script_args)
+            self.script_label.setToolTip(
+                f"{script.script} {args}".rstrip() + f"\nrun from {script.cwd}" * bool(script.cwd)
+            )
+            self.addWidget(self.script_label)
+        else:
+            self.addWidget(QLabel(" Workload "))
+            self.addWidget(self.workload_combo)
+        self.addWidget(QLabel("  Device "))
+        self.device_combo = QComboBox()
+        for label, value in device_entries():
+            self.device_combo.addItem(label, value)
+        index = self.device_combo.findData(device)
+        if index < 0:
+            self.device_combo.addItem(device, device)
+            index = self.device_combo.count() - 1
+        self.device_combo.setCurrentIndex(index)
+        self.device_combo.setToolTip(DEVICE_TIP)
+        self.addWidget(self.device_combo)
+        self.addSeparator()
+
+    def combo_menus(self, parent: QWidget) -> dict[str, QMenu]:
+        """The Run menu's Workload (not in script mode) and Device submenus."""
+        menus = {"device": combo_menu("Device", self.device_combo, parent)}
+        if self.script_label is None:
+            menus["workload"] = combo_menu("Workload", self.workload_combo, parent)
+        return menus
+
+
+def combo_menu(title: str, combo: QComboBox, parent: QWidget) -> QMenu:
+    """A submenu mirroring a toolbar combo box (its choices, the current one checked, enabled
+    as the combo is), refreshed each time it opens."""
+    menu = QMenu(title, parent)
+    menu.setToolTipsVisible(True)
+
+    def fill() -> None:
+        menu.clear()
+        for i in range(combo.count()):
+            action = menu.addAction(combo.itemText(i))
+            action.setCheckable(True)
+            action.setChecked(i == combo.currentIndex())
+            action.setEnabled(combo.isEnabled())
+            action.setToolTip(combo.toolTip())
+            action.triggered.connect(lambda _=False, i=i: combo.setCurrentIndex(i))
+
+    menu.aboutToShow.connect(fill)
+    fill()
+    return menu
