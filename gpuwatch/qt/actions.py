@@ -1,5 +1,5 @@
 """The window's actions as data: id, title, menu, keys, callback (napari declares its
-``app_model`` actions the same way: https://napari.org/stable/guides/app_model.html).
+``app_model`` actions the same way: https://napari.org/stable/developers/architecture/app_model.html).
 
 One table says what each menu entry and key does; ``build_actions`` makes the ``QAction``s and
 the menu bar from it, and the help's key list (``gpuwatch.qt.shortcuts.SHORTCUTS``) is read
