@@ -26,6 +26,7 @@ import numpy as np
 import psutil
 from render import DEVICE_LAG_NS, NVML_PERIOD_NS, S, synthetic_marks
 
+from gpuwatch.core.model.messages import DeviceInfo, Hello
 from gpuwatch.core.model.metrics import NVML_GPU_UTIL
 from gpuwatch.core.model.store import MetricStatus
 from gpuwatch.core.run.session import Session
@@ -59,12 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     session = Session(sample_coarse=False)
-    session.hello = {
-        "device": {"kind": "cuda", "name": "SIMULATED GPU"},
-        "workload": "synthetic",
-        "knobs": [],
-        "config": {"values": {}},
-    }
+    session.hello = Hello(
+        workload="synthetic", device=DeviceInfo(kind="cuda", name="SIMULATED GPU")
+    )
     session.steps.set_device_is_host(False)
     session.coarse.set_status(
         MetricStatus(

@@ -35,6 +35,7 @@ import psutil
 from PySide6.QtCore import QCoreApplication, QTimer
 
 from gpuwatch.core.figures.frame import HeadlineFigures, RunData, headline_figures
+from gpuwatch.core.model.messages import DeviceInfo, Hello
 from gpuwatch.core.model.metrics import NVML_GPU_UTIL, PROC_CPU
 from gpuwatch.core.model.store import MetricStatus
 from gpuwatch.core.run.session import Session, SessionState
@@ -120,12 +121,9 @@ class SyntheticRun:
     def announce(self) -> None:
         """The hello's effect: a CUDA device with NVML readable at 1/6 s periods."""
         session = self.session
-        session.hello = {
-            "device": {"kind": "cuda", "name": "SIMULATED GPU"},
-            "workload": "synthetic",
-            "knobs": [],
-            "config": {"values": {}},
-        }
+        session.hello = Hello(
+            workload="synthetic", device=DeviceInfo(kind="cuda", name="SIMULATED GPU")
+        )
         session.steps.set_device_is_host(False)
         session.coarse.set_status(
             MetricStatus(

@@ -10,8 +10,8 @@ from PySide6.QtGui import QFontMetrics, QGuiApplication, QImage, QPalette
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QDockWidget
 
+from gpuwatch.core.figures.frame import HeadlineFigures
 from gpuwatch.core.run.session import Session
-from gpuwatch.qt.headline_bar import HeadlineFigures
 from gpuwatch.qt.presentation import SCALE, presentation_sentence
 
 
@@ -163,8 +163,8 @@ def test_present_theme_dark_screenshot_from_the_cli(light, tmp_path):
 
 
 def test_presentation_shortens_the_utilization_legend_and_hides_its_notes(light, show_window):
+    from gpuwatch.core.figures.frame import CoarseChoice
     from gpuwatch.core.model.store import SeriesView
-    from gpuwatch.qt.utilization_view import CoarseChoice
 
     win = show_window(Session())
     win.timer.stop()  # drive the view by hand

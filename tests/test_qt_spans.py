@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from gpuwatch.core.figures.analysis import busy_percent_over, phase_spans
+from gpuwatch.core.figures.frame import is_dense, weighted_mean
 from gpuwatch.core.model.store import StepsView
 from gpuwatch.protocol import N_MARKS
-from gpuwatch.qt.spans import is_dense, step_series, weighted_mean
+from gpuwatch.qt.spans import step_series
 
 
 def view_of(host: np.ndarray, step: np.ndarray | None = None) -> StepsView:

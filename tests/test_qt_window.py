@@ -11,6 +11,7 @@ import pytest
 from PySide6.QtCore import QPoint
 from PySide6.QtGui import QColor, QImage
 
+from gpuwatch.core.model.messages import DeviceInfo, Hello
 from gpuwatch.core.model.store import MetricStatus
 from gpuwatch.core.run.session import Session, SessionState
 from gpuwatch.qt.main_window import MainWindow
@@ -39,7 +40,7 @@ def synthetic_marks(start_ns: int, n: int) -> np.ndarray:
 def feed_cpu_run(session: Session, n_steps: int = 100, cpu_pct: float = 150.0) -> None:
     """A CPU-device run: steps from t0+0.5 s, proc.cpu at 150% in 1 s periods, no NVML."""
     t0 = session.t0_ns
-    session.hello = {"device": {"kind": "cpu", "name": "synthetic CPU"}, "workload": "vision"}
+    session.hello = Hello(workload="vision", device=DeviceInfo(kind="cpu", name="synthetic CPU"))
     session.steps.set_device_is_host(True)
     marks = synthetic_marks(t0 + S // 2, n_steps)
     session.steps.append(list(range(n_steps)), [0] * n_steps, [SAMPLES] * n_steps, marks.tolist())
@@ -160,7 +161,7 @@ def test_nvml_unavailable_shows_reason_not_zero(window, qtbot):
 def test_cuda_run_shows_nvml_step_series_with_its_period(window, qtbot):
     session = window.session
     t0 = session.t0_ns
-    session.hello = {"device": {"kind": "cuda", "name": "synthetic GPU"}, "workload": "vision"}
+    session.hello = Hello(workload="vision", device=DeviceInfo(kind="cuda", name="synthetic GPU"))
     n = 60
     marks = synthetic_marks(t0 + S // 2, n)
     session.steps.append(list(range(n)), [0] * n, [SAMPLES] * n, marks.tolist())

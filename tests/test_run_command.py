@@ -139,7 +139,7 @@ def test_seconds_stops_an_endless_dataloader_loop_cleanly_and_records_it(tmp_pat
     recording = open_recording(record)
     assert len(recording.steps) == steps
     assert recording.bye is not None and recording.bye["reason"] == "stopped"
-    assert recording.hello is not None and recording.hello["workload"] == "train.py"
+    assert recording.hello is not None and recording.hello.workload == "train.py"
 
 
 def test_a_finite_loop_gets_its_argv_cwd_and_a_cpu_summary(tmp_path) -> None:

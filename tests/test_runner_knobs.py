@@ -804,7 +804,11 @@ def test_hello_carries_schema_config_workload_config_cores_and_os(
     hello = link.messages[0]
     assert hello["kind"] == "hello"
     assert [k["name"] for k in hello["knobs"]] == list(KNOB_NAMES)
-    assert hello["config"] == {"id": 0, "values": dict(NAIVE_DEFAULTS, batch_size=8)}
+    assert hello["config"] == {
+        "id": 0,
+        "values": dict(NAIVE_DEFAULTS, batch_size=8),
+        "warmup_steps": initial_warmup(dict(NAIVE_DEFAULTS, batch_size=8)),
+    }
     assert hello["workload_config"]["d_model"] == 128
     assert not set(hello["workload_config"]) & set(KNOB_NAMES)
     assert hello["device"]["cores"] == session.usable_cores() >= 1 and hello["os"]

@@ -150,7 +150,7 @@ def test_watched_script_on_simulated_cuda_makes_no_sync(
     assert session.state is SessionState.FINISHED, (session.error, _log(session))
     log = _log(session)
     assert "script device cuda:0" in log
-    assert session.hello is not None and session.hello["device"]["name"] == "simcuda GPU 0"
+    assert session.hello is not None and session.hello.device.name == "simcuda GPU 0"
     assert session.bye is not None and session.bye["cuda_used"] is True
     rows = _steps_with_device_marks(session, 3)
     _check_device_marks(session, rows)

@@ -75,8 +75,8 @@ def test_script_chooses_its_gpus_and_marks_follow_them(session: Session, tmp_pat
     assert "the script trains on cuda:0: simcuda GPU 1" in log
     assert "the script trains on cuda:1: simcuda GPU 2" in log
     assert session.hello is not None
-    assert session.hello["device"]["name"] == "simcuda GPU 1"
-    assert session.hello["device"]["uuid"].endswith("000000000001")
+    assert session.hello is not None and session.hello.device.name == "simcuda GPU 1"
+    assert (session.hello.device.uuid or "").endswith("000000000001")
     assert "work on other streams is not measured" in log
     assert "CUDA-graph capture" in log
     bye = session.bye

@@ -8,7 +8,7 @@ import pytest
 
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.knob_values import KnobValueError
-from gpuwatch.core.model.messages import ConfigChange, Refusal
+from gpuwatch.core.model.messages import ConfigChange, Hello, Refusal
 from gpuwatch.core.run.session import SessionError, SessionState
 from gpuwatch.core.run.tour import Conductor, Skipped, Stage, plan_stages, plan_tour
 
@@ -182,7 +182,8 @@ class FakeSession:
 
     def __init__(self, knobs: list[dict[str, Any]]) -> None:
         self.state = SessionState.RUNNING
-        self.hello: dict[str, Any] | None = {"knobs": knobs}
+        self.hello: Hello | None = Hello.from_message({"workload": "vision", "knobs": knobs})
+        self.knobs = knobs
         self.error: str | None = None
         self.bye_reason: str | None = None
         self.baseline_id: int | None = None
@@ -266,7 +267,7 @@ class FakeSession:
 def conductor_for(
     session: FakeSession, groups: list[list[str]], clock: FakeClock, **kwargs: Any
 ) -> Conductor:
-    stages = plan_stages(session.hello["knobs"], groups)  # type: ignore[index]
+    stages = plan_stages(session.knobs, groups)
     return Conductor(session, stages, min_steady_s=4.0, clock=clock, **kwargs)
 
 
@@ -320,7 +321,7 @@ def test_only_the_difference_from_the_config_in_force_is_sent() -> None:
     session, clock = FakeSession(schema(cuda=False)), FakeClock()
     session.set_knobs({"num_workers": 2})
     session.apply(1)  # the user had already raised the workers by hand
-    stages, _ = plan_tour(session.hello["knobs"], "vision", cores=2)  # type: ignore[index]
+    stages, _ = plan_tour(session.knobs, "vision", cores=2)
     conductor = Conductor(session, stages, min_steady_s=1.0, clock=clock)
     conductor.tick()
     # The baseline puts the workers back to the defaults, under the stage's name.
@@ -438,7 +439,7 @@ def test_waits_for_hello_and_stops_on_request() -> None:
     session.hello = None
     progress = conductor.tick()
     assert progress.state == "applying" and "waiting for the runner" in progress.message
-    session.hello = {"knobs": schema(cuda=False)}
+    session.hello = Hello.from_message({"workload": "vision", "knobs": schema(cuda=False)})
     conductor.tick()
     session.measure(0, steps=20, steady_s=1.0, rates=(10.0,))
     conductor.stop()

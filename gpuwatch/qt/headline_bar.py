@@ -15,8 +15,6 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLay
 from gpuwatch.core.figures.frame import HeadlineFigures
 from gpuwatch.qt.help_view import HELP_SECTION_PROPERTY, TOOLTIP_HINT
 
-__all__ = ["DASH", "HeadlineBar", "HeadlineFigures"]
-
 DASH = "—"
 
 

@@ -389,8 +389,8 @@ class MainWindow(QMainWindow):
         self.start_action.setEnabled(state is not SessionState.STOPPING and not replay)
         self.workload_combo.setEnabled(not live and not replay)
         self.device_combo.setEnabled(not live and not replay)
-        device = (session.hello or {}).get("device") or {}
-        self.status_line.show_run(state, device.get("name"), session.device_kind)
+        device_name = session.hello.device.name if session.hello is not None else None
+        self.status_line.show_run(state, device_name, session.device_kind)
         restyled = self.banner.show_for(session, self.script_spec is not None)
         if restyled and self.presentation.active:  # a new style sheet has the desk's font size
             self.presentation.restyle()

@@ -27,7 +27,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpuwatch.qt.headline_bar import DASH, HeadlineBar, HeadlineFigures
+from gpuwatch.core.figures.frame import HeadlineFigures
+from gpuwatch.qt.headline_bar import DASH, HeadlineBar
 from gpuwatch.qt.help_view import HELP_SECTION_PROPERTY
 from gpuwatch.qt.theme import (
     DARK_CONTRAST,

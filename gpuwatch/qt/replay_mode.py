@@ -36,7 +36,8 @@ class ReplayMode:
         window.advisor.set_locked(READ_ONLY)
         knob_dock.setWindowTitle(f"Knobs ({READ_ONLY})")
         # The toolbar names what was recorded (a built-in workload or a script's file name).
-        recorded = (replay.recording.hello or {}).get("workload")
+        hello = replay.recording.hello
+        recorded = hello.workload if hello is not None else None
         combo = window.workload_combo
         if isinstance(recorded, str) and recorded:
             if combo.findText(recorded) < 0:

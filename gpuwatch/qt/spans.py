@@ -2,21 +2,12 @@
 
 Kept apart from the widgets so it is testable without a display. The figures the views
 draw (spans cut to the view, when a view is dense, time-weighted means) are the frame
-presenter's (``gpuwatch.core.figures.frame``), re-exported here for the views' callers.
+presenter's (``gpuwatch.core.figures.frame``).
 """
 
 from __future__ import annotations
 
 import numpy as np
-
-from gpuwatch.core.figures.frame import (
-    DENSE_SPANS_PER_PIXEL,
-    clip_to_window,
-    is_dense,
-    weighted_mean,
-)
-
-__all__ = ["DENSE_SPANS_PER_PIXEL", "clip_to_window", "is_dense", "step_series", "weighted_mean"]
 
 
 def step_series(

@@ -15,14 +15,12 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from gpuwatch.core.figures.frame import CoarseChoice, UtilizationFrame, choose_coarse
+from gpuwatch.core.figures.frame import CoarseChoice, UtilizationFrame
 from gpuwatch.core.model.store import SeriesView
 from gpuwatch.qt import palette
 from gpuwatch.qt.spans import step_series
 from gpuwatch.qt.theme import theme_manager
 from gpuwatch.qt.timeline_view import style_plot
-
-__all__ = ["CoarseChoice", "UtilizationView", "choose_coarse", "series_point_count"]
 
 
 class UtilizationView(QWidget):

@@ -262,4 +262,5 @@ def test_a_recorded_script_run_names_the_device_its_device_message_named(
         "INSERT INTO events VALUES (1000000, 1, 'device', ?)", (json.dumps({"device": named}),)
     )
     conn.close()
-    assert open_recording(path).hello["device"] == named
+    hello = open_recording(path).hello
+    assert hello is not None and hello.device.raw == named and hello.device.name == "NVIDIA A100"

@@ -224,4 +224,4 @@ def test_infinities_neither_stop_a_recording_nor_crash_the_summary(tmp_path: Pat
     recording = open_recording(recorder.path)
     assert len(recording.steps) == 20
     assert [c.changed for c in recording.configs] == [{}, {"lr": None}]
-    assert recording.hello is not None and recording.hello["device"]["cores"] is None
+    assert recording.hello is not None and recording.hello.device.cores is None
