@@ -180,7 +180,12 @@ class ProbeKnobs:
         except Exception as exc:
             reason = f"could not apply {_describe(changed)}: {_reason(exc)}"
             self.link.log("error", f"{reason}; the previous settings stay in effect")
-            self.link.send("refused", request=request, values=dict(asked), message=reason)
+            self.link.send(
+                "refused",
+                request=request,
+                values=dict(asked) if isinstance(asked, Mapping) else {},
+                message=reason,
+            )
             return
         self.values.update(changed)
         flush()
