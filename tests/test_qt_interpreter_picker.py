@@ -1,6 +1,6 @@
 """Run → Choose Python…, and the installed app's search for a Python with torch.
 
-Candidates are fake interpreters (shell scripts printing a probe report); discovery is
+Candidates are fake interpreters (shell scripts printing a survey report); discovery is
 replaced so the machine's real Pythons do not take part. No GPU: NVML capabilities are [].
 """
 
@@ -73,7 +73,7 @@ def test_picker_shows_verdicts_and_only_a_usable_choice_is_accepted(qtbot, fakes
     assert dialog.chosen == good and dialog.result() == dialog.DialogCode.Accepted
 
 
-def test_browse_adds_and_probes_any_file(qtbot, fakes, tmp_path):
+def test_browse_adds_and_surveys_any_file(qtbot, fakes, tmp_path):
     dialog = InterpreterPicker()
     qtbot.addWidget(dialog)
     other = fake_python(tmp_path / "browsed", GOOD)

@@ -1,7 +1,7 @@
 """Run → Choose Python…: which interpreter trains, with a green/amber/red verdict for each.
 
 The installed (frozen) app has no torch, so it must be told, or find, a Python that has:
-the dialog lists what ``gpuwatch.core.run.interpreters`` discovers, probes them in the
+the dialog lists what ``gpuwatch.core.run.interpreters`` discovers, surveys them in the
 background (a first ``import torch`` takes seconds) and shows each verdict with the exact
 command that fixes it; "Browse…" adds any file. The choice is remembered in the settings.
 ``InterpreterChoice`` is the window's side: the menu entry, and at a frozen app's first
@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from gpuwatch.core.run import interpreters, launcher
-from gpuwatch.core.run.interpreters import BAD, OK, WARN, Candidate, Probed
+from gpuwatch.core.run.interpreters import BAD, OK, WARN, Candidate, Surveyed
 from gpuwatch.qt import palette
 
 if TYPE_CHECKING:
@@ -58,17 +58,17 @@ def badge(level: str) -> QIcon:
     return QIcon(pixmap)
 
 
-class ProbeQueue(QObject):
-    """Probes run in worker threads; each result arrives as ``sig_probed`` in this object's
+class SurveyQueue(QObject):
+    """Surveys run in worker threads; each result arrives as ``sig_surveyed`` in this object's
     (the GUI's) thread: Qt queues a signal emitted from another thread, so data crosses
     threads, never widgets, and nothing polls."""
 
-    #: One candidate checked: a ``gpuwatch.core.run.interpreters.Probed``.
-    sig_probed = Signal(object)
+    #: One candidate checked: a ``gpuwatch.core.run.interpreters.Surveyed``.
+    sig_surveyed = Signal(object)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpuwatch-probe")
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpuwatch-survey")
         self._gpus: list[tuple[int, int]] | None = None
 
     def submit(self, candidate: Candidate) -> None:
@@ -78,18 +78,18 @@ class ProbeQueue(QObject):
     def _deliver(self, future: Future) -> None:
         if future.cancelled():
             return
-        # RuntimeError: the queue was deleted (its dialog closed) while this probe ran.
+        # RuntimeError: the queue was deleted (its dialog closed) while this survey ran.
         with contextlib.suppress(RuntimeError):
-            self.sig_probed.emit(future.result())
+            self.sig_surveyed.emit(future.result())
 
-    def _check(self, candidate: Candidate) -> Probed:
+    def _check(self, candidate: Candidate) -> Surveyed:
         try:
             if self._gpus is None:
                 self._gpus = interpreters.gpu_capabilities()
             return interpreters.check(candidate, self._gpus)
         except Exception as exc:  # a row must never stay "checking…" forever
             report = {"error": f"checking {candidate.path} failed: {exc}"}
-            return Probed(candidate, report, interpreters.judge(report, candidate.path))
+            return Surveyed(candidate, report, interpreters.judge(report, candidate.path))
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -104,7 +104,7 @@ class InterpreterPicker(QDialog):
         self.resize(860, 420)
         self.current = current
         self.chosen: str | None = None
-        self.results: dict[str, Probed] = {}
+        self.results: dict[str, Surveyed] = {}
         layout = QVBoxLayout(self)
         intro = QLabel(
             "gpuwatch trains in a Python that has torch. Pick one with a green "
@@ -137,15 +137,15 @@ class InterpreterPicker(QDialog):
         self.browse_button.clicked.connect(self._browse)
         self.refresh_button.clicked.connect(self.search)
         layout.addWidget(buttons)
-        self.probes = ProbeQueue(self)
-        self.probes.sig_probed.connect(self._collect)
-        self.finished.connect(lambda _: self.probes.close())
+        self.surveys = SurveyQueue(self)
+        self.surveys.sig_surveyed.connect(self._collect)
+        self.finished.connect(lambda _: self.surveys.close())
         self.search()
 
     # ---- Rows -----------------------------------------------------------------------
 
     def search(self) -> None:
-        """(Re)discover candidates and probe each; the current choice is listed first."""
+        """(Re)discover candidates and survey each; the current choice is listed first."""
         extra = [Candidate(self.current, "current choice")] if self.current else []
         for candidate in interpreters.discover(extra=extra):
             self.add_candidate(candidate)
@@ -153,7 +153,7 @@ class InterpreterPicker(QDialog):
             self.tree.setCurrentItem(self.tree.topLevelItem(0))
 
     def add_path(self, path: str) -> None:
-        """A file the user picked: listed (first probe wins over a duplicate) and selected."""
+        """A file the user picked: listed (first survey wins over a duplicate) and selected."""
         self.add_candidate(Candidate(path, "chosen with Browse…"))
         self.tree.setCurrentItem(self._item(path))
 
@@ -164,7 +164,7 @@ class InterpreterPicker(QDialog):
         item.setData(0, PATH_ROLE, candidate.path)
         self._set_level(item, CHECKING)
         self.tree.addTopLevelItem(item)
-        self.probes.submit(candidate)
+        self.surveys.submit(candidate)
 
     def _item(self, path: str) -> QTreeWidgetItem | None:
         for i in range(self.tree.topLevelItemCount()):
@@ -188,13 +188,13 @@ class InterpreterPicker(QDialog):
             for i in range(self.tree.topLevelItemCount())
         )
 
-    def _collect(self, probed: Probed) -> None:
-        path = probed.candidate.path
-        self.results[path] = probed
+    def _collect(self, surveyed: Surveyed) -> None:
+        path = surveyed.candidate.path
+        self.results[path] = surveyed
         item = self._item(path)
         if item is not None:
-            self._set_level(item, probed.verdict.level)
-            item.setToolTip(1, probed.verdict.summary)
+            self._set_level(item, surveyed.verdict.level)
+            item.setToolTip(1, surveyed.verdict.summary)
         self._show_details()
 
     # ---- Selection ------------------------------------------------------------------
@@ -205,13 +205,13 @@ class InterpreterPicker(QDialog):
 
     def _show_details(self) -> None:
         path = self.selected_path()
-        probed = self.results.get(path or "")
+        surveyed = self.results.get(path or "")
         if path is None:
             text = "No Python found yet: use Browse… to pick one."
-        elif probed is None:
+        elif surveyed is None:
             text = f"Checking {html.escape(path)}… (importing torch can take a few seconds)"
         else:
-            verdict = probed.verdict
+            verdict = surveyed.verdict
             color = BADGE_COLORS[verdict.level]
             text = (
                 f"<b style='color:{color}'>{html.escape(BADGE_WORDS[verdict.level])}</b>"
@@ -221,7 +221,7 @@ class InterpreterPicker(QDialog):
                 text += f"<br><b>Fix:</b> {html.escape(verdict.fix)}"
         if self.details.text() != text:
             self.details.setText(text)
-        usable = probed is not None and probed.verdict.usable
+        usable = surveyed is not None and surveyed.verdict.usable
         self.use_button.setEnabled(usable)
         self.use_button.setToolTip(
             "" if usable else "Pick an interpreter whose check is green or amber"
@@ -229,8 +229,8 @@ class InterpreterPicker(QDialog):
 
     def _accept_if_usable(self) -> None:
         path = self.selected_path()
-        probed = self.results.get(path or "")
-        if probed is not None and probed.verdict.usable:
+        surveyed = self.results.get(path or "")
+        if surveyed is not None and surveyed.verdict.usable:
             self.chosen = path
             self.accept()
 
@@ -257,9 +257,9 @@ class InterpreterChoice(QObject):
         self.banner.setTextFormat(Qt.TextFormat.RichText)
         self.banner.linkActivated.connect(lambda _: self.open_picker())
         self.banner.hide()
-        self._search: ProbeQueue | None = None
+        self._search: SurveyQueue | None = None
         self._waiting: set[str] = set()
-        self._found: list[Probed] = []
+        self._found: list[Surveyed] = []
         self._then: Callable[[], None] | None = None
         #: Run → Choose Python…
         self.action = QAction("Choose Python…", self)
@@ -292,8 +292,8 @@ class InterpreterChoice(QObject):
         self._then = then
         if self._search is not None:
             return
-        self._search = ProbeQueue(self)
-        self._search.sig_probed.connect(self._collect)
+        self._search = SurveyQueue(self)
+        self._search.sig_surveyed.connect(self._collect)
         self._found = []
         candidates = interpreters.discover()
         self._waiting = {c.path for c in candidates}
@@ -308,11 +308,11 @@ class InterpreterChoice(QObject):
     def searching(self) -> bool:
         return self._search is not None
 
-    def _collect(self, probed: Probed) -> None:
+    def _collect(self, surveyed: Surveyed) -> None:
         if self._search is None:
             return
-        self._waiting.discard(probed.candidate.path)
-        self._found.append(probed)
+        self._waiting.discard(surveyed.candidate.path)
+        self._found.append(surveyed)
         if not self._waiting:
             self._finish()
 

@@ -72,10 +72,6 @@ class Surveyed:
     verdict: Verdict
 
 
-#: The interpreter picker's name for ``Surveyed`` until it uses the new one.
-Probed = Surveyed
-
-
 # ---- Discovery --------------------------------------------------------------------------
 
 
