@@ -75,9 +75,11 @@ class Workload(ABC):
         """The optimizer's class (probed for ``fused`` support before training)."""
 
     @abstractmethod
-    def build_optimizer(self, model: torch.nn.Module, **options: Any) -> torch.optim.Optimizer:
-        """The optimizer over ``model``'s parameters; ``options`` (``foreach``, ``fused``) are
-        passed to its constructor."""
+    def build_optimizer(
+        self, model: torch.nn.Module, *, foreach: bool | None = None, fused: bool | None = None
+    ) -> torch.optim.Optimizer:
+        """The optimizer over ``model``'s parameters; ``foreach`` and ``fused`` (which kernels
+        its step uses; None: torch's default) are passed to its constructor."""
 
     @abstractmethod
     def to_device(

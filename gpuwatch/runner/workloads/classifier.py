@@ -24,10 +24,16 @@ class ClassifierWorkload(DatasetWorkload):
     def optimizer_class(self) -> type[torch.optim.Optimizer]:
         return torch.optim.AdamW if self.config["optimizer"] == "adamw" else torch.optim.SGD
 
-    def build_optimizer(self, model: nn.Module, **options: Any) -> torch.optim.Optimizer:
+    def build_optimizer(
+        self, model: nn.Module, *, foreach: bool | None = None, fused: bool | None = None
+    ) -> torch.optim.Optimizer:
         if self.config["optimizer"] == "adamw":
-            return torch.optim.AdamW(model.parameters(), lr=self.config["lr"], **options)
-        return torch.optim.SGD(model.parameters(), lr=self.config["lr"], momentum=0.9, **options)
+            return torch.optim.AdamW(
+                model.parameters(), lr=self.config["lr"], foreach=foreach, fused=fused
+            )
+        return torch.optim.SGD(
+            model.parameters(), lr=self.config["lr"], momentum=0.9, foreach=foreach, fused=fused
+        )
 
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         images, labels = batch

@@ -129,8 +129,12 @@ class GptWorkload(DatasetWorkload):
     def optimizer_class(self) -> type[torch.optim.Optimizer]:
         return torch.optim.AdamW
 
-    def build_optimizer(self, model: nn.Module, **options: Any) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(model.parameters(), lr=self.config["lr"], **options)
+    def build_optimizer(
+        self, model: nn.Module, *, foreach: bool | None = None, fused: bool | None = None
+    ) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(
+            model.parameters(), lr=self.config["lr"], foreach=foreach, fused=fused
+        )
 
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         """Next-token cross-entropy; samples/s counts sequences of ``context`` tokens."""
