@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -23,11 +23,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpuwatch.core.figures.advisor import Finding, advise, context_of
+from gpuwatch.core.figures.advisor import AdvisedRun, Finding, advise, context_of
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.figures.step_breakdown import idle_summary, summary
-from gpuwatch.core.model.messages import ConfigChange, Refusal
-from gpuwatch.core.run.session import ACTIVE_STATES, SessionError
+from gpuwatch.core.model.messages import ACTIVE_STATES, ConfigChange, Refusal, SessionState
+from gpuwatch.core.run.session import SessionError
 from gpuwatch.qt import palette
 
 HINT_NO_RUN = (
@@ -116,13 +116,25 @@ class FindingCard(QFrame):
             self.status.setText(status)
 
 
+class AdvisorSession(AdvisedRun, Protocol):
+    """What the dock reads and sends: the advisor's figures, Apply's ``set`` and its answer
+    (a Session, a replay, or a test's stand-in)."""
+
+    @property
+    def state(self) -> SessionState: ...
+
+    def set_knobs(self, values: dict[str, Any]) -> int | None: ...
+
+    def answer(self, request: int) -> ConfigChange | Refusal | None: ...
+
+
 class AdvisorView(QWidget):
-    """The advisor's findings for ``session`` (a Session, a replay, or a test's stand-in)."""
+    """The advisor's findings for ``session``."""
 
     #: A sentence for the status bar (a refused or failed Apply).
     status_message = Signal(str)
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: AdvisorSession) -> None:
         super().__init__()
         self.session = session
         self.findings: list[Finding] = []

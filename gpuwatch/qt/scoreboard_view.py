@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from PySide6.QtCore import (
     QAbstractTableModel,
@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 
 from gpuwatch.core.figures.segments import MIN_STEADY_STEPS, SegmentStats
 from gpuwatch.core.figures.step_breakdown import idle_summary, summary
-from gpuwatch.core.model.messages import describe_change
+from gpuwatch.core.model.messages import Hello, describe_change
 from gpuwatch.qt import palette
 
 NA = "n/a"
@@ -206,10 +206,22 @@ class ScoreboardModel(QAbstractTableModel):
         return None
 
 
+class ScoredRun(Protocol):
+    """What the scoreboard reads of a run (a Session, a replay, or a test's stand-in), and
+    the baseline it pins there."""
+
+    baseline_id: int | None
+
+    @property
+    def hello(self) -> Hello | None: ...
+
+    def scoreboard(self) -> Sequence[SegmentStats]: ...
+
+
 class ScoreboardView(QWidget):
     """The table with a "Pin as baseline" button and context-menu entry."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: ScoredRun) -> None:
         super().__init__()
         self.session = session
         layout = QVBoxLayout(self)

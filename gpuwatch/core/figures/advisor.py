@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from gpuwatch.core.figures.kernel_window import WindowSummary
+from gpuwatch.core.figures.kernel_window import KernelWindow, WindowSummary
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.knob_values import KnobValueError, check_usable, schema_by_name
-from gpuwatch.core.model.messages import format_value
+from gpuwatch.core.model.messages import ConfigChange, Hello, format_value
 
 #: Comparisons between segments need at least this many 1 s window rates on each side.
 MIN_WINDOWS = 2
@@ -199,7 +199,28 @@ class Context:
     capture: WindowSummary | None = None
 
 
-def context_of(session: Any) -> Context:
+class AdvisedRun(Protocol):
+    """What the advisor reads of a run: a Session, a replay or a test's stand-in."""
+
+    @property
+    def hello(self) -> Hello | None: ...
+
+    @property
+    def knobs(self) -> Sequence[Mapping[str, Any]]: ...
+
+    def config_values(self) -> Mapping[str, Any]: ...
+
+    def config_changes(self) -> Sequence[ConfigChange]: ...
+
+
+@runtime_checkable
+class CapturingRun(Protocol):
+    """A run that keeps kernel capture windows (a test's stand-in may keep none)."""
+
+    def kernel_windows(self) -> Sequence[KernelWindow]: ...
+
+
+def context_of(session: AdvisedRun) -> Context:
     """The advisor's context from a Session (or a replay: the same public API)."""
     device = session.hello.device if session.hello else None
     cores = device.cores if device else None
@@ -212,15 +233,14 @@ def context_of(session: Any) -> Context:
     )
 
 
-def _current_capture(session: Any) -> WindowSummary | None:
+def _current_capture(session: AdvisedRun) -> WindowSummary | None:
     """The newest capture window taken after the newest configuration change (a session
     that cannot capture, such as a test's stand-in, has none)."""
-    windows = getattr(session, "kernel_windows", None)
     changes = session.config_changes()
-    if windows is None or not changes:
+    if not isinstance(session, CapturingRun) or not changes:
         return None
     since = changes[-1].t_ns
-    current = [w for w in windows() if w.ok and w.t0_ns >= since]
+    current = [w for w in session.kernel_windows() if w.ok and w.t0_ns >= since]
     return current[-1].summary() if current else None
 
 
