@@ -89,7 +89,7 @@ class FakeSession:
         self, knobs: list[dict[str, Any]] | None = KNOBS, state: SessionState = SessionState.RUNNING
     ) -> None:
         self.state = state
-        self.hello: dict[str, Any] | None = None
+        self.hello: Hello | None = None
         self.error: str | None = None
         self.bye_reason: str | None = None
         self.stopped = False
@@ -104,7 +104,7 @@ class FakeSession:
 
     def new_run(self, knobs: list[dict[str, Any]], workload: str = "vision") -> None:
         """A new run's hello arrives (e.g. the workload was switched)."""
-        self.hello: Hello | None = Hello.from_message(hello_for(knobs, workload))
+        self.hello = Hello.from_message(hello_for(knobs, workload))
         self._changes = [
             ConfigChange(0, dict(self.hello.config_values), {}, T0, 0, 3, label="baseline")
         ]

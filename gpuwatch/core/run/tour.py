@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from gpuwatch.core.figures.segments import BASELINE_LABEL, SegmentStats
 from gpuwatch.core.model.knob_values import (
@@ -21,7 +21,7 @@ from gpuwatch.core.model.knob_values import (
     schema_by_name,
     split_assignment,
 )
-from gpuwatch.core.model.messages import Refusal, describe_change
+from gpuwatch.core.model.messages import ConfigChange, Hello, Refusal, describe_change
 from gpuwatch.core.run.session import SessionError, SessionState
 
 #: How long the runner may take to answer a ``set`` (it applies at the next step boundary).
@@ -220,6 +220,36 @@ def _knob_caption(knob: Mapping[str, Any]) -> str:
 # ---- Conducting -------------------------------------------------------------------------------
 
 
+class ConductedRun(Protocol):
+    """What the conductor reads and drives of a run: a Session, or a test's stand-in."""
+
+    baseline_id: int | None
+
+    @property
+    def state(self) -> SessionState: ...
+
+    @property
+    def hello(self) -> Hello | None: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    @property
+    def bye_reason(self) -> str | None: ...
+
+    def config_values(self) -> Mapping[str, Any]: ...
+
+    def config_changes(self) -> Sequence[ConfigChange]: ...
+
+    def set_knobs(self, values: dict[str, Any], *, label: str | None = None) -> int | None: ...
+
+    def answer(self, request: int) -> ConfigChange | Refusal | None: ...
+
+    def label_segment(self, config_id: int, label: str) -> None: ...
+
+    def scoreboard(self) -> Sequence[SegmentStats]: ...
+
+
 class Conductor:
     """Walks a running Session through ``stages``; call ``tick()`` every 100–250 ms.
 
@@ -231,7 +261,7 @@ class Conductor:
 
     def __init__(
         self,
-        session: Any,
+        session: ConductedRun,
         stages: Sequence[Stage],
         *,
         min_steady_s: float,
