@@ -78,7 +78,7 @@ class FindingCard(QFrame):
         self.evidence = QLabel()
         self.evidence.setWordWrap(True)
         self.evidence.setTextFormat(Qt.TextFormat.PlainText)
-        self.evidence.setStyleSheet(f"color: {palette.NOTE_TEXT}; {_SMALL}")
+        palette.set_style(self.evidence, f"color: $note_text; {_SMALL}")
         self.apply_button = QPushButton()
         self.apply_button.clicked.connect(lambda: view.apply(self.finding))
         self.status = QLabel()

@@ -13,6 +13,7 @@ from PySide6.QtGui import QMouseEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from gpuwatch.core.figures.frame import HeadlineFigures
+from gpuwatch.qt import palette
 from gpuwatch.qt.help_view import HELP_SECTION_PROPERTY, TOOLTIP_HINT
 
 DASH = "—"
@@ -34,7 +35,7 @@ class _Figure(QWidget):
         layout.setContentsMargins(10, 2, 10, 2)
         layout.setSpacing(0)
         self.caption = QLabel(caption)
-        self.caption.setStyleSheet("color: #666; font-size: 11px;")
+        palette.set_style(self.caption, "color: $note_text; font-size: 11px;")
         #: The visible way in for someone who never hovers: Tab reaches it, Space opens help.
         self.help_button = QToolButton()
         self.help_button.setText("?")
@@ -43,10 +44,11 @@ class _Figure(QWidget):
         self.help_button.setToolTip("How to read this figure (opens the guide)")
         self.help_button.setAccessibleName(f"Help: {caption}")
         # Borderless and unpadded: six of them must not widen the bar past a 1280 px screen.
-        self.help_button.setStyleSheet(
-            "QToolButton { color: #666; font-size: 11px; "
+        palette.set_style(
+            self.help_button,
+            "QToolButton { color: $note_text; font-size: 11px; "
             "font-weight: 600; padding: 0px 1px; border: none; "
-            "max-width: 10px; }"
+            "max-width: 10px; }",
         )
         self.help_button.clicked.connect(
             lambda: self.sig_clicked.emit(self.property(HELP_SECTION_PROPERTY))

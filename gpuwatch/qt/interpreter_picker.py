@@ -252,7 +252,7 @@ class InterpreterChoice(QObject):
         self._dialog_parent = dialog_parent
         self.dialog: InterpreterPicker | None = None
         self.banner = QLabel()
-        self.banner.setStyleSheet(palette.BANNER_STYLE.replace("#C62828", "#8D6E00"))
+        palette.set_style(self.banner, palette.BANNER_STYLES["warning"])
         self.banner.setWordWrap(True)
         self.banner.setTextFormat(Qt.TextFormat.RichText)
         self.banner.linkActivated.connect(lambda _: self.open_picker())

@@ -42,7 +42,7 @@ KIND_COLORS: dict[str, str] = {
 LANE_LABELS = {"cuda": "kernels\n(profiled)", "cpu": "CPU ops\n(profiled)"}
 #: The window labels are text items, which the theme does not re-colour: a grey that reads on
 #: the light and the dark plot background alike.
-LABEL_COLOR = "#888888"
+LABEL_COLOR = palette.KERNEL_LABEL
 
 
 def short_summary(window: KernelWindow) -> str:

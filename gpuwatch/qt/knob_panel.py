@@ -36,6 +36,7 @@ from gpuwatch.core.model.messages import ConfigChange, Refusal, format_value
 from gpuwatch.core.run.session import SessionError, SessionState
 from gpuwatch.qt import palette
 from gpuwatch.qt.run_session import RunSession
+from gpuwatch.qt.theme_tokens import Role
 
 GROUP_TITLES = {
     "loader": "Loader",
@@ -90,7 +91,7 @@ class KnobRow:
         self.note = QLabel()
         self.note.setTextFormat(Qt.TextFormat.PlainText)
         self.note.setWordWrap(True)
-        self.note.setStyleSheet(f"color: {palette.NOTE_TEXT}; {_SMALL}")
+        palette.set_style(self.note, f"color: $note_text; {_SMALL}")
         notes = []
         if not self.enabled_here:
             notes.append(knob.get("reason") or "not available here")
@@ -100,7 +101,7 @@ class KnobRow:
         self.note.setVisible(bool(notes))
         self.cost = QLabel()
         self.cost.setTextFormat(Qt.TextFormat.PlainText)
-        self.cost.setStyleSheet(f"color: {palette.COST_TEXT}; {_SMALL}")
+        palette.set_style(self.cost, f"color: $cost_text; {_SMALL}")
         self.cost.hide()
         if not self.enabled_here:
             self.label.setEnabled(False)
@@ -229,7 +230,7 @@ class KnobPanel(QWidget):
         self.hint = QLabel(HINT_NO_RUN)
         self.hint.setTextFormat(Qt.TextFormat.PlainText)
         self.hint.setWordWrap(True)
-        self.hint.setStyleSheet(f"color: {palette.NOTE_TEXT};")
+        palette.set_style(self.hint, "color: $note_text;")
         layout.addWidget(self.hint)
         self.message = QLabel()
         self.message.setTextFormat(Qt.TextFormat.PlainText)
@@ -313,7 +314,7 @@ class KnobPanel(QWidget):
         self.hint.setVisible(bool(hint))
         if not running and self._pending and hello is not None:
             self._pending.clear()
-            self._set_message("No answer: the run has ended.", palette.ERROR_TEXT)
+            self._set_message("No answer: the run has ended.", Role.ERROR_TEXT)
         self._collect_answers()
         self._show_refusal(session.last_refusal)
         self._current = session.config_values() if hello is not None else {}
@@ -332,7 +333,7 @@ class KnobPanel(QWidget):
             self.rows[name].cost.show()
         if self._pending:
             names = ", ".join(f"{n} = {format_value(v)}" for n, v in self._pending.values())
-            self._set_message(f"applying {names}…", palette.NOTE_TEXT)
+            self._set_message(f"applying {names}…", Role.NOTE_TEXT)
 
     def _collect_answers(self) -> None:
         for request in list(self._pending):
@@ -350,7 +351,7 @@ class KnobPanel(QWidget):
             return
         self._shown_refusal = refusal
         text = f"Refused: {refusal.message}"
-        self._set_message(text, palette.ERROR_TEXT)
+        self._set_message(text, Role.ERROR_TEXT)
         self.status_message.emit(f"Knob change refused: {refusal.message}")
 
     def _show_costs(self, rows: list[SegmentStats]) -> None:
@@ -402,14 +403,14 @@ class KnobPanel(QWidget):
         try:
             request = self.session.set_knobs({name: value})
         except SessionError as exc:
-            self._set_message(str(exc), palette.ERROR_TEXT)
+            self._set_message(str(exc), Role.ERROR_TEXT)
             self.status_message.emit(str(exc))
             row.show_value(self._current.get(name))
             return
         if request is None:
             return
         self._pending[request] = (name, value)
-        self._set_message(f"applying {name} = {format_value(value)}…", palette.NOTE_TEXT)
+        self._set_message(f"applying {name} = {format_value(value)}…", Role.NOTE_TEXT)
         row.cost.setText("applying…")
         row.cost.show()
         self._update_apply(row)
@@ -424,9 +425,9 @@ class KnobPanel(QWidget):
         self._locked = reason
         self.refresh()
 
-    def _set_message(self, text: str, color: str | None) -> None:
+    def _set_message(self, text: str, color: Role | None) -> None:
         self.message.setText(text)
         if color is not None:
-            bold = "font-weight: 600;" if color == palette.ERROR_TEXT else ""
-            self.message.setStyleSheet(f"color: {color}; {bold}")
+            bold = "font-weight: 600;" if color is Role.ERROR_TEXT else ""
+            palette.set_style(self.message, palette.text_style(color, bold))
         self.message.setVisible(bool(text))

@@ -67,12 +67,6 @@ KNOBS_PERIOD_S = 0.25
 #: ...and the scoreboard, the knobs' costs and the change markers this often: ~2 Hz, since
 #: ``session.scoreboard()`` recomputes the live row and table figures must stay readable.
 SCOREBOARD_PERIOD_S = 0.5
-#: The banner's look per outcome level: red only for a failure.
-_BANNER_STYLES = {
-    "error": palette.BANNER_STYLE,
-    "warning": palette.BANNER_STYLE.replace("#C62828", "#8D6E00"),
-    "info": palette.BANNER_STYLE.replace("#C62828", "#1E3A5F"),
-}
 
 
 class MainWindow(QMainWindow):
@@ -130,7 +124,7 @@ class MainWindow(QMainWindow):
         layout = QVBoxLayout(central)
         layout.setContentsMargins(6, 4, 6, 2)
         layout.setSpacing(4)
-        self.banner = RunBanner(_BANNER_STYLES)
+        self.banner = RunBanner(palette.BANNER_STYLES)
         layout.addWidget(self.banner)
         #: Run → Choose Python…, and the frozen app's search for a Python with torch.
         self.interpreter = InterpreterChoice(self, self)

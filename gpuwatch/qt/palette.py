@@ -1,56 +1,100 @@
-"""Colours and pens shared by the views, so one meaning keeps one colour everywhere.
+"""Colours and style-sheet templates shared by the views, so one meaning keeps one colour.
 
-Phase colours are the Okabe-Ito colour-blind-safe set: a room full of people (or a
-projector) must tell ``data`` from ``forward`` at a glance.
+The constants are the light theme's colour of a role (``theme_tokens``): views draw their
+plot items in them and the theme manager recolours each item by its role. Style sheets are
+templates with ``$role`` fields, set with ``set_style`` and filled from the current theme;
+the theme manager fills them again whenever the theme changes.
 """
 
 from __future__ import annotations
 
 from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QWidget
+
+from gpuwatch.qt.theme_tokens import LIGHT, Role, Theme
 
 PHASE_COLORS: dict[str, str] = {
-    "data": "#E69F00",  # orange: waiting on the input pipeline
-    "h2d": "#56B4E9",  # sky blue: issuing host-to-device copies
-    "forward": "#009E73",  # green
-    "backward": "#0072B2",  # blue
-    "optimizer": "#CC79A7",  # pink
-    "sync": "#D55E00",  # vermillion: .item(), logging, explicit syncs
-    "other": "#9E9E9E",  # grey: loop overhead outside the marks
+    "data": LIGHT[Role.PHASE_DATA],
+    "h2d": LIGHT[Role.PHASE_H2D],
+    "forward": LIGHT[Role.PHASE_FORWARD],
+    "backward": LIGHT[Role.PHASE_BACKWARD],
+    "optimizer": LIGHT[Role.PHASE_OPTIMIZER],
+    "sync": LIGHT[Role.PHASE_SYNC],
+    "other": LIGHT[Role.PHASE_OTHER],
 }
 
 #: Device stream active / compute spans, and the busy % computed from them.
-DEVICE_ACTIVE = "#2D3A8C"
+DEVICE_ACTIVE = LIGHT[Role.DEVICE_ACTIVE]
 #: Idle gaps of our stream, drawn tinted under the active spans.
-GAP = QColor(229, 57, 53, 110)
+GAP = LIGHT.qcolor(Role.GAP)
 #: The coarse figure (NVML utilization, or process CPU on a CPU device).
-COARSE = "#8E24AA"
+COARSE = LIGHT[Role.COARSE]
 
-BACKGROUND = "#FFFFFF"
-FOREGROUND = "#303030"
-LANE_SHADE = QColor(0, 0, 0, 10)
-#: Reference lines: opaque and light. pyqtgraph's translucent axis grid costs ~15 ms a frame
-#: in software rendering (measured offscreen), more than everything else together.
-GRID_LINE = "#E4E4E4"
+BACKGROUND = LIGHT[Role.PLOT_BACKGROUND]
+FOREGROUND = LIGHT[Role.PLOT_FOREGROUND]
+LANE_SHADE = LIGHT.qcolor(Role.LANE_SHADE)
+GRID_LINE = LIGHT[Role.GRID_LINE]
 
-ERROR_TEXT = "#C62828"
-WARNING_TEXT = "#B26A00"
-NA_TEXT = "#8A5A00"
+ERROR_TEXT = LIGHT[Role.ERROR_TEXT]
+WARNING_TEXT = LIGHT[Role.WARNING_TEXT]
+NA_TEXT = LIGHT[Role.NA_TEXT]
 #: Config-change markers on the time axis, and the transition stretch after each change
 #: (left out of the scoreboard's figures), shaded so "transition excluded" is visible.
-MARKER = "#455A64"
-TRANSITION = QColor(255, 193, 7, 45)
+MARKER = LIGHT[Role.MARKER]
+TRANSITION = LIGHT.qcolor(Role.TRANSITION)
 #: Small explanatory text (disabled knob reasons, what a change cost).
-NOTE_TEXT = "#666666"
-COST_TEXT = "#2E7D32"
+NOTE_TEXT = LIGHT[Role.NOTE_TEXT]
+COST_TEXT = LIGHT[Role.COST_TEXT]
+#: The kernel lane's window labels (text items on the plot).
+KERNEL_LABEL = LIGHT[Role.KERNEL_LABEL]
+
 #: The tour's stage caption: prominent, but not the red of a failure.
 TOUR_STYLE = (
-    "QLabel { background: #1E3A5F; color: white; font-size: 16px; "
+    "QLabel { background: $tour_bg; color: $tour_text; font-size: 16px; "
     "padding: 6px 10px; border-radius: 3px; }"
 )
-BANNER_STYLE = (
-    "QLabel { background: #C62828; color: white; font-weight: bold; "
-    "padding: 6px 10px; border-radius: 3px; }"
+_BANNER = (
+    "QLabel {{ background: ${bg}; color: $banner_text; font-weight: bold; "
+    "padding: 6px 10px; border-radius: 3px; }}"
 )
+#: A banner's look per level: red only for a failure.
+BANNER_STYLES: dict[str, str] = {
+    "error": _BANNER.format(bg=Role.BANNER_ERROR_BG),
+    "warning": _BANNER.format(bg=Role.BANNER_WARNING_BG),
+    "info": _BANNER.format(bg=Role.BANNER_INFO_BG),
+}
+
+#: Qt dynamic properties on a styled widget: its template, and the sheet last filled from it
+#: (a different sheet means the code set a plain one since, which then counts as the template).
+TEMPLATE_PROPERTY = "gpuwatch_style_template"
+SHOWN_PROPERTY = "gpuwatch_shown_style"
+
+#: The theme that templates and legend swatches are filled from (set by the theme manager).
+_theme: Theme = LIGHT
+
+
+def use_theme(theme: Theme) -> None:
+    """Fill later templates and swatches from ``theme`` (the application's, one at a time)."""
+    global _theme  # noqa: PLW0603 - one theme per application
+    _theme = theme
+
+
+def current_theme() -> Theme:
+    return _theme
+
+
+def text_style(role: Role, extra: str = "") -> str:
+    """A template for text in ``role``'s colour, e.g. ``text_style(Role.NOTE_TEXT)``."""
+    return f"color: ${role.value}; {extra}".strip()
+
+
+def set_style(widget: QWidget, template: str) -> None:
+    """Give ``widget`` a style-sheet template (``$role`` fields), filled from the current
+    theme now and again on every theme change."""
+    shown = _theme.fill(template)
+    widget.setProperty(TEMPLATE_PROPERTY, template)
+    widget.setProperty(SHOWN_PROPERTY, shown)
+    widget.setStyleSheet(shown)
 
 
 def pale(color: str, alpha: int = 55) -> QColor:
@@ -60,26 +104,12 @@ def pale(color: str, alpha: int = 55) -> QColor:
     return c
 
 
-#: The theme's version of base colours and its plot background, so a legend swatch shows the
-#: colour actually drawn (set by ``gpuwatch.qt.theme``; empty = the light base colours).
-_swatch_colors: dict[str, str] = {}
-_swatch_background = QColor(BACKGROUND)
-
-
-def set_swatch_theme(colors: dict[str, str], background: str) -> None:
-    """Make later ``swatch`` calls use a theme's colours (lower-case ``#rrggbb`` keys)."""
-    global _swatch_background  # noqa: PLW0603 - one theme per application
-    _swatch_colors.clear()
-    _swatch_colors.update(colors)
-    _swatch_background = QColor(background)
-
-
 def swatch(color: str | QColor, text: str) -> str:
-    """Rich-text legend entry: a coloured square then its meaning."""
+    """Rich-text legend entry: a square in the colour the plot draws, then its meaning."""
     if isinstance(color, QColor):  # translucent tints: show the colour seen on the plot
         a = color.alphaF()
-        bg = _swatch_background
-        color = QColor(
+        bg = _theme.qcolor(Role.PLOT_BACKGROUND)
+        seen = QColor(
             *(
                 round(c * a + b * (1 - a))
                 for c, b in (
@@ -89,6 +119,7 @@ def swatch(color: str | QColor, text: str) -> str:
                 )
             )
         )
-    name = color.name() if isinstance(color, QColor) else color
-    name = _swatch_colors.get(name.lower(), name)
+        name = seen.name()
+    else:
+        name = _theme.color(color).name()
     return f'<span style="color:{name}">&#9632;</span>&nbsp;{text}'

@@ -33,7 +33,7 @@ from gpuwatch.qt.help_view import HELP_SECTION_PROPERTY
 from gpuwatch.qt.theme import (
     DARK_CONTRAST,
     LIGHT_CONTRAST,
-    ThemeColors,
+    Theme,
     qpalette,
     style_new_items,
     style_window,
@@ -411,13 +411,14 @@ class PresentationMode(QObject):
         big.setPointSizeF(big.pointSizeF() * HEADLINE_FACTOR)
         big.setWeight(QFont.Weight.Bold)
         self.big_headline.setFont(big)
-        self.big_headline.setStyleSheet(f"color: {colors.text}; padding: 4px;")
+        # After the window: unscaled, its own font (set above) sizes it.
+        self.big_headline.setStyleSheet(colors.fill("color: $text; padding: 4px;"))
 
     def _style_newcomers(self) -> None:
         if self.active:
             style_new_items(self.window, self._colors(), self.scale)
 
-    def _colors(self) -> ThemeColors:
+    def _colors(self) -> Theme:
         return DARK_CONTRAST if theme_manager().colors.dark else LIGHT_CONTRAST
 
     def _show_figures(self, figures: HeadlineFigures) -> None:

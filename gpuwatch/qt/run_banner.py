@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QLabel
 
 from gpuwatch.core.run.outcome import describe, facts_from
 from gpuwatch.core.run.session import ACTIVE_STATES, SessionState
+from gpuwatch.qt.palette import set_style
 from gpuwatch.qt.run_session import RunSession
 
 
@@ -33,10 +34,10 @@ class RunBanner(QLabel):
     """Plain text (exception texts may hold "<"), selectable, styled by its level."""
 
     def __init__(self, styles: Mapping[str, str]) -> None:
-        """``styles``: a style sheet per level."""
+        """``styles``: a style-sheet template per level (``palette.BANNER_STYLES``)."""
         super().__init__()
         self.styles = styles
-        self.setStyleSheet(styles["error"])
+        set_style(self, styles["error"])
         self.setTextFormat(Qt.TextFormat.PlainText)
         self.setWordWrap(True)
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -51,6 +52,6 @@ class RunBanner(QLabel):
         changed = self.text() != text
         if changed:
             self.setText(text)
-            self.setStyleSheet(self.styles[level])
+            set_style(self, self.styles[level])
         self.show()
         return changed

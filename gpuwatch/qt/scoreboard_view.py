@@ -230,7 +230,7 @@ class ScoreboardView(QWidget):
         top = QHBoxLayout()
         self.hint = QLabel(HINT_NO_RUN)
         self.hint.setTextFormat(Qt.TextFormat.PlainText)
-        self.hint.setStyleSheet(f"color: {palette.NOTE_TEXT};")
+        palette.set_style(self.hint, "color: $note_text;")
         top.addWidget(self.hint, 1)
         self.pin_button = QPushButton("Pin as baseline")
         self.pin_button.setToolTip("Measure every speedup against the selected row")

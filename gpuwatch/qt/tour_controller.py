@@ -70,7 +70,7 @@ class TourController(QObject):
         self.action.triggered.connect(self.toggle)
         self.caption = QLabel()
         self.caption.setTextFormat(Qt.TextFormat.RichText)
-        self.caption.setStyleSheet(palette.TOUR_STYLE)
+        palette.set_style(self.caption, palette.TOUR_STYLE)
         self.caption.setWordWrap(True)
         self.caption.hide()
         #: Presentation mode: the stage's sentence only; the progress line is desk detail.

@@ -40,7 +40,7 @@ class UtilizationView(QWidget):
         self.legend_label.setWordWrap(True)
         layout.addWidget(self.legend_label)
         self.note_label = QLabel()
-        self.note_label.setStyleSheet(f"color: {palette.NA_TEXT}; padding-left: 4px;")
+        palette.set_style(self.note_label, "color: $na_text; padding-left: 4px;")
         self.note_label.setWordWrap(True)
         self.note_label.hide()
         layout.addWidget(self.note_label)
