@@ -6,6 +6,7 @@ import threading
 
 from PySide6.QtCore import QObject, QThread
 
+from gpuwatch.core.figures.kernel_window import KernelWindow
 from gpuwatch.core.model.messages import (
     CaptureFailed,
     ChangeRefused,
@@ -24,6 +25,12 @@ CHANGE = ConfigChange(
     warmup_steps=6,
 )  # fmt: skip
 REFUSAL = Refusal(request=3, values={"num_workers": "two"}, message="not an integer", t_ns=7)
+#: A capture window of two steps without events (the bridge passes it on untouched).
+WINDOW = KernelWindow.from_message(
+    {"status": "ok", "device": "cpu", "steps": [3, 4], "perturbed": [2, 3, 4],
+     "t0_ns": 100, "t1_ns": 900, "names": [], "type": [], "name": [], "stream": [],
+     "start": [], "end": []}
+)  # fmt: skip
 
 
 def _emit_from_a_plain_thread(model: RunModel, event: object) -> None:
@@ -41,7 +48,7 @@ def test_each_event_kind_arrives_as_its_signal_on_the_gui_thread(qtbot) -> None:
     cases = [
         (signals.sig_config_applied, ConfigApplied(CHANGE), CHANGE),
         (signals.sig_refusal, ChangeRefused(REFUSAL), REFUSAL),
-        (signals.sig_kernel_window, KernelWindowReady("a window"), "a window"),
+        (signals.sig_kernel_window, KernelWindowReady(WINDOW), WINDOW),
         (signals.sig_capture_failed, CaptureFailed("refused: busy"), "refused: busy"),
         (signals.sig_state_changed, StateChanged(SessionState.RUNNING), SessionState.RUNNING),
     ]

@@ -11,7 +11,7 @@ import enum
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 #: Transition steps of config 0 when a hello does not say (a recording made before the runner
 #: sent ``config.warmup_steps``): generous on purpose, as leaving a few settled steps out of a
@@ -293,15 +293,37 @@ class ChangeRefused:
     refusal: Refusal
 
 
-@dataclass(frozen=True)
-class KernelWindowReady:
-    """A kernel capture gave a window.
+class CapturedWindow(Protocol):
+    """What a kernel capture window is, as a run model hands it to its listeners: the device
+    it ran on, the steps it recorded and perturbed, and the time it spans (host
+    ``perf_counter_ns``).
 
-    ``window`` is a ``gpuwatch.core.figures.kernel_window.KernelWindow``; it is typed loosely
-    here because this layer sits below the figures that define it.
+    ``gpuwatch.core.figures.kernel_window.KernelWindow`` is the window itself; its events and
+    the figures they give belong to that layer, above this one. A listener that wants them
+    reads the run's ``kernel_windows()``.
     """
 
-    window: Any
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def steps(self) -> tuple[int, ...]: ...
+
+    @property
+    def perturbed(self) -> tuple[int, ...]: ...
+
+    @property
+    def t0_ns(self) -> int: ...
+
+    @property
+    def t1_ns(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class KernelWindowReady:
+    """A kernel capture gave a window."""
+
+    window: CapturedWindow
 
 
 @dataclass(frozen=True)
