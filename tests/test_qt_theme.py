@@ -15,7 +15,8 @@ from PySide6.QtGui import QGuiApplication, QPalette
 from gpuwatch.core.run.session import Session
 from gpuwatch.qt.app import create_app
 from gpuwatch.qt.app_icon import SIZES, icon_files
-from gpuwatch.qt.theme import DARK, LIGHT, MODES, transform_style
+from gpuwatch.qt.theme import DARK, LIGHT, MODES, scale_style
+from gpuwatch.qt.theme_tokens import Role
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -27,18 +28,21 @@ def _plot_background(plot) -> str:
 def test_forcing_dark_changes_palette_and_plots_and_light_restores(light, show_window):
     win = show_window(Session())
     window_color = QGuiApplication.palette().color(QPalette.ColorRole.Window).name()
-    assert _plot_background(win.timeline) == LIGHT.plot_background.lower()
+    assert _plot_background(win.timeline) == LIGHT[Role.PLOT_BACKGROUND].lower()
     axis_pen = win.timeline.getPlotItem().getAxis("bottom").pen().color().name()
 
     win.theme_actions["dark"].trigger()
 
     assert light.mode == "dark" and win.theme_actions["dark"].isChecked()
     assert QGuiApplication.palette().color(QPalette.ColorRole.Window).name() != window_color
-    assert QGuiApplication.palette().color(QPalette.ColorRole.Window).name() == DARK.window.lower()
+    assert (
+        QGuiApplication.palette().color(QPalette.ColorRole.Window).name()
+        == DARK[Role.WINDOW].lower()
+    )
     for plot in (win.timeline, win.utilization.plot):
-        assert _plot_background(plot) == DARK.plot_background.lower()
+        assert _plot_background(plot) == DARK[Role.PLOT_BACKGROUND].lower()
         assert plot.getPlotItem().getAxis("bottom").pen().color().name() == (
-            DARK.plot_foreground.lower()
+            DARK[Role.PLOT_FOREGROUND].lower()
         )
     # A dark base colour gets its readable twin (the busy curve, the device bars).
     busy = win.utilization.busy_curve.opts["pen"].color()
@@ -52,9 +56,9 @@ def test_forcing_dark_changes_palette_and_plots_and_light_restores(light, show_w
 
     win.theme_actions["light"].trigger()
     assert QGuiApplication.palette().color(QPalette.ColorRole.Window).name() == window_color
-    assert _plot_background(win.timeline) == LIGHT.plot_background.lower()
+    assert _plot_background(win.timeline) == LIGHT[Role.PLOT_BACKGROUND].lower()
     assert win.timeline.getPlotItem().getAxis("bottom").pen().color().name() == axis_pen
-    assert win.headline.samples.caption.styleSheet() == "color: #666; font-size: 11px;"
+    assert win.headline.samples.caption.styleSheet() == "color: #666666; font-size: 11px;"
 
 
 def test_dark_text_contrasts_with_its_background(light):
@@ -86,12 +90,14 @@ def test_system_mode_follows_the_scheme(light):
     assert MODES == ("system", "light", "dark")
 
 
-def test_style_sheets_scale_and_recolour():
-    out = transform_style("color: #666; font-size: 11px;", DARK, 2.0)
+def test_style_sheets_fill_their_roles_and_scale():
+    out = scale_style(DARK.fill("color: $note_text; font-size: 11px;"), 2.0)
     assert out == "color: #B4B4B4; font-size: 22px;"
-    assert transform_style("background: #C62828; color: white;", DARK, 1.0) == (
-        "background: #C62828; color: white;"
+    assert scale_style("color: white;", 2.0, base_pt=9.0) == "color: white; font-size: 18pt;"
+    assert scale_style("QLabel { color: white; }", 2.0, base_pt=9.0) == (
+        "QLabel { color: white; font-size: 18pt; }"
     )
+    assert scale_style("color: white;", 1.0, base_pt=9.0) == "color: white;"
 
 
 def test_cli_theme_names_match_the_theme_module():
@@ -200,14 +206,14 @@ def test_the_desktop_turning_dark_re_themes_every_view_live(light, show_window, 
     qtbot.waitUntil(lambda: win.timeline._shade.count() > 0)  # the first redraw is done
     timeline = win.timeline
     empty_lane = (timeline.getPlotItem().getViewBox().viewRange()[0][0] + 1.0, 6.0)  # "h2d"
-    assert _pixel(timeline, *empty_lane) == LIGHT.plot_background.lower()
+    assert _pixel(timeline, *empty_lane) == LIGHT[Role.PLOT_BACKGROUND].lower()
 
     monkeypatch.setattr(theme_module, "system_is_dark", lambda: True)
     QGuiApplication.styleHints().colorSchemeChanged.emit(Qt.ColorScheme.Dark)
 
     assert light.colors is DARK and win.isVisible()  # the same window, no restart
-    assert _pixel(timeline, *empty_lane) == DARK.plot_background.lower()
-    assert _plot_background(win.utilization.plot) == DARK.plot_background.lower()
+    assert _pixel(timeline, *empty_lane) == DARK[Role.PLOT_BACKGROUND].lower()
+    assert _plot_background(win.utilization.plot) == DARK[Role.PLOT_BACKGROUND].lower()
     device = timeline.device_bars.opts["brush"].color()
     assert device.name() == DARK.color(palette.DEVICE_ACTIVE).name() != palette.DEVICE_ACTIVE
     assert timeline.phase_bars["data"].opts["brush"].color().name() == (
@@ -215,13 +221,15 @@ def test_the_desktop_turning_dark_re_themes_every_view_live(light, show_window, 
     )  # the colour-blind-safe set reads on both
     for widget in (win.knob_panel, win.scoreboard.table, help_dialog.browser):  # (posted)
         qtbot.waitUntil(
-            lambda w=widget: w.palette().color(QPalette.ColorRole.Base).name() == DARK.base.lower()
+            lambda w=widget: (
+                w.palette().color(QPalette.ColorRole.Base).name() == DARK[Role.BASE].lower()
+            )
         )
     assert "#b4b4b4" in win.headline.busy.help_button.styleSheet().lower()
 
     monkeypatch.setattr(theme_module, "system_is_dark", lambda: False)
     QGuiApplication.styleHints().colorSchemeChanged.emit(Qt.ColorScheme.Light)
-    assert _pixel(timeline, *empty_lane) == LIGHT.plot_background.lower()
+    assert _pixel(timeline, *empty_lane) == LIGHT[Role.PLOT_BACKGROUND].lower()
     assert timeline.device_bars.opts["brush"].color().name() == palette.DEVICE_ACTIVE.lower()
 
 
@@ -234,7 +242,7 @@ def test_a_theme_picked_while_presenting_restyles_the_stage(light, show_window):
     assert _plot_background(win.timeline) == "#000000"
     assert win.presentation.big_headline.styleSheet().startswith("color: #FFFFFF")
     win.presentation.set_active(False)
-    assert _plot_background(win.timeline) == DARK.plot_background.lower()
+    assert _plot_background(win.timeline) == DARK[Role.PLOT_BACKGROUND].lower()
 
 
 def test_a_comparison_window_follows_the_theme(light, show_window, qtbot, tmp_path):
