@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -274,36 +275,78 @@ def tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+#: Once the runner has exited, how long the processes it started may take to follow it before
+#: gpuwatch ends them: a DataLoader worker or a subprocess that does not watch its parent never
+#: follows, and waiting longer for it would only delay the end and call it a forced one.
+LEFTOVER_GRACE_S = 1.0
+#: How often a wait for processes that are not our children looks at them again.
+_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class TreeEnd:
+    """How ``end_tree`` ended a process tree.
+
+    ``how`` is what the root (the runner) took: "polite" (it left by itself), "terminated" or
+    "killed". ``leftovers`` counts the processes it had started that were still running
+    ``LEFTOVER_GRACE_S`` after it left by itself, which ``end_tree`` then ended.
+    """
+
+    how: str
+    leftovers: int = 0
+
+
 def end_tree(
     proc: subprocess.Popen,
     *,
     terminate_after: float,
     kill_after: float,
+    leftover_grace: float = LEFTOVER_GRACE_S,
     on_escalate: Callable[[str], None] | None = None,
-) -> str:
-    """Wait for ``proc`` to leave by itself, then terminate, then kill its whole tree.
+) -> TreeEnd:
+    """Wait up to ``terminate_after`` for ``proc`` to leave by itself, then terminate, then
+    kill its whole tree; once ``proc`` has left by itself, what it leaves behind gets only
+    ``leftover_grace`` before it is ended the same way (terminate, then kill).
 
-    Returns what it took: "polite" (it left by itself), "terminated" or "killed";
-    ``on_escalate`` hears "terminated"/"killed" just *before* the signal goes out, so whoever
-    reports the end knows it by the time the process is gone. Descendants are collected
-    before signalling: once the root is gone, orphaned DataLoader workers are no longer its
-    children and could not be found.
+    ``on_escalate`` hears "terminated"/"killed" just *before* the signal goes out to a root
+    that did not leave in time, so whoever reports the end knows it by the time the process
+    is gone (leftovers never escalate: the run itself ended by itself). Descendants are
+    collected before signalling: once the root is gone, orphaned DataLoader workers are no
+    longer its children and could not be found (on POSIX its process group still finds them).
     """
     known = _members(proc.pid)
-    if _wait(proc, terminate_after, known):
-        return "polite"
+    if _wait_root(proc, terminate_after):
+        known.update(_members(proc.pid))
+        return TreeEnd("polite", _end_leftovers(proc, known, leftover_grace, kill_after))
     if on_escalate is not None:
         on_escalate("terminated")
     known.update(_members(proc.pid))
     _signal_all(proc, known, kill=False)
     if _wait(proc, kill_after, known):
-        return "terminated"
+        return TreeEnd("terminated")
     if on_escalate is not None:
         on_escalate("killed")
     known.update(_members(proc.pid))
     _signal_all(proc, known, kill=True)
     _wait(proc, kill_after, known)
-    return "killed"
+    return TreeEnd("killed")
+
+
+def _end_leftovers(
+    proc: subprocess.Popen, known: dict[int, psutil.Process], grace: float, kill_after: float
+) -> int:
+    """The root has exited: give the rest ``grace``, then terminate, then kill what is left.
+    Returns how many were still running after the grace."""
+    rest = [p for p in known.values() if p.pid != proc.pid]
+    left = _wait_gone(rest, grace)
+    if not left:
+        return 0
+    _signal_all(proc, {p.pid: p for p in left}, kill=False)
+    still = _wait_gone(left, kill_after)
+    if still:
+        _signal_all(proc, {p.pid: p for p in still}, kill=True)
+        _wait_gone(still, kill_after)
+    return len(left)
 
 
 def _members(pid: int) -> dict[int, psutil.Process]:
@@ -318,16 +361,43 @@ def _members(pid: int) -> dict[int, psutil.Process]:
     return members
 
 
-def _wait(proc: subprocess.Popen, timeout: float, known: dict[int, psutil.Process]) -> bool:
-    """True when the root has exited and no known descendant is alive within ``timeout``."""
-    deadline = time.monotonic() + timeout
+def _wait_root(proc: subprocess.Popen, timeout: float) -> bool:
+    """True when ``proc`` has exited within ``timeout``."""
     try:
         proc.wait(timeout=max(0.0, timeout))
     except subprocess.TimeoutExpired:
         return False
+    return True
+
+
+def _wait(proc: subprocess.Popen, timeout: float, known: dict[int, psutil.Process]) -> bool:
+    """True when the root has exited and no known descendant is alive within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    if not _wait_root(proc, timeout):
+        return False
     rest = [p for p in known.values() if p.pid != proc.pid]
-    _gone, alive = psutil.wait_procs(rest, timeout=max(0.0, deadline - time.monotonic()))
-    return not alive
+    return not _wait_gone(rest, deadline - time.monotonic())
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Those of ``procs`` still running after at most ``timeout`` seconds (none: at once).
+
+    They are not our children, so nothing here can reap them; a zombie counts as gone (it
+    has ended: only its parent, or init for an orphan, can remove it, and where init does not
+    reap, as in some containers, waiting for it would wait out every timeout)."""
+    deadline = time.monotonic() + max(0.0, timeout)
+    while True:
+        alive = [p for p in procs if _running(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(_POLL_S)
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _signal_all(proc: subprocess.Popen, known: dict[int, psutil.Process], kill: bool) -> None:

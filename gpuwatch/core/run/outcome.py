@@ -49,6 +49,8 @@ class RunFacts:
     stalled_at_stop_s: float | None = None
     #: "terminated" / "killed" when the stop had to signal the runner's tree.
     stop_escalation: str | None = None
+    #: Processes the runner started that did not exit with it, which gpuwatch ended.
+    leftovers_ended: int = 0
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,8 @@ def facts_from(session: Any) -> RunFacts:
         notice=session.notice,
         stalled_at_stop_s=session.stalled_at_stop_s,
         stop_escalation=session.stop_escalation,
+        # A replay has no processes to end: it may not carry the attribute.
+        leftovers_ended=getattr(session, "leftovers_ended", 0),
     )
 
 
@@ -123,30 +127,44 @@ def describe(facts: RunFacts) -> Outcome:
 
 
 def _stopped(facts: RunFacts) -> Outcome:
-    """Stopped on request: fine at a step boundary; a hang or a forced end says so."""
+    """Stopped on request: fine at a step boundary; a hang or a forced end says so. Processes
+    the script left running are ended as a terminal's Ctrl-C (sent to the whole foreground
+    group) would end them: that is said, but is neither a hang nor a forced end."""
     when = (
         f"after {facts.stopped_after_s:g} s" if facts.stopped_after_s is not None else "on request"
     )
     steps = _steps(facts.steps)
     forced = _forced(facts)
+    leftovers = _leftovers_note(facts)
     if facts.stalled_at_stop_s is not None:
         how = forced or "stopped it"
         return Outcome(
             f"{facts.name} was hung: no step for {facts.stalled_at_stop_s:.0f} s when "
-            f"it was stopped {when}; gpuwatch {how} (after {steps})",
+            f"it was stopped {when}; gpuwatch {how} (after {steps}){leftovers}",
             "warning",
             EXIT_HUNG,
         )
     if forced:
         return Outcome(
             f"{facts.name} was stopped {when}, after {steps}, but reached no step "
-            f"boundary in time: gpuwatch {forced}",
+            f"boundary in time: gpuwatch {forced}{leftovers}",
             "warning",
             EXIT_HUNG,
         )
     return Outcome(
-        f"{facts.name} was stopped {when}, after {steps}{_device_note(facts)}", "info", EXIT_OK
+        f"{facts.name} was stopped {when}, after {steps}{_device_note(facts)}{leftovers}",
+        "info",
+        EXIT_OK,
     )
+
+
+def _leftovers_note(facts: RunFacts) -> str:
+    """The processes the script started and left running, which gpuwatch ended (or "")."""
+    n = facts.leftovers_ended
+    if n <= 0:
+        return ""
+    which = "a process" if n == 1 else f"{n} processes"
+    return f"; it had left {which} running, which gpuwatch ended"
 
 
 def _forced(facts: RunFacts) -> str | None:

@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 #: a terminate would lose the runner's last steps and its ``bye``.
 POLITE_STOP_S = 10.0
 TERMINATE_S = 3.0
+#: Once the runner has exited, the stop's thread needs at most this long to end what it left
+#: (``launcher.LEFTOVER_GRACE_S``, then terminate and kill, ``TERMINATE_S`` each, and the scans).
+STOP_TREE_WAIT_S = 30.0
 #: After the runner exits, how long to wait for its last buffered messages.
 LINK_DRAIN_S = 5.0
 LOG_LINES_KEPT = 5000
@@ -122,6 +125,9 @@ class Session(ModelAccess):
         self.stalled_at_stop_s: float | None = None
         #: "terminated" or "killed" when a stop had to signal the runner's tree (else None).
         self.stop_escalation: str | None = None
+        #: Processes the runner started that outlived it by ``launcher.LEFTOVER_GRACE_S``
+        #: after it exited, which gpuwatch then ended (a subprocess, a lingering worker).
+        self.leftovers_ended = 0
         self.stopped_after_s: float | None = None  # set when ``LaunchSpec.seconds`` ran out
         self.spec: LaunchSpec | None = None
         self._sample_coarse = sample_coarse
@@ -143,6 +149,8 @@ class Session(ModelAccess):
         self._output_thread: threading.Thread | None = None
         self._samplers: list[Any] = []
         self._stop_requested = threading.Event()
+        #: Set once a stop's thread has ended the runner's whole tree.
+        self._stop_done = threading.Event()
         self._ended = threading.Event()
         self._ended.set()
 
@@ -330,10 +338,12 @@ class Session(ModelAccess):
         self.liveness = Liveness(notice_s=self._no_step_notice_s, script=False)
         self.stalled_at_stop_s = None
         self.stop_escalation = None
+        self.leftovers_ended = 0
         self.stopped_after_s = None
         self._hello_at = None
         self._link = None
         self._stop_requested.clear()
+        self._stop_done.clear()
         self._ended.clear()
         self._threads = [t for t in self._threads if t.is_alive()]
 
@@ -509,11 +519,15 @@ class Session(ModelAccess):
         self.exit_code = code
         if self._listener is not None:
             self._listener.close()  # wakes the link thread if the runner never connected
-        if not self._stop_requested.is_set():
-            # It ended by itself: make sure no worker outlives it. First, because forked
-            # workers and a script's children hold the link and the output pipe open: the
-            # drain below would wait for them (what the runner sent is already buffered here).
-            launcher.end_tree(proc, terminate_after=1.0, kill_after=TERMINATE_S)
+        # No worker or child of the script may outlive the runner. First, because forked
+        # workers and a script's children hold the link and the output pipe open: the drain
+        # below would wait for them (what the runner sent is already buffered here).
+        if not self._stop_requested.is_set():  # it ended by itself: end what it left
+            self._ended_leftovers(
+                launcher.end_tree(proc, terminate_after=0.0, kill_after=TERMINATE_S)
+            )
+        elif not self._stop_done.wait(STOP_TREE_WAIT_S):  # the stop's thread ends the tree
+            log.warning("the stop did not end the runner's tree in %.0f s", STOP_TREE_WAIT_S)
         # Read what the runner sent before it left (last steps, its error, bye).
         for t in (self._link_thread, self._output_thread):
             if t is not None:
@@ -552,14 +566,37 @@ class Session(ModelAccess):
         self.model.emit(StateChanged(self._state))
 
     def _escalate_stop(self) -> None:
-        proc = self._proc
-        if proc is None:
+        """Ask the runner to stop, then end its tree; the watch thread waits for this before
+        it calls the run ended, so what the stop did is known by then."""
+        try:
+            proc = self._proc
+            if proc is None:
+                return
+            grace = stop_grace_s(self.typical_step_s())
+            asked = self._link is not None and self._link.send("stop", grace_s=grace)
+            polite = grace + POLITE_STOP_S if asked else 0.0  # no link: nobody to ask
+            self._ended_leftovers(
+                launcher.end_tree(
+                    proc,
+                    terminate_after=polite,
+                    kill_after=TERMINATE_S,
+                    on_escalate=self._escalated,
+                )
+            )
+        finally:
+            self._stop_done.set()
+
+    def _ended_leftovers(self, end: launcher.TreeEnd) -> None:
+        """Say (and keep for the outcome) that processes the runner left behind were ended."""
+        if end.leftovers == 0:
             return
-        grace = stop_grace_s(self.typical_step_s())
-        asked = self._link is not None and self._link.send("stop", grace_s=grace)
-        polite = grace + POLITE_STOP_S if asked else 0.0  # no link: nobody to ask
-        launcher.end_tree(
-            proc, terminate_after=polite, kill_after=TERMINATE_S, on_escalate=self._escalated
+        self.leftovers_ended = end.leftovers
+        which, them = ("process", "it") if end.leftovers == 1 else ("processes", "them")
+        self._log_line(
+            "info",
+            "gpuwatch",
+            f"the runner exited, but {end.leftovers} {which} it started did not exit with it "
+            f"(a subprocess, a lingering worker): gpuwatch ended {them}",
         )
 
     def _escalated(self, how: str) -> None:
