@@ -78,7 +78,9 @@ class ScriptControl:
         )
 
     def start(self) -> None:
-        """The script is about to run: interrupting it is allowed from now on."""
+        """The script is about to run (called from the main thread): interrupting it is
+        allowed, and possible (``make_interruptible``), from now on."""
+        make_interruptible()
         with self._lock:
             self._running = True
         self._thread.start()
@@ -186,6 +188,30 @@ class ScriptControl:
                     f"was in is not counted)",
                 )
                 interrupt_main_thread()
+
+
+def make_interruptible() -> None:
+    """Let the stop's interrupt reach the script when SIGINT was ignored when we started.
+
+    A shell starts a background job (``gpuwatch run … &``) or a ``nohup`` command with SIGINT
+    ignored, and an ignored signal stays ignored across ``exec``: Python then installs no
+    Ctrl-C handler, and the SIGINT ``interrupt_main_thread`` aims at the main thread would be
+    dropped, so a script stuck between steps would only end when the stop gives up and
+    terminates it. Here ``signal.default_int_handler`` is installed instead, before the script
+    runs; a handler the script sets later (``SIG_IGN`` included) still wins.
+
+    What the script sees differs from ``python SCRIPT &`` in one way: ``signal.getsignal``
+    answers ``default_int_handler`` instead of ``SIG_IGN``, and programs it starts begin with
+    SIGINT at its default instead of ignored. A handler can only be set from the main thread,
+    before the script blocks, so it cannot wait for the stop. Nothing else sends the runner
+    SIGINT: it leads its own session, which no terminal's Ctrl-C reaches, so the only SIGINT
+    it gets is the stop's own, or one sent to its pid on purpose (which then interrupts it, as
+    it would a foreground ``python SCRIPT``). A handler already in place is left alone.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def interrupt_main_thread() -> None:
