@@ -59,9 +59,9 @@ _BANNER = (
 )
 #: A banner's look per level: red only for a failure.
 BANNER_STYLES: dict[str, str] = {
-    "error": _BANNER.format(bg=Role.BANNER_ERROR_BG),
-    "warning": _BANNER.format(bg=Role.BANNER_WARNING_BG),
-    "info": _BANNER.format(bg=Role.BANNER_INFO_BG),
+    "error": _BANNER.format(bg=Role.BANNER_ERROR_BG.value),
+    "warning": _BANNER.format(bg=Role.BANNER_WARNING_BG.value),
+    "info": _BANNER.format(bg=Role.BANNER_INFO_BG.value),
 }
 
 #: Qt dynamic properties on a styled widget: its template, and the sheet last filled from it

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum
 from string import Template
 from types import MappingProxyType
 
 from PySide6.QtGui import QColor
 
 
-class Role(StrEnum):
+class Role(str, Enum):
     """What a colour means; its value is the field name in style-sheet templates."""
 
     # The Qt palette (Fusion): window, fields, buttons, selection.
