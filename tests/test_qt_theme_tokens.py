@@ -117,3 +117,13 @@ def test_views_name_roles_not_colours():
     }
     assert not unexpected
     assert HEX.search('x = "#C62828"') and not HEX.search("&#9632;")  # the pattern bites
+
+
+def test_a_label_born_after_a_switch_gets_the_current_theme(light):
+    """An advisor card made while dark shows dark's note colour, not light's grey on black."""
+    from PySide6.QtWidgets import QLabel
+
+    light.set_mode("dark")
+    label = QLabel("evidence")
+    palette.set_style(label, palette.text_style(Role.NOTE_TEXT))
+    assert label.styleSheet() == f"color: {DARK[Role.NOTE_TEXT]};"
