@@ -56,6 +56,8 @@ class ReplaySession(ModelAccess):
     stalled_at_stop_s: float | None = None
     stop_escalation: str | None = None
     stopped_after_s: float | None = None
+    #: A replay launched no process, so it never ends leftovers.
+    leftovers_ended = 0
 
     def __init__(
         self, recording: Recording, *, clock: Callable[[], float] = time.monotonic

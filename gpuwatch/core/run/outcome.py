@@ -12,9 +12,11 @@ terminated mid-step. 130 for Ctrl-C is the caller's business.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from gpuwatch.core.model.messages import ACTIVE_STATES, SessionState
+from gpuwatch.core.model.store import StepStore
+from gpuwatch.core.run.session import LaunchSpec
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_HUNG = 124
@@ -60,7 +62,53 @@ class Outcome:
     exit_code: int
 
 
-def facts_from(session: Any) -> RunFacts:
+class EndingRun(Protocol):
+    """What ``facts_from`` reads of a run: a Session, or a replay (which launched nothing)."""
+
+    @property
+    def spec(self) -> LaunchSpec | None: ...
+
+    @property
+    def state(self) -> SessionState: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    @property
+    def error_type(self) -> str | None: ...
+
+    @property
+    def exit_code(self) -> int | None: ...
+
+    @property
+    def bye(self) -> dict[str, Any] | None: ...
+
+    @property
+    def steps(self) -> StepStore: ...
+
+    @property
+    def stop_requested(self) -> bool: ...
+
+    @property
+    def stopped_after_s(self) -> float | None: ...
+
+    @property
+    def device_kind(self) -> str | None: ...
+
+    @property
+    def notice(self) -> str | None: ...
+
+    @property
+    def stalled_at_stop_s(self) -> float | None: ...
+
+    @property
+    def stop_escalation(self) -> str | None: ...
+
+    @property
+    def leftovers_ended(self) -> int: ...
+
+
+def facts_from(session: EndingRun) -> RunFacts:
     """The facts of a ``gpuwatch.core.run.session.Session`` (read once, at the end or live)."""
     spec = session.spec
     state = session.state
@@ -80,8 +128,7 @@ def facts_from(session: Any) -> RunFacts:
         notice=session.notice,
         stalled_at_stop_s=session.stalled_at_stop_s,
         stop_escalation=session.stop_escalation,
-        # A replay has no processes to end: it may not carry the attribute.
-        leftovers_ended=getattr(session, "leftovers_ended", 0),
+        leftovers_ended=session.leftovers_ended,
     )
 
 
