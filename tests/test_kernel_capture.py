@@ -30,6 +30,8 @@ from gpuwatch.runner.kernel_capture import (
     KernelCapture,
     epoch_offset,
     kernel_geometry,
+    marker_bounds,
+    marker_error,
     marker_offset,
     parse_steps,
     window_message,
@@ -485,8 +487,12 @@ def test_marker_offset_is_the_middle_of_what_every_bracket_allows() -> None:
     # Kineto = host + 1000. Marker 1 ran inside host [100, 140], marker 2 inside [200, 210].
     spans, brackets = [(1110, 1130), (1203, 1207)], [(100, 140), (200, 210)]
     assert marker_offset(spans, brackets) == 1000  # [990, 1010] ∩ [997, 1003]
-    # Brackets that disagree (a clock stepped between them): the narrowest one decides.
-    assert marker_offset([(500, 505), (1100, 1101)], [(0, 10), (100, 102)]) == 1100 - 101
+    assert marker_bounds(spans, brackets) == (997, 1003) and marker_error(spans, brackets) == 3
+    assert marker_error([(1110, 1131)], [(100, 140)]) == 10  # [991, 1010]: 1000 is 9 and 10 off
+    # Brackets that disagree (a clock stepped between them): the narrowest one decides, and
+    # nothing bounds its error.
+    disagree = [(500, 505), (1100, 1101)], [(0, 10), (100, 102)]
+    assert marker_offset(*disagree) == 1100 - 101 and marker_error(*disagree) is None
     with pytest.raises(ValueError):
         marker_offset([], [])
 
@@ -564,6 +570,8 @@ def test_simulated_kineto_clock_unrelated_to_the_wall_is_found_from_the_markers(
     assert abs(start) <= 1_000_000 and end - start == 5  # off by at most a marker's bracket
     assert rig.capture.offset_source == "markers"
     assert rig.capture.offset_ns is not None and abs(rig.capture.offset_ns - OFFSET) <= 1_000_000
+    assert rig.capture.offset_error_ns is not None
+    assert abs(rig.capture.offset_ns - OFFSET) <= rig.capture.offset_error_ns  # what it claims
     assert len(rig.made[0].events) == 1 + CLOCK_MARKS
 
 

@@ -11,7 +11,9 @@ per boundary. Events come from ``prof.profiler.kineto_results.events()`` in ``on
 Windows and macOS torch's steady clock, converted from the TSC. So as the window starts
 recording, the capture opens ``CLOCK_MARKS`` empty ``record_function`` ranges, each between two
 ``perf_counter_ns`` reads; every marker's Kineto start and end must lie inside its bracket,
-which bounds the offset from both sides (``marker_offset``, about a microsecond wide). No wall
+which bounds the offset from both sides (``marker_bounds``, microseconds wide; half of it is
+``offset_error_ns``). One offset serves the whole window: torch converts the approximate clock
+to Unix ns with one linear map per session (c10 ``ApproximateClockToUnixTimeConverter``). No wall
 clock is involved, so Windows' 15.6 ms ``time.time_ns()`` tick (before Python 3.13) does not
 matter. The markers are left out of the window; if they are missing, the events are not this
 window's (another session replaced it) and the window fails.
@@ -131,23 +133,36 @@ def epoch_offset(
     return best[1]
 
 
-def marker_offset(spans: list[tuple[int, int]], brackets: list[tuple[int, int]]) -> int:
-    """Kineto clock minus ``perf_counter_ns``, from marker ranges and their host brackets.
+def marker_bounds(spans: list[tuple[int, int]], brackets: list[tuple[int, int]]) -> tuple[int, int]:
+    """``(low, high)``: the offsets (Kineto clock minus ``perf_counter_ns``) every marker allows.
 
     Marker i ran between host reads ``brackets[i] = (a, b)`` and Kineto recorded it as
-    ``spans[i] = (start, end)``, so the offset lies in ``[end - b, start - a]``. The
-    intersection over all markers is taken, and its middle returned; if the intervals disagree
-    (a clock stepped), the narrowest bracket's own middle is.
+    ``spans[i] = (start, end)``, so the offset lies in ``[end - b, start - a]``; this is the
+    intersection over all markers, empty (``low > high``) if a clock stepped between them.
     """
     if not spans or len(spans) != len(brackets):
         raise ValueError("one bracket per marker span is needed")
     pairs = list(zip(spans, brackets, strict=True))
     low = max(end - b for (_, end), (_, b) in pairs)
     high = min(start - a for (start, _), (a, _) in pairs)
+    return low, high
+
+
+def marker_offset(spans: list[tuple[int, int]], brackets: list[tuple[int, int]]) -> int:
+    """Kineto clock minus ``perf_counter_ns``: the middle of ``marker_bounds``, or, if the
+    markers disagree (a clock stepped), the narrowest bracket's own middle."""
+    low, high = marker_bounds(spans, brackets)
     if low <= high:
         return (low + high) // 2
-    (start, end), (a, b) = min(pairs, key=lambda pair: pair[1][1] - pair[1][0])
+    (start, end), (a, b) = min(zip(spans, brackets, strict=True), key=lambda p: p[1][1] - p[1][0])
     return (start + end) // 2 - (a + b) // 2
+
+
+def marker_error(spans: list[tuple[int, int]], brackets: list[tuple[int, int]]) -> int | None:
+    """How far ``marker_offset`` can be from the true offset: half the markers' intersection
+    (None when they disagree, and nothing bounds it)."""
+    low, high = marker_bounds(spans, brackets)
+    return (high - low + 1) // 2 if low <= high else None
 
 
 def marker_spans(events: Iterable[KinetoEvent], count: int) -> list[tuple[int, int]] | None:
@@ -452,6 +467,8 @@ class KernelCapture:
         #: Kineto clock minus perf_counter_ns of the last window, and how it was found.
         self.offset_ns: int | None = None
         self.offset_source = ""
+        #: How far ``offset_ns`` can be off, from the markers (None: not bounded by them).
+        self.offset_error_ns: int | None = None
         self.windows_sent = 0
         self._watching = self._watch.subscribe(self._on_script_profiler)
 
@@ -587,9 +604,11 @@ class KernelCapture:
             if spans is None:
                 return None
             self.offset_ns, self.offset_source = marker_offset(spans, self._brackets), "markers"
+            self.offset_error_ns = marker_error(spans, self._brackets)
         else:
             self.offset_ns = epoch_offset(self._wall, self._clock)
             self.offset_source = "wall clock pairs"
+            self.offset_error_ns = None
         return self.offset_ns
 
     def _finish(self, next_step: int, stall_ns: int) -> None:

@@ -4,11 +4,21 @@ On a GPU, a ``torch.profiler.profile`` with ``ProfilerActivity.CUDA`` returns, b
 ops, one activity per device work item (``kernel``, ``gpu_memcpy``, ``gpu_memset``; its
 ``device_resource_id`` is the stream) and one ``cuda_runtime`` launch call per item with the
 same correlation id, all on the clock Kineto stamps the CPU ops with (the shape the real traces
-in ``tests/fixtures/gpu_traces`` have). That clock is torch's approximate clock converted to
-Unix ns, which differs from ``time.time_ns()`` by up to a millisecond here, so the device's
-host times are moved onto it through empty ``record_function`` ranges ("clock marks") emitted
-at known host times while the profiler records. Without a GPU the real profiler records the
-CPU ops only.
+in ``tests/fixtures/gpu_traces`` have). That clock is torch's approximate clock (the TSC)
+converted to Unix ns, which differs from ``time.time_ns()`` by up to a millisecond here, so the
+device's host times are moved onto it through empty ``record_function`` ranges ("clock marks")
+emitted at known host times while the profiler records. The conversion is one linear map per
+session (c10 ``ApproximateClockToUnixTimeConverter``: the median rate of 1001 clock pairs taken
+at the session's start and end), so one offset, bounded from both sides by every mark, holds
+for the whole session; ``SimProfile.clock_fits`` keeps each session's ``ClockFit`` so a test
+can derive its tolerance from the marks.
+
+The real profiler is asked for the CPU activity only: with CUPTI, Kineto records the CPU ops
+as in a CPU-only session, and the device's part is this module's. Asked for CUDA where torch
+supports no CUDA activity (no GPU here), torch falls back to ``KINETO_GPU_FALLBACK`` and records
+a CUDA event at every op's start and end, which without a driver fails with a logged C++
+backtrace ("Failed to record CUDA event"): tens of milliseconds per ``record_function``, which
+widened every clock mark's bracket (and the capture's markers') to as much.
 
 ``profile_class(sim)`` is the subclass of ``torch.profiler.profile`` that ``install()`` puts in
 its place: when CUDA activity was asked for, it adds the simulated device's work items that
@@ -24,7 +34,7 @@ import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch.profiler as torch_profiler
 from torch.autograd.profiler import record_function
@@ -80,16 +90,38 @@ def emit_clock_mark() -> tuple[int, int]:
     return a, time.perf_counter_ns()
 
 
-def kineto_minus_host_ns(events: list[Any], brackets: list[tuple[int, int]]) -> int:
-    """Kineto clock minus host clock: the middle of what every clock mark allows (a mark that
-    ran between host reads a and b and was stamped [start, end] puts the offset in
-    [end - b, start - a])."""
+@dataclass(frozen=True)
+class ClockFit:
+    """Kineto clock minus host clock for one session: every offset in ``[low, high]`` agrees
+    with every clock mark, ``offset_ns`` is the middle, so it is off by ``error_ns`` at most."""
+
+    low: int
+    high: int
+
+    @property
+    def offset_ns(self) -> int:
+        return (self.low + self.high) // 2
+
+    @property
+    def error_ns(self) -> int:
+        return (self.high - self.low + 1) // 2
+
+
+def kineto_minus_host(events: list[Any], brackets: list[tuple[int, int]]) -> ClockFit:
+    """What every clock mark allows: a mark that ran between host reads a and b and was
+    stamped [start, end] puts the offset in [end - b, start - a]. Marks that allow no common
+    offset mean Kineto's clock moved against the host's within the session, which one linear
+    conversion cannot do: that is raised, never averaged away."""
     spans = [(e.start_ns(), e.end_ns()) for e in events if e.name() == CLOCK_MARK]
     if not spans or len(spans) != len(brackets):
         raise RuntimeError(f"{len(spans)} clock marks in the trace, {len(brackets)} emitted")
     low = max(end - b for (_, end), (_, b) in zip(spans, brackets, strict=True))
     high = min(start - a for (start, _), (a, _) in zip(spans, brackets, strict=True))
-    return (low + high) // 2
+    if low > high:
+        raise RuntimeError(
+            f"the clock marks allow no common offset (they disagree by {low - high} ns)"
+        )
+    return ClockFit(low, high)
 
 
 def activities_of(kernels: list[Kernel], offset_ns: int, ids: Iterator[int]) -> list[SimActivity]:
@@ -156,6 +188,9 @@ def profile_class(sim: SimGpu) -> type:
     ids = itertools.count(1_000_000)
 
     class SimProfile(torch_profiler.profile):  # type: ignore[misc, name-defined]
+        #: One ``ClockFit`` per CUDA-activity session that delivered its trace, in order.
+        clock_fits: ClassVar[list[ClockFit]] = []
+
         def __init__(
             self, *args: Any, activities: Any = None, on_trace_ready: Any = None, **kwargs: Any
         ) -> None:
@@ -165,9 +200,14 @@ def profile_class(sim: SimGpu) -> type:
             self._sim_ready = on_trace_ready
             self._sim_since: int | None = None
             self._sim_marks: list[tuple[int, int]] = []
+            real_activities = None
+            if activities is not None:  # CUPTI's part is the model's (module docstring)
+                real_activities = [
+                    a for a in activities if a != torch_profiler.ProfilerActivity.CUDA
+                ]
             super().__init__(
                 *args,
-                activities=activities,
+                activities=real_activities,
                 on_trace_ready=self._sim_on_ready if on_trace_ready else None,
                 **kwargs,
             )
@@ -200,8 +240,9 @@ def profile_class(sim: SimGpu) -> type:
                     for k in list(d.kernels)
                     if since <= k.enqueue_ns <= until
                 ]
-                offset = kineto_minus_host_ns(list(real.events()), self._sim_marks)
-                extra = activities_of(kernels, offset, ids)
+                fit = kineto_minus_host(list(real.events()), self._sim_marks)
+                SimProfile.clock_fits.append(fit)
+                extra = activities_of(kernels, fit.offset_ns, ids)
             self._sim_ready(_ProfileView(prof, _Results(real, extra)))
 
     return SimProfile
