@@ -20,10 +20,7 @@ QT = Path(__file__).resolve().parents[1] / "gpuwatch" / "qt"
 #: A colour literal: "#rgb", "#rrggbb" or "#aarrggbb" (an HTML entity such as "&#9632;" is not).
 HEX = re.compile(r"(?<![&\w])#(?:[0-9A-Fa-f]{8}|[0-9A-Fa-f]{6}|[0-9A-Fa-f]{3})\b")
 #: Colour literals outside the palette that are known and waiting for their file's owner.
-KNOWN_LITERALS = {
-    ("interpreter_picker.py", 'BADGE_COLORS = {OK: "#2E7D32", WARN: "#B26A00", BAD: "#C62828"'),
-    ("interpreter_picker.py", "style='color:#FFFFFF'"),
-}
+KNOWN_LITERALS: set[tuple[str, str]] = set()
 
 
 @pytest.mark.parametrize("theme", THEMES, ids=lambda t: t.name)

@@ -34,12 +34,18 @@ from PySide6.QtWidgets import (
 from gpuwatch.core.run import interpreters, launcher
 from gpuwatch.core.run.interpreters import BAD, OK, WARN, Candidate, Surveyed
 from gpuwatch.qt import palette
+from gpuwatch.qt.theme_tokens import LIGHT, Role
 
 if TYPE_CHECKING:
     from gpuwatch.qt.window_shell import WindowShell
 
 CHECKING = "checking"
-BADGE_COLORS = {OK: "#2E7D32", WARN: "#B26A00", BAD: "#C62828", CHECKING: "#9E9E9E"}
+BADGE_COLORS = {
+    OK: LIGHT[Role.BADGE_OK],
+    WARN: LIGHT[Role.BADGE_WARN],
+    BAD: LIGHT[Role.BADGE_BAD],
+    CHECKING: LIGHT[Role.BADGE_CHECKING],
+}
 BADGE_WORDS = {OK: "ready", WARN: "usable", BAD: "cannot train", CHECKING: "checking…"}
 PATH_ROLE = Qt.ItemDataRole.UserRole
 LEVEL_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -334,7 +340,7 @@ class InterpreterChoice(QObject):
     def show_no_torch(self) -> None:
         text = html.escape(interpreters.NO_TORCH_HELP).replace(
             "Run → Choose Python….",
-            "<a href='choose' style='color:#FFFFFF'>Run → Choose Python…</a>",
+            f"<a href='choose' style='color:{LIGHT[Role.BANNER_TEXT]}'>Run → Choose Python…</a>",
         )
         self.banner.setText(text)
         self.banner.show()
