@@ -68,12 +68,12 @@ def _started(session: Session, spec: LaunchSpec) -> None:
     assert session.state is SessionState.RUNNING, (session.error, _log(session))
     hello = session.hello
     assert hello is not None
-    assert hello["device"]["kind"] == "cuda"
-    if hello["device"].get("pending"):  # a script's device: named at its first step
-        assert hello["device"]["uuid"] is None
+    assert hello.device.kind == "cuda"
+    if hello.device.pending:  # a script's device: named at its first step
+        assert hello.device.uuid is None
     else:
-        assert hello["device"]["name"] == "simcuda GPU 0"
-    assert hello["timing"] == "cuda_events"
+        assert hello.device.name == "simcuda GPU 0"
+    assert hello.timing == "cuda_events"
 
 
 def _log(session: Session) -> str:

@@ -72,12 +72,12 @@ class GlobalFlags:
         if device.type != "cuda":
             return dict.fromkeys(FLAGS, NEEDS_CUDA)
         out = {}
-        capability = torch.cuda.get_device_capability(device)
-        if capability < (8, 0):
-            out["tf32"] = (
-                f"needs compute capability 8.0 or newer "
-                f"(this GPU has {capability[0]}.{capability[1]})"
-            )
+        # Reading the capability initializes CUDA, which must not happen before the script's
+        # first line (it reads CUDA_VISIBLE_DEVICES once): until the script has started CUDA,
+        # tf32 is offered and an old GPU refuses it when it is set (``_tf32_problem``).
+        tf32 = self._tf32_problem() if torch.cuda.is_initialized() else None
+        if tf32 is not None:
+            out["tf32"] = tf32
         if not torch.backends.cudnn.is_available():
             out["cudnn_benchmark"] = "cuDNN is not available to this torch"
         return out
@@ -129,11 +129,22 @@ class GlobalFlags:
             self._ours = False
         return None
 
+    def _tf32_problem(self) -> str | None:
+        """Why TF32 cannot work on this GPU, or None (reading it initializes CUDA)."""
+        major, minor = self.torch.cuda.get_device_capability(self.device)
+        if (major, minor) < (8, 0):
+            return f"needs compute capability 8.0 or newer (this GPU has {major}.{minor})"
+        return None
+
     def _set(self, flag: str, on: bool) -> None:
         torch = self.torch
         if flag == "cudnn_benchmark":
             torch.backends.cudnn.benchmark = on
             return
+        if on and self.device.type == "cuda":
+            problem = self._tf32_problem()
+            if problem is not None:  # refused with this reason; nothing was changed
+                raise ValueError(f"tf32 {problem}")
         precision, cudnn_tf32 = self._start
         if on:
             torch.set_float32_matmul_precision("high")

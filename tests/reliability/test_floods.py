@@ -203,7 +203,7 @@ def test_infinities_neither_stop_a_recording_nor_crash_the_summary(tmp_path: Pat
     session._dispatch(
         json.loads(
             '{"kind":"hello","protocol":1,"pid":5,"workload":"x","device":{"kind":"cpu",'
-            '"name":"c","cores":1e400},"versions":{},"knobs":[{"name":"lr","value":1e400}],'
+            '"name":"c","cores":1e400},"versions":{},"knobs":[{"name":"lr","type":"float","default":1e400}],'
             '"config":{"id":0,"values":{"lr":1e400},"warmup_steps":0},"batch_size":1}'
         )
     )
