@@ -384,3 +384,25 @@ def test_merged_lanes_stack_their_phases_in_dense_columns(qtbot):
         column[top + 1 :] == rgba(pg.mkBrush(view.phase_backing["forward"].opts["brush"]).color())
     ).all()
     assert view.dense_share(0, view.phase_bars["data"]).max() == pytest.approx(0.1, abs=0.1)
+
+
+def test_a_plot_item_born_while_presenting_gets_the_stage_look_on_the_redraw_tick(
+    light, show_window, qtbot
+):
+    """No timer polls the window for new items: the redraw tick styles them while presenting."""
+    import pyqtgraph as pg
+
+    from gpuwatch.qt import palette
+    from gpuwatch.qt.theme import STYLED
+
+    win = show_window(Session())
+    win.presentation.set_active(True, fullscreen=False)
+    item = pg.PlotCurveItem([0, 1], [0, 1], pen=pg.mkPen(palette.DEVICE_ACTIVE, width=1))
+    win.timeline.addItem(item)
+    assert STYLED.look(item) is None, "a new item has no look until the window styles it"
+    qtbot.waitUntil(lambda: STYLED.look(item) is not None, timeout=5000)
+    assert STYLED.look(item) == (win.presentation._colors().name, win.presentation.scale)
+    assert item.opts["pen"].widthF() >= SCALE, "the stage's wider lines"
+    stage = win.presentation._colors()
+    assert item.opts["pen"].color().name() == stage.color(palette.DEVICE_ACTIVE).name()
+    win.presentation.set_active(False)

@@ -308,6 +308,7 @@ class MainWindow(QMainWindow):
         if self._ticks % HEADLINE_EVERY == 1 and not self.view_paused:
             self.frame.headline(now_ns)
         self.tour.on_frame()
+        self.presentation.on_frame()
         self._redraw_knobs_and_scoreboard(now_ns)
 
     def _refresh_panels_soon(self, *_: object) -> None:

@@ -13,6 +13,7 @@ panels, docks, window state, geometry, theme).
 from __future__ import annotations
 
 import html
+import time
 from dataclasses import dataclass
 
 from PySide6.QtCore import QByteArray, QEvent, QObject, QSize, Qt, QTimer, Signal
@@ -131,9 +132,8 @@ class PresentationMode(QObject):
         self.scale = SCALE
         self._watching_rows = False
         #: Plot items born while presenting (change markers, kernel windows) get its look.
-        self._newcomers = QTimer(self)
-        self._newcomers.setInterval(NEWCOMERS_MS)
-        self._newcomers.timeout.connect(self._style_newcomers)
+        #: When ``on_frame`` next looks for plot items drawn since the last look (monotonic s).
+        self._newcomers_due = 0.0
         #: The one big sentence, shown (in the stage dock) only while presenting.
         self.big_headline = QLabel()
         self.big_headline.setObjectName("presentation_headline")
@@ -247,7 +247,6 @@ class PresentationMode(QObject):
         # and whenever the window is resized (a window manager takes a while to go full screen).
         QTimer.singleShot(0, self._share_the_space)
         w.installEventFilter(self)
-        self._newcomers.start()
         self.sig_active_changed.emit(True)
 
     def _scoreboard_beside_the_plots(self, scoreboard: QWidget) -> None:
@@ -308,7 +307,6 @@ class PresentationMode(QObject):
         assert saved is not None
         w = self.window
         w.removeEventFilter(self)
-        self._newcomers.stop()
         self.leave_action.setEnabled(False)
         self.big_headline.hide()
         self.stage_dock.hide()
@@ -414,8 +412,14 @@ class PresentationMode(QObject):
         # After the window: unscaled, its own font (set above) sizes it.
         self.big_headline.setStyleSheet(colors.fill("color: $text; padding: 4px;"))
 
-    def _style_newcomers(self) -> None:
-        if self.active:
+    def on_frame(self) -> None:
+        """Called by the window's redraw tick: while presenting, plot items drawn since the last
+        look (new spans, markers) get the stage look, at most every ``NEWCOMERS_MS``."""
+        if not self.active:
+            return
+        now = time.monotonic()
+        if now >= self._newcomers_due:
+            self._newcomers_due = now + NEWCOMERS_MS / 1000
             style_new_items(self.window, self._colors(), self.scale)
 
     def _colors(self) -> Theme:
