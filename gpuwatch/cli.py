@@ -35,6 +35,8 @@ class CliError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``gpuwatch`` command line: the window's options and the doctor, replay, run, bench and
+    export commands."""
     parser = argparse.ArgumentParser(
         prog="gpuwatch",
         description="Watch why a PyTorch training loop is slow while it runs. Without a "
@@ -414,6 +416,7 @@ def _python_path(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``gpuwatch`` command (the window, or a headless command) and return its exit code."""
     # First of all: in the frozen app, a multiprocessing child must not start another app.
     import multiprocessing
 

@@ -36,6 +36,9 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 @dataclass(frozen=True)
 class BenchOptions:
+    """What ``gpuwatch bench`` runs: the workload, where, and its knob stages; ``seconds`` is the
+    steady time each stage is measured for."""
+
     workload: str = "vision"
     device: str = "auto"
     python: str | None = None

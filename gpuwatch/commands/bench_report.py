@@ -163,6 +163,7 @@ def machine_from_hello(hello: Hello | None) -> dict[str, Any]:
 
 
 def render(report: BenchReport, fmt: str) -> str:
+    """``report`` in ``fmt``, one of ``FORMATS`` (Markdown, CSV or JSON)."""
     if fmt == "json":
         return json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n"
     if fmt == "csv":
@@ -212,6 +213,8 @@ def note_lines(report: BenchReport) -> list[str]:
 
 
 def table_rows(report: BenchReport, *, for_csv: bool) -> list[list[str]]:
+    """One row of cells per stage in ``HEADERS`` order, figures formatted for CSV or for
+    Markdown."""
     rows = []
     for segment in (clean_segment(s) for s in report.segments):
         changed = describe_change(segment["changed"]) if segment["changed"] else ""
@@ -223,6 +226,8 @@ def table_rows(report: BenchReport, *, for_csv: bool) -> list[list[str]]:
 
 
 def render_markdown(report: BenchReport) -> str:
+    """The report for people: machine header, the stage table, notes, where the time goes, kernel
+    windows and the advisor's findings."""
     out = [f"# gpuwatch bench: {report.workload}", ""]
     out += [f"- {line}" for line in header_lines(report)]
     out.append("")
@@ -275,6 +280,8 @@ def finding_lines(report: BenchReport) -> list[str]:
 
 
 def render_csv(report: BenchReport) -> str:
+    """One row per stage, idle causes and time categories in ms as extra columns; header, notes and
+    findings go first as ``#`` comment lines."""
     buffer = io.StringIO()
     for line in (*header_lines(report), *note_lines(report)):
         buffer.write(f"# {line}\n")

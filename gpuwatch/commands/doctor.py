@@ -114,6 +114,8 @@ def report(python: str) -> tuple[list[tuple[str, str]], bool]:
 
 
 def run_doctor(python: str | None) -> int:
+    """Print the doctor's report for the training interpreter ``python`` (default: the one gpuwatch
+    would use); exit code 1 if training cannot start."""
     try:
         python = python or launcher.default_python()
     except launcher.NoInterpreterError as exc:  # the installed app has no Python of its own

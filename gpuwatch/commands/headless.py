@@ -44,6 +44,9 @@ BUSY_LINES = LOG_LINES_KEPT // 2
 
 @dataclass(frozen=True)
 class HeadlessOptions:
+    """What ``gpuwatch run --headless`` runs: the script and its arguments, where, for how long
+    (``seconds``; None: to its end), and the recording file, if any."""
+
     script: str
     script_args: Sequence[str] = ()
     device: str = "auto"

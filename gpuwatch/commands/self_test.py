@@ -36,6 +36,9 @@ WindowOpener = Callable[[Session], tuple[Callable[[], None], Callable[[], None]]
 
 @dataclass
 class SelfTestResult:
+    """What the self-test found, also written as JSON (a windowed build has no stdout): the
+    training interpreter, its verdict and how soon steps arrived."""
+
     ok: bool = False
     message: str = ""
     gpuwatch: str = __version__

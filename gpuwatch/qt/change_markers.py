@@ -21,6 +21,8 @@ LABEL_CHARS = 28
 
 
 def short_label(change: ConfigChange) -> str:
+    """The change's label (or ``config N``), cut to ``LABEL_CHARS`` so a marker's text stays
+    short."""
     text = change.label or f"config {change.id}"
     return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
 

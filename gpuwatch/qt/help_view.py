@@ -131,6 +131,7 @@ def stage_lanes_html() -> str:
 
 
 def shortcuts_html() -> str:
+    """The keyboard shortcuts as an HTML table for the guide."""
     rows = "".join(
         f"<tr><td><b>{html.escape(s.label)}</b>&nbsp;&nbsp;</td><td>{html.escape(s.what)}</td></tr>"
         for s in SHORTCUTS

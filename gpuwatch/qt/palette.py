@@ -80,6 +80,7 @@ def use_theme(theme: Theme) -> None:
 
 
 def current_theme() -> Theme:
+    """The theme that templates and swatches are filled from (``use_theme`` sets it)."""
     return _theme
 
 

@@ -37,6 +37,7 @@ def format_time(seconds: float) -> str:
 
 
 def speed_text(factor: float) -> str:
+    """A replay speed factor as the speed box shows it, e.g. ``2×``."""
     return f"{factor:g}×"
 
 

@@ -55,6 +55,9 @@ def _fmt(fmt: str) -> Callable[[float | None], str]:
 
 @dataclass(frozen=True)
 class Column:
+    """One scoreboard column: title, header tooltip, a row's cell text, and whether it is a figure
+    (right-aligned, n/a until steady)."""
+
     title: str
     tip: str
     text: Callable[[SegmentStats], str]

@@ -49,6 +49,7 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The runner's command line: connect and train a workload or a script, or ``--survey``."""
     parser = argparse.ArgumentParser(
         prog="python -m gpuwatch.runner",
         description="gpuwatch's training process: runs a workload and streams step timing to "

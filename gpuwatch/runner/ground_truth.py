@@ -76,6 +76,11 @@ def train(
 
 
 def main(argv: list[str]) -> int:
+    """Calibrate, train and write the result JSON (``argv``: RESULT.json STEPS KERNEL_MS GAP_MS).
+
+    Returns 0; 1 when training raised (a synchronization, a device failure); ``EXIT_NO_CUDA``
+    without CUDA.
+    """
     out, steps, kernel_ms, gap_ms = argv[0], int(argv[1]), float(argv[2]), float(argv[3])
     import torch
 

@@ -22,6 +22,8 @@ MESSAGE_CHARS = 200
 
 
 class NoticeLink(Protocol):
+    """What the switch needs of the runner's link: sending its one notice per instrument."""
+
     def send(self, kind: str, **fields: Any) -> None: ...
 
 

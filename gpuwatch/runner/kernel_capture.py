@@ -93,6 +93,9 @@ _RUNTIME = frozenset({"cuda_runtime", "cuda_driver"})
 
 
 class CaptureLink(Protocol):
+    """What the kernel capture needs of the runner's link: sending the captured window, logging a
+    line."""
+
     def send(self, kind: str, **fields: Any) -> None: ...
 
     def log(self, level: str, text: str) -> None: ...

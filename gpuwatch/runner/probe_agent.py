@@ -21,6 +21,9 @@ PROBE_PHASE = "gpuwatch.probe.phase()"
 
 
 class ProbeAgent:
+    """The runner's ``gpuwatch.probe.Agent``: steps and phases go to the recorder, knobs to
+    ``ProbeKnobs``."""
+
     def __init__(self, recorder: StepRecorder, knobs: ProbeKnobs) -> None:
         self.recorder = recorder
         self.knobs = knobs

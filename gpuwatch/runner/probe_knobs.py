@@ -30,6 +30,9 @@ PROBE_WARMUP_STEPS = 3
 
 
 class KnobLink(Protocol):
+    """What probe knobs need of the runner's link: sending schema and config messages, logging a
+    line."""
+
     def send(self, kind: str, **fields: Any) -> None: ...
 
     def log(self, level: str, text: str) -> None: ...

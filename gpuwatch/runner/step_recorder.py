@@ -53,6 +53,9 @@ DATA_END, H2D_END, FORWARD_END, BACKWARD_END, OPTIMIZER_END, END = range(1, N_MA
 
 
 class RecorderLink(Protocol):
+    """What the step recorder needs of the runner's link: messages, batched step columns and log
+    lines."""
+
     def send(self, kind: str, **fields: Any) -> None: ...
 
     def send_batch(self, kind: str, **fields: Any) -> None: ...

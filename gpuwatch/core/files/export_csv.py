@@ -39,6 +39,7 @@ def write_csv(recording: Recording, out: str | Path) -> None:
 
 
 def write_csv_to(recording: Recording, stream: TextIO) -> None:
+    """Write ``recording``'s CSV to an open text stream (``write_csv`` writes a file safely)."""
     view = recording.steps
     t0 = recording.t0_ns
     labels = {c.id: c.label for c in recording.configs}

@@ -141,6 +141,8 @@ def config_message(change: ConfigChange) -> dict[str, Any]:
 
 
 def status_json(status: MetricStatus) -> dict[str, Any]:
+    """A metric's status as the recording's ``statuses`` table keeps it (available or why not, and
+    its source)."""
     return {
         "name": status.name,
         "label": status.label,

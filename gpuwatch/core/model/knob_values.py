@@ -31,6 +31,7 @@ def split_assignment(text: str) -> tuple[str, str]:
 
 
 def schema_by_name(knobs: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """The ``hello.knobs`` schema entries keyed by knob name."""
     return {knob["name"]: knob for knob in knobs}
 
 

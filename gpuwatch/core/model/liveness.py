@@ -23,6 +23,8 @@ STALL_TYPICAL_STEPS = 4.0
 
 
 class Phase(enum.Enum):
+    """Where the watched loop is in its life (the transitions are in the module docstring)."""
+
     STARTING = "starting"
     WAITING = "waiting"
     NO_STEP_YET = "no_step_yet"

@@ -26,6 +26,9 @@ WAIT_LIMIT_S = 10.0
 
 @dataclass(frozen=True)
 class LogLine:
+    """One line of a run's log: when, how serious, who said it, and whether it is a liveness
+    notice."""
+
     t_ns: int
     level: str  # "info" | "warning" | "error"
     source: str  # "runner" | "gpuwatch"

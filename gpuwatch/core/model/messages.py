@@ -254,6 +254,7 @@ class Refusal:
 
 
 def format_value(value: Any) -> str:
+    """A knob value as people read it: a boolean as on/off, anything else as ``str``."""
     if isinstance(value, bool):
         return "on" if value else "off"
     return str(value)

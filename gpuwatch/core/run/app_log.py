@@ -33,6 +33,7 @@ def log_dir() -> Path:
 
 
 def log_file(directory: Path | None = None) -> Path:
+    """The app log's path in ``directory`` (default: ``log_dir()``)."""
     return (directory or log_dir()) / LOG_NAME
 
 

@@ -25,6 +25,8 @@ def _import(name):
 
 
 def collect():
+    """What this interpreter has: Python, torch, torchvision, CUDA and the GPUs' capabilities; a
+    failed import is a null field plus its error text."""
     info = {
         "python": platform.python_version(),
         "executable": sys.executable,

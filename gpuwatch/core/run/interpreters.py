@@ -420,6 +420,7 @@ def judge(report: dict[str, Any], python: str, gpus: Sequence[tuple[int, int]] =
 def check(
     candidate: Candidate, gpus: Sequence[tuple[int, int]] = (), timeout: float = SURVEY_TIMEOUT_S
 ) -> Surveyed:
+    """Survey one candidate and judge it; ``gpus`` are the compute capabilities of the GPUs here."""
     report = survey(candidate.path, timeout)
     return Surveyed(candidate, report, judge(report, candidate.path, gpus))
 

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 
 def new_authkey() -> bytes:
+    """A fresh random key that authenticates one run's link."""
     return secrets.token_bytes(32)
 
 
@@ -343,6 +344,7 @@ def private_dir() -> Path:
 
 
 def remove_private_dir(path: Path) -> None:
+    """Delete a ``private_dir`` and stop tracking it for the cleanup at exit."""
     shutil.rmtree(path, ignore_errors=True)
     with _live_lock:
         _live_dirs.discard(path)

@@ -181,6 +181,7 @@ def unavailable_reason() -> str | None:
 
 
 def is_available() -> bool:
+    """Whether NVML initialised here (``unavailable_reason`` says why not)."""
     return unavailable_reason() is None
 
 

@@ -57,6 +57,8 @@ class RunFacts:
 
 @dataclass(frozen=True)
 class Outcome:
+    """How a run ended: one sentence, its log level and the headless exit code."""
+
     sentence: str
     level: str  # "info" | "warning" | "error"
     exit_code: int

@@ -54,12 +54,16 @@ class Stage:
 
 @dataclass(frozen=True)
 class Skipped:
+    """A planned stage that cannot run here, and why (the runner's reason, or already set)."""
+
     label: str
     reason: str
 
 
 @dataclass(frozen=True)
 class TourProgress:
+    """What ``Conductor.tick`` reports: the current stage, its state and one line for people."""
+
     index: int  # 0-based index of the current stage
     n_stages: int
     stage: Stage | None
@@ -73,6 +77,7 @@ class TourProgress:
 
 
 def defaults_of(knobs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Each knob's default by name: the settings before any stage."""
     return {knob["name"]: knob.get("default") for knob in knobs}
 
 
