@@ -1,6 +1,6 @@
 """Does a kernel capture leave anything behind? (``python bench/capture_after.py``).
 
-Issue 26, part 6: after a capture window nothing of the profiler may stay attached, so the
+After a capture window nothing of the profiler may stay attached, so the
 training step must take as long after a capture as before it. One process runs a small MLP
 training step; each round times ``--steps`` steps, runs one real capture window
 (``runner.kernel_capture.KernelCapture``, ``--window`` recorded steps, the events discarded)

@@ -1,6 +1,6 @@
 """Does watching slow a compiled training step? (``python bench/compiled_step.py``).
 
-Issue 26, part 1: a script's ``torch.compile``d model must get the same graph, and so the same
+A script's ``torch.compile``d model must get the same graph, and so the same
 speed, under ``gpuwatch run`` as alone. One process trains a compiled MLP (AdamW, a
 DataLoader); rounds alternate between *watched* (gpuwatch's ``AutoHooks`` installed, feeding a
 real ``StepRecorder`` whose link discards what it is sent, as in script mode on a CPU) and

@@ -1,6 +1,6 @@
 """From a step's end in the runner to its span on screen (``python bench/latency.py``).
 
-Issue 9, budget 3. The real window (offscreen) starts a real runner (``mlp`` on the CPU, its
+The real window (offscreen) starts a real runner (``mlp`` on the CPU, its
 naive configuration) and trains. Both processes read the same ``perf_counter_ns`` clock
 (system-wide on Linux and Windows; docs/design.md, "A step's marks"), so a step's latency
 is exact: the runner's end

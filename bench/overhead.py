@@ -1,6 +1,6 @@
 """What gpuwatch's instrumentation costs the training loop (``python bench/overhead.py``).
 
-Issue 9, budget 1. For each workload, one process alternates blocks of the same training step:
+For each workload, one process alternates blocks of the same training step:
 
 * **off**: the bare step (next batch, copy, forward+loss, backward, optimizer, the
   ``log_every`` loss read) with no timing marks and nothing sent;

@@ -1,4 +1,4 @@
-"""How smoothly the window draws a fast run (``python bench/render.py``; issue 9, budget 2).
+"""How smoothly the window draws a fast run (``python bench/render.py``).
 
 The real ``Session`` stores and the real ``MainWindow`` (offscreen Qt) are fed SIMULATED
 telemetry: a generator process (standing in for the runner) sends ``steps`` batches every

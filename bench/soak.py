@@ -1,4 +1,4 @@
-"""Soak: memory of both processes over a long run (``python bench/soak.py``; issue 8 §5).
+"""Soak: memory of both processes over a long run (``python bench/soak.py``).
 
 Runs the real ``Session`` (and with ``--window`` the real ``MainWindow``, offscreen) against a
 live runner — the ``mlp`` workload at its highest step rate (``batch_size=1`` unless ``--set``

@@ -1,6 +1,6 @@
 """How fast gpuwatch starts and answers a loader change (``python bench/startup.py``).
 
-Issue 9, budget 5. Three figures, each from fresh processes, best and median of several:
+Three figures, each from fresh processes, best and median of several:
 
 * ``gpuwatch --version`` (the console script, as a user types it), next to ``python -c pass``
   (the interpreter's own start, a floor no code of ours can go under);

@@ -1,4 +1,4 @@
-"""Knobs change how a step computes, never what (issue 26 §2, docs/knobs.md §1).
+"""Knobs change how a step computes, never what (docs/knobs.md §1).
 
 Every knob meant to be math-neutral is flipped in the real loop (``TrainingLoop`` with its
 ``Reconfigurer``, ``BatchSource`` and ``TrainingState``), alone, in every ordered pair and all
@@ -248,7 +248,7 @@ def test_optimizer_state_follows_the_layout_through_every_implementation(
 
 
 def test_a_fused_adamw_keeps_its_moments_in_the_parameters_layout() -> None:
-    """The case of issue 26: fused AdamW, then channels_last. Without the state following the
+    """The case that once broke: fused AdamW, then channels_last. Without the state following the
     parameters, the fused kernel pairs a channels_last weight with a contiguous moment."""
     work = tiny_vision("adamw")
     model = work.build_model(CPU)

@@ -1,4 +1,4 @@
-"""The instrumentation adds zero device synchronizations (issue 9, budget 1).
+"""The instrumentation adds zero device synchronizations.
 
 Counted, not timed: every entry point that makes the host wait for a device or read a device
 value back is patched, and calls are counted only while the training thread is inside one of

@@ -1,6 +1,6 @@
 """The Advisor dock over a fake session (findings, Apply sends the set, refused/applied,
 outcome, locked), gaps tinted by cause on the window's timeline, and the one-click flow in the
-real window over a real CPU runner on the naive ``vision`` workload (issue 5)."""
+real window over a real CPU runner on the naive ``vision`` workload."""
 
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def test_a_new_run_forgets_applied_changes_but_a_grown_schema_does_not(advisor) 
 
 @pytest.mark.timeout(600)
 def test_one_click_on_naive_vision_closes_the_input_gap_and_reports_it(show_window, qtbot):
-    """Issue 5, as a new user meets it: start the naive vision loop on the CPU, the advisor
+    """As a new user meets it: start the naive vision loop on the CPU, the advisor
     says unprompted that it waits for input and offers num_workers; one click on Apply, and
     once the new configuration is steady the advisor reports what it measured, the
     scoreboard has the row with its speedup and the input gaps have shrunk."""

@@ -1,5 +1,5 @@
 """Watched = unwatched, for what a script sees of its process: the same environment and
-``sys.path`` under ``gpuwatch run`` as under a plain ``python SCRIPT`` (issue 26, part 5).
+``sys.path`` under ``gpuwatch run`` as under a plain ``python SCRIPT``.
 
 The end-to-end tests run one script twice, plainly and through ``python -m gpuwatch run
 --headless`` (a real runner on the CPU), with the same environment and working directory, and

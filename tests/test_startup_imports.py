@@ -1,4 +1,4 @@
-"""What the window's start-up imports (issue 9, budget 5: window shown <= 2 s).
+"""What the window's start-up imports (budget: window shown <= 2 s).
 
 Each check runs in a fresh interpreter: ``sys.modules`` of the test process is shared with every
 other test and tells nothing about a cold start.

@@ -1,4 +1,4 @@
-"""Issue 18: the link's key is nowhere a watched script (or anything reading the runner's
+"""The link's key is nowhere a watched script (or anything reading the runner's
 ``/proc/PID/environ``) can find it, and the script's stdin is still the null device."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 8 §4, bad input everywhere: one clear line and a non-zero exit, never a traceback; and
+"""Bad input everywhere: one clear line and a non-zero exit, never a traceback; and
 no pickle, eval or exec on any input path."""
 
 from __future__ import annotations

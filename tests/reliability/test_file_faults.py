@@ -1,4 +1,4 @@
-"""Issue 18: input files that hang or crash, and outputs that lie about being complete.
+"""Input files that hang or crash, and outputs that lie about being complete.
 
 A FIFO given as the recording, a month-long recording in the replay bar, a NaN in a
 recording, a full disk or a kill during an export, two exports to one path, and a large

@@ -1,4 +1,4 @@
-"""Issue 18: nothing of the user's is lost silently under a flood, and no number stops a record.
+"""Nothing of the user's is lost silently under a flood, and no number stops a record.
 
 The script's output reaches ``run --headless`` whole (its training log); the log between the
 session's threads and its reader is bounded and says exactly how many lines it dropped; a

@@ -1,4 +1,4 @@
-"""Issue 8 §2, GUI faults: the window is closed, or the GUI process is killed, while a run with
+"""GUI faults: the window is closed, or the GUI process is killed, while a run with
 DataLoader workers is being recorded: the runner and its workers exit within seconds and the
 recording is readable."""
 

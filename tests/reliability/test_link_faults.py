@@ -1,4 +1,4 @@
-"""Issue 8 §3, the link: only the authkey holder gets in, bad messages are dropped without
+"""The link: only the authkey holder gets in, bad messages are dropped without
 crashing either side, a protocol mismatch is said plainly, and nobody else can reach it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 18: other local connections cannot hold the real runner out of the link, and a huge
+"""Other local connections cannot hold the real runner out of the link, and a huge
 exception text reaches the GUI as an ``error`` with its type and traceback."""
 
 from __future__ import annotations

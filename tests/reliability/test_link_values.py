@@ -1,4 +1,4 @@
-"""Issue 18: whatever a runner message carries, the GUI's link reader survives it.
+"""Whatever a runner message carries, the GUI's link reader survives it.
 
 Values the step rings or SQLite cannot hold, infinities spelled as ``1e400``, a message the
 session cannot use, knobs beyond the knob panel's range and a frame over the hard size limit:

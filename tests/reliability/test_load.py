@@ -1,4 +1,4 @@
-"""Issue 8 §5, load: 10,000 steps/s from a (fake, torch-free) runner over the real link into the
+"""Load: 10,000 steps/s from a (fake, torch-free) runner over the real link into the
 Session and the window: the window keeps painting frames and stays responsive, and memory stays
 bounded because every buffer is a ring. Figures over long runs: ``bench/soak.py``."""
 

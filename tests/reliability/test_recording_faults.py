@@ -1,4 +1,4 @@
-"""Issue 8 §6, data: a recording survives a kill of its writer at any moment, is never
+"""Data: a recording survives a kill of its writer at any moment, is never
 overwritten without asking, and a full disk is reported (headless and in the window), with what
 was committed before it still readable."""
 

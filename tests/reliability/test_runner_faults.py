@@ -1,4 +1,4 @@
-"""Issue 8 §1, runner faults: a real training script (DataLoader workers, a plain child process)
+"""Runner faults: a real training script (DataLoader workers, a plain child process)
 raises, exits, is killed, segfaults or hangs; gpuwatch says what happened, keeps every step it
 received, and afterwards no process of the runner's tree is alive (psutil over recorded pids).
 """

@@ -1,4 +1,4 @@
-"""Issue 16: a stop ends the whole tree, and says honestly what it did.
+"""A stop ends the whole tree, and says honestly what it did.
 
 A script's child process that does not watch its parent (a subprocess, a lingering DataLoader
 worker) outlives the runner. The stop used to wait out its whole polite window for it and then

@@ -1,4 +1,4 @@
-"""Issue 16: the stop's interrupt reaches a script even when gpuwatch started with SIGINT ignored.
+"""The stop's interrupt reaches a script even when gpuwatch started with SIGINT ignored.
 
 A shell starts a background job (``gpuwatch run … &``) or a ``nohup`` command with SIGINT
 ignored, the runner inherits that, and Python installs no Ctrl-C handler: the SIGINT the stop

@@ -1,4 +1,4 @@
-"""Issue 8 §1 and §4 in the window: bad knob values are refused with a message while training
+"""In the window: bad knob values are refused with a message while training
 goes on; a runner killed from outside is shown (banner), its steps stay on screen, the window
 stays responsive, and Start runs it again."""
 
