@@ -79,11 +79,6 @@ def use_theme(theme: Theme) -> None:
     _theme = theme
 
 
-def current_theme() -> Theme:
-    """The theme that templates and swatches are filled from (``use_theme`` sets it)."""
-    return _theme
-
-
 def text_style(role: Role, extra: str = "") -> str:
     """A template for text in ``role``'s colour, e.g. ``text_style(Role.NOTE_TEXT)``."""
     return f"color: ${role.value}; {extra}".strip()

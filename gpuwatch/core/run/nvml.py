@@ -180,11 +180,6 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def is_available() -> bool:
-    """Whether NVML initialised here (``unavailable_reason`` says why not)."""
-    return unavailable_reason() is None
-
-
 def shutdown() -> None:
     """Release NVML and forget cached state, so the next query initialises afresh."""
     with _state.lock:
