@@ -110,18 +110,29 @@ class FlushTimer:
         self._log = log
         self._interval_s = interval_s
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gpuwatch-flush", daemon=True)
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        """Start sending; a stopped timer starts again (a loop may be run more than once)."""
+        previous = self._thread
+        if previous is not None and previous.is_alive():
+            if not self._stopped.is_set():
+                return  # already running
+            previous.join()  # a send in flight finishes before the next timer begins
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpuwatch-flush", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop sending (waits up to 1 s for a send in flight)."""
         self._stopped.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(1.0)
+        thread = self._thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(1.0)
 
     def _run(self) -> None:
-        while not self._stopped.wait(self._interval_s):
+        stopped = self._stopped
+        while not stopped.wait(self._interval_s):
             if not len(self._columns) or not self._columns.due():
                 continue
             try:
