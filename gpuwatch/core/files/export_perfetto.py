@@ -19,7 +19,7 @@ import heapq
 import io
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, TextIO
@@ -126,6 +126,18 @@ def _us(ns: int) -> float:
     return round(ns / 1000, 3)
 
 
+def _track_names(tracks: Sequence[tuple[int, str]], first_index: int) -> list[dict[str, Any]]:
+    """Perfetto metadata naming each ``(tid, label)`` track and fixing its order."""
+    events: list[dict[str, Any]] = []
+    for index, (tid, label) in enumerate(tracks, start=first_index):
+        for name, args in (
+            ("thread_name", {"name": label}),
+            ("thread_sort_index", {"sort_index": index}),
+        ):
+            events.append({"ph": "M", "name": name, "pid": PID, "tid": tid, "ts": 0, "args": args})
+    return events
+
+
 def _metadata(recording: Recording) -> list[dict[str, Any]]:
     hello = recording.hello
     what = (hello.workload if hello else "") or recording.meta.get("spec", {}).get("workload")
@@ -134,27 +146,7 @@ def _metadata(recording: Recording) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "ts": 0, "args": {"name": name}}
     ]
-    for index, (tid, label) in enumerate(TRACKS):
-        events.append(
-            {
-                "ph": "M",
-                "name": "thread_name",
-                "pid": PID,
-                "tid": tid,
-                "ts": 0,
-                "args": {"name": label},
-            }
-        )
-        events.append(
-            {
-                "ph": "M",
-                "name": "thread_sort_index",
-                "pid": PID,
-                "tid": tid,
-                "ts": 0,
-                "args": {"sort_index": index},
-            }
-        )
+    events += _track_names(TRACKS, first_index=0)
     return events
 
 
@@ -334,29 +326,7 @@ def _kernel_metadata(
         )
         for (device, stream), tid in streams.items()
     ]
-    events = []
-    for index, (tid, label) in enumerate(tracks, start=len(TRACKS)):
-        events.append(
-            {
-                "ph": "M",
-                "name": "thread_name",
-                "pid": PID,
-                "tid": tid,
-                "ts": 0,
-                "args": {"name": label},
-            }
-        )
-        events.append(
-            {
-                "ph": "M",
-                "name": "thread_sort_index",
-                "pid": PID,
-                "tid": tid,
-                "ts": 0,
-                "args": {"sort_index": index},
-            }
-        )
-    return events
+    return _track_names(tracks, first_index=len(TRACKS))
 
 
 def _kernel_events(
