@@ -183,7 +183,7 @@ class FakeSession:
     def __init__(self, knobs: list[dict[str, Any]]) -> None:
         self.state = SessionState.RUNNING
         self.hello: Hello | None = Hello.from_message({"workload": "vision", "knobs": knobs})
-        self.knobs = knobs
+        self._knobs = knobs
         self.error: str | None = None
         self.bye_reason: str | None = None
         self.baseline_id: int | None = None
@@ -194,6 +194,10 @@ class FakeSession:
         self.answers: dict[int, ConfigChange | Refusal] = {}
         self.rows: dict[int, SegmentStats] = {}
         self.connected = True
+
+    @property
+    def knobs(self) -> list[dict[str, Any]]:
+        return self._knobs
 
     def config_values(self) -> dict[str, Any]:
         return dict(self.changes[-1].values)
