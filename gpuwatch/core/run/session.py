@@ -277,12 +277,15 @@ class Session(ModelAccess):
         """End what an interrupted launch started. Once the watch thread runs, it owns the end
         (the caller's stop goes the usual way); before that nobody would reap the runner or
         set the run ended, and a stop would wait for an end that never comes."""
-        if any(t.name == "gpuwatch-watch" for t in self._threads):
+        # A watch thread that started owns the end; one the interrupt caught between being
+        # listed and being started never will.
+        if any(t.name == "gpuwatch-watch" and t.ident is not None for t in self._threads):
             return
         self._stop_requested.set()
         proc = self._proc
         if proc is not None:
             launcher.end_tree(proc, terminate_after=0.0, kill_after=TERMINATE_S)
+        self._stop_done.set()  # the tree is gone: nothing waits for a stop's thread
         if self._listener is not None:
             self._listener.close()
         self._finish(
@@ -315,7 +318,8 @@ class Session(ModelAccess):
         self._stop_samplers()
         deadline = time.monotonic() + timeout
         for t in list(self._threads):
-            if t is not threading.current_thread():
+            # A thread an interrupted launch listed but never started has nothing to join.
+            if t is not threading.current_thread() and t.ident is not None:
                 t.join(max(0.0, deadline - time.monotonic()))
 
     def drain_log(self) -> list[LogLine]:
