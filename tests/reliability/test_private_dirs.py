@@ -53,6 +53,13 @@ def test_a_failing_run_leaves_the_temp_folder_as_it_found_it(
     assert private_dirs() == before
 
 
+def _default_sigint() -> None:
+    """Ctrl-C at its default in the child, however the suite itself was started: a shell starts
+    a background job (``.ci/run &``, ``nohup``) with SIGINT ignored, every child inherits that,
+    and a Python started so never installs its KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _cli(tmp_path: Path, script: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "gpuwatch", "run", "--headless", *args, str(script)],
@@ -60,6 +67,7 @@ def _cli(tmp_path: Path, script: Path, *args: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,  # noqa: PLW1509 - sets one signal disposition, no locks
     )
 
 
