@@ -111,8 +111,10 @@ def drained_link() -> Iterator[runner_link.Link]:
     yield link
     link.finished()
     link.close()
-    gui.close()
+    ours.close()  # the reader sees EOF and ends; closing ``gui`` under it would race its read
     reader.join(5)
+    assert not reader.is_alive(), "the reader ended at EOF"
+    gui.close()
     assert received, "the loop sent its steps over the link"
 
 
