@@ -74,9 +74,12 @@ def test_picker_shows_verdicts_and_only_a_usable_choice_is_accepted(qtbot, fakes
 
 
 def test_browse_adds_and_surveys_any_file(qtbot, fakes, tmp_path):
+    # Written before the dialog surveys anything: a survey forked while this file is still
+    # open for writing keeps the write descriptor in its child until exec, and running the file
+    # then fails with "Text file busy" (ETXTBSY), a verdict of BAD for a good interpreter.
+    other = fake_python(tmp_path / "browsed", GOOD)
     dialog = InterpreterPicker()
     qtbot.addWidget(dialog)
-    other = fake_python(tmp_path / "browsed", GOOD)
     dialog.add_path(other)
     assert dialog.selected_path() == other
     qtbot.waitUntil(lambda: dialog.level_of(other) == OK, timeout=20_000)
