@@ -108,6 +108,31 @@ def test_a_waiting_writer_gets_every_line_through_and_gives_up_without_a_reader(
     assert buffer.dropped == 1 and buffer.drain()[0].text.startswith("1 log line(s)")
 
 
+def test_a_line_that_cannot_wait_does_not_push_out_kept_output() -> None:
+    """The session's notices arrive while the script's output waits for a drain: they take
+    the room the waiting writer leaves, and no line of the kept output is dropped."""
+    buffer = LogBuffer(max_lines=40, wait_limit_s=30.0)
+
+    def write() -> None:
+        for i in range(100):
+            buffer.append(session_line(f"{i}"), wait=True)
+
+    writer = threading.Thread(target=write, daemon=True)  # a failed test leaves it waiting
+    writer.start()
+    wait_until(lambda: len(buffer) == buffer.max_lines - buffer.spare_lines, 10, "the writer blocked")
+    notices = 8  # fewer than the spare lines of a 40-line buffer
+    for i in range(notices):
+        buffer.append(session_line(f"notice {i}"))
+    assert buffer.dropped == 0
+    drained: list[str] = []
+    while writer.is_alive() or len(buffer):
+        drained += [line.text for line in buffer.drain()]
+    writer.join()
+    assert [t for t in drained if not t.startswith("notice")] == [str(i) for i in range(100)]
+    assert sum(t.startswith("notice") for t in drained) == notices
+    assert buffer.dropped == 0
+
+
 def session_line(text: str):
     from gpuwatch.core.model.log_buffer import LogLine
 

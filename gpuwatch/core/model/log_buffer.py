@@ -4,6 +4,8 @@ Bounded in lines and in bytes, so a script printing faster than anyone reads can
 GUI without limit. A writer either waits for room (the script's own output when the consumer
 keeps all of it: ``run --headless`` prints the user's training log, which must arrive whole;
 waiting blocks the script's ``print`` as a slow terminal would) or drops the oldest line.
+A waiting writer leaves a few lines of room for the writers that cannot wait (the session's
+notices, the runner's messages), so those never push out a line of the output being kept.
 Every dropped line is counted, and the next ``drain`` begins with one line saying exactly how
 many were dropped, so a reader never mistakes a gap for the whole log.
 """
@@ -22,6 +24,8 @@ MAX_CHARS = 8 * 1024 * 1024
 #: How long a waiting writer waits for a drain before it drops the oldest line instead: a
 #: consumer that stopped draining (its run is ending) must not block the script forever.
 WAIT_LIMIT_S = 10.0
+#: Lines a waiting writer leaves free for writers that never wait: a drain's worth of notices.
+SPARE_LINES = 64
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,11 @@ class LogBuffer:
         max_lines: int = MAX_LINES,
         max_chars: int = MAX_CHARS,
         wait_limit_s: float = WAIT_LIMIT_S,
+        spare_lines: int = SPARE_LINES,
     ) -> None:
         self.max_lines = max_lines
+        #: Lines a waiting writer leaves free: at most a quarter of the buffer.
+        self.spare_lines = min(spare_lines, max_lines // 4)
         self.max_chars = max_chars
         self.wait_limit_s = wait_limit_s
         #: Lines dropped since the buffer was made or cleared (the run's total).
@@ -59,12 +66,13 @@ class LogBuffer:
 
     def append(self, line: LogLine, *, wait: bool = False) -> None:
         """Add ``line``; when full, wait for a drain (``wait``, at most ``wait_limit_s``) or
-        drop the oldest lines until it fits."""
+        drop the oldest lines until it fits. A waiting writer waits while fewer than
+        ``spare_lines`` are free, so a writer that does not wait finds room without dropping."""
         size = len(line.text)
         with self._room:
             if wait:
                 deadline = time.monotonic() + self.wait_limit_s
-                while self._lines and not self._fits(size):
+                while self._lines and not self._fits(size, spare=self.spare_lines):
                     left = deadline - time.monotonic()
                     if left <= 0 or not self._room.wait(left):
                         break
@@ -105,5 +113,5 @@ class LogBuffer:
             f"(the log holds {self.max_lines:,} lines between two reads)"
         )
 
-    def _fits(self, size: int) -> bool:
-        return len(self._lines) < self.max_lines and self._chars + size <= self.max_chars
+    def _fits(self, size: int, spare: int = 0) -> bool:
+        return len(self._lines) < self.max_lines - spare and self._chars + size <= self.max_chars
