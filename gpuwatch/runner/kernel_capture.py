@@ -677,20 +677,25 @@ class KernelCapture:
 
     def _report(self, status: str, error: str) -> None:
         self.link.log("warning", f"kernel capture {status}: {error}")
-        self.link.send(
-            "kernels",
-            status=status,
-            error=error,
-            device=self.device,
-            steps=[],
-            perturbed=[],
-            names=[],
-            type=[],
-            name=[],
-            stream=[],
-            start=[],
-            end=[],
-        )
+        send_no_kernels(self.link, status, error, self.device)
+
+
+def send_no_kernels(link: CaptureLink, status: str, error: str, device: str) -> None:
+    """Answer a capture request with no kernels and the reason, so the GUI's request ends."""
+    link.send(
+        "kernels",
+        status=status,
+        error=error,
+        device=device,
+        steps=[],
+        perturbed=[],
+        names=[],
+        type=[],
+        name=[],
+        stream=[],
+        start=[],
+        end=[],
+    )
 
 
 def _reason(exc: BaseException) -> str:

@@ -32,7 +32,7 @@ from typing import Any
 
 from gpuwatch.runner.controls import apply_control
 from gpuwatch.runner.instrument_switch import CONTROLS, KERNEL_CAPTURE, InstrumentSwitch
-from gpuwatch.runner.kernel_capture import KernelCapture
+from gpuwatch.runner.kernel_capture import KernelCapture, send_no_kernels
 from gpuwatch.runner.link import Link
 from gpuwatch.runner.probe_knobs import ProbeKnobs
 
@@ -138,20 +138,7 @@ class ScriptControl:
 
     def _refuse_capture(self) -> None:
         error = self.switch.off[KERNEL_CAPTURE.name]
-        self.link.send(
-            "kernels",
-            status="refused",
-            error=error,
-            device=self.capture.device,
-            steps=[],
-            perturbed=[],
-            names=[],
-            type=[],
-            name=[],
-            stream=[],
-            start=[],
-            end=[],
-        )
+        send_no_kernels(self.link, "refused", error, self.capture.device)
 
     def _watch(self) -> None:
         """Move controls to the inbox; a stop or a lost link arms the interrupt fallback."""
