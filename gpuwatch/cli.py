@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuwatch import __version__
 from gpuwatch.protocol import MAX_CAPTURE_STEPS, WORKLOADS
@@ -454,20 +454,12 @@ def main(argv: list[str] | None = None) -> int:
             return _replay(args)
         if args.screenshot is not None and args.demo_seconds is None:
             parser.error("--screenshot needs --demo-seconds (when to take it)")
-        options_type, run_window = _window_kit()
-        return run_window(
-            options_type(
-                workload=args.workload,
-                device=args.device,
-                python=args.python,
-                autostart=args.autostart,
-                tour=args.tour,
-                demo_seconds=args.demo_seconds,
-                screenshot=args.screenshot,
-                presentation=args.presentation,
-                theme=args.theme,
-                window_size=args.window_size,
-            )
+        return _open_window(
+            args,
+            autostart=args.autostart,
+            tour=args.tour,
+            demo_seconds=args.demo_seconds,
+            screenshot=args.screenshot,
         )
     except CliError as exc:
         print(f"gpuwatch: {exc}", file=sys.stderr)
@@ -602,25 +594,20 @@ def _run(args: argparse.Namespace) -> int:
                 record=str(args.record) if args.record else None,
             )
         )
-    options_type, run_window = _window_kit()
-    return run_window(
-        options_type(
-            workload=args.workload,
-            device=device,
-            python=python,
-            autostart=True,
-            tour=False,
-            demo_seconds=args.run_demo_seconds,
-            screenshot=args.run_screenshot,
-            script=script,
-            script_args=tuple(args.script_args),
-            cwd=os.getcwd(),
-            seconds=args.run_seconds,
-            record=args.record,
-            presentation=args.run_presentation or args.presentation,
-            theme=args.run_theme or args.theme,
-            window_size=args.run_window_size or args.window_size,
-        )
+    return _open_window(
+        args,
+        "run_",
+        device=device,
+        python=python,
+        autostart=True,
+        tour=False,
+        demo_seconds=args.run_demo_seconds,
+        screenshot=args.run_screenshot,
+        script=script,
+        script_args=tuple(args.script_args),
+        cwd=os.getcwd(),
+        seconds=args.run_seconds,
+        record=args.record,
     )
 
 
@@ -640,22 +627,15 @@ def _replay(args: argparse.Namespace) -> int:
         recordings = [open_recording(path) for path in (args.file, args.compare) if path]
     except RecordingError as exc:
         raise CliError(str(exc)) from None
-    options_type, run_window = _window_kit()
-    return run_window(
-        options_type(
-            workload=args.workload,
-            device=args.device,
-            python=args.python,
-            autostart=False,
-            tour=False,
-            demo_seconds=demo_seconds,
-            screenshot=screenshot,
-            recording=recordings[0],
-            compare=recordings[1] if len(recordings) > 1 else None,
-            presentation=args.replay_presentation or args.presentation,
-            theme=args.replay_theme or args.theme,
-            window_size=args.replay_window_size or args.window_size,
-        )
+    return _open_window(
+        args,
+        "replay_",
+        autostart=False,
+        tour=False,
+        demo_seconds=demo_seconds,
+        screenshot=screenshot,
+        recording=recordings[0],
+        compare=recordings[1] if len(recordings) > 1 else None,
     )
 
 
@@ -720,6 +700,26 @@ def _self_test(args: argparse.Namespace) -> int:
     result = run_self_test(args.python, remembered, path, open_window)
     print(f"gpuwatch self-test: {result.message} (result: {path})")
     return 0 if result.ok else 1
+
+
+def _open_window(args: argparse.Namespace, own: str = "", **fields: Any) -> int:
+    """Open the window with what every command shares (a subcommand's own ``--presentation``,
+    ``--theme`` and ``--window-size``, under the prefix ``own``, win over the top-level ones)
+    and the command's ``fields``."""
+    options_type, run_window = _window_kit()
+
+    def chosen(name: str) -> Any:
+        return (getattr(args, own + name, None) if own else None) or getattr(args, name)
+
+    shared: dict[str, Any] = {
+        "workload": args.workload,
+        "device": args.device,
+        "python": args.python,
+        "presentation": chosen("presentation"),
+        "theme": chosen("theme"),
+        "window_size": chosen("window_size"),
+    }
+    return run_window(options_type(**(shared | fields)))
 
 
 def _window_kit() -> tuple[type[WindowOptions], Callable[[WindowOptions], int]]:
