@@ -5,7 +5,14 @@ The words follow docs/knobs.md §3: a segment's first ``warmup_steps`` steps are
 are its *steady* steps, less the steps a kernel capture profiled (``Scoreboard.mark_profiled``:
 a profiler slows the steps it observes); the steps trained while the next change
 was being prepared (``preparing_since``: its workers were starting) end its figures. A
-figure that cannot be computed is ``None`` ("n/a"), never 0.
+figure that cannot be computed is ``None`` ("n/a"), never 0; a row whose figures wait for
+more steady steps says how many it has and needs (``SteadyWait``).
+
+Samples/s is the median of 1 s window rates: a window evens out steps of a millisecond. A
+step longer than a window fills one by itself, so steps that long are rated one by one (each
+steady step's samples over its own duration), and fewer of them make a figure
+(``MIN_LONG_STEADY_STEPS``): at 6 s a step, five steady steps after three warm-up steps would
+leave the row empty for 48 s.
 Rows of finished segments are frozen (``Scoreboard``), so the step ring dropping old steps
 never changes them.
 """
@@ -31,9 +38,25 @@ from gpuwatch.protocol import ALL_PHASES
 MIN_STEADY_STEPS = 5
 #: Width of the windows whose median rate is the segment's samples/s.
 SCORE_WINDOW_S = 1.0
+#: Steps whose median lasts at least a rate window are rated per step, from this many on.
+MIN_LONG_STEADY_STEPS = 3
 BASELINE_LABEL = "baseline"
 
 _DATA = ALL_PHASES.index("data")
+
+
+@dataclass(frozen=True)
+class SteadyWait:
+    """A row whose figures wait for steady steps: how many it has, how many they need, and
+    whether more can still come (the live row) or the segment ended too short."""
+
+    steady_steps: int
+    needed: int
+    live: bool
+
+    def text(self) -> str:
+        counted = f"{self.steady_steps} of {self.needed} steady steps"
+        return f"measuring ({counted})" if self.live else f"n/a (only {counted})"
 
 
 @dataclass(frozen=True)
@@ -67,10 +90,22 @@ class SegmentStats:
     idle_causes: dict[str, float] | None = None
     breakdown: dict[str, float] | None = None
     host_phases: dict[str, float] | None = None
+    #: Steady steps the figures need: MIN_STEADY_STEPS, or MIN_LONG_STEADY_STEPS for steps
+    #: at least a rate window long.
+    steady_needed: int = MIN_STEADY_STEPS
+    #: How samples/s was rated: "window" (median of 1 s windows) or "step" (median per step).
+    rate_basis: str = "window"
 
     @property
     def steady(self) -> bool:
         return self.samples_per_s is not None
+
+    @property
+    def waiting(self) -> SteadyWait | None:
+        """Why the figures are not there yet (too few steady steps), or None."""
+        if self.steady_steps >= self.steady_needed:
+            return None
+        return SteadyWait(self.steady_steps, self.steady_needed, self.live)
 
     @property
     def steady_s(self) -> float:
@@ -209,25 +244,32 @@ def segment_stats(
     profiled = np.zeros(len(view), bool) if profiled is None else np.asarray(profiled, bool)
     steady = timed & ~profiled
     n = int(steady.sum())
-    row = dataclasses.replace(row, steady_steps=n, transition_s=transition_s)
+    # Step time runs to the next step's start (phase_durations books the gap as `other`).
+    durations = phase_durations(view)
+    all_step_ns = durations.sum(axis=1)
+    long_steps = _long_steps(all_step_ns[steady] if n else all_step_ns)
+    needed = MIN_LONG_STEADY_STEPS if long_steps else MIN_STEADY_STEPS
+    row = dataclasses.replace(row, steady_steps=n, transition_s=transition_s, steady_needed=needed)
     if n == 0:
         return row
     host = view.host[steady]
     r0, r1 = int(host[0, 0]), int(host[-1, -1])
     row = dataclasses.replace(row, steady_since_ns=r0, steady_until_ns=r1)
-    if n < MIN_STEADY_STEPS:
+    if n < needed:
         return row
-    durations = phase_durations(view)[steady]
-    # Step time runs to the next step's start (phase_durations books the gap as `other`).
-    step_ns = durations.sum(axis=1)
+    durations = durations[steady]
+    step_ns = all_step_ns[steady]
     total = float(step_ns.sum())
-    rates = window_rates(
-        view.host[timed, 0],
-        view.host[timed, -1],
-        view.samples[timed],
-        int(SCORE_WINDOW_S * 1e9),
-        drop=profiled[timed],
-    )
+    if long_steps:
+        rates = step_rates(view.samples[steady], step_ns)
+    else:
+        rates = window_rates(
+            view.host[timed, 0],
+            view.host[timed, -1],
+            view.samples[timed],
+            int(SCORE_WINDOW_S * 1e9),
+            drop=profiled[timed],
+        )
     p50, p95 = np.percentile(step_ns, [50, 95]) / 1e6
     util = power = None
     source = None
@@ -239,7 +281,7 @@ def segment_stats(
         if mean_power is not None:
             power = mean_power * (r1 - r0) / 1e9 / n
     split = step_breakdown(view, steady & np.asarray(view.has_device, bool))
-    measured = split.steps >= MIN_STEADY_STEPS
+    measured = split.steps >= needed
     return dataclasses.replace(
         row,
         idle_causes=split.idle_causes if measured else None,
@@ -254,7 +296,20 @@ def segment_stats(
         coarse_source=source,
         energy_j_per_step=power,
         window_rates=tuple(float(r) for r in rates),
+        rate_basis="step" if long_steps else "window",
     )
+
+
+def _long_steps(step_ns: np.ndarray) -> bool:
+    """Steps whose median lasts at least a rate window: each would fill a window alone."""
+    return bool(step_ns.size) and float(np.median(step_ns)) >= SCORE_WINDOW_S * 1e9
+
+
+def step_rates(samples: np.ndarray, step_ns: np.ndarray) -> np.ndarray:
+    """Samples/s of each step over its own duration (start to the next step's start)."""
+    keep = step_ns > 0
+    rates: np.ndarray = samples[keep].astype(np.float64) * 1e9 / step_ns[keep]
+    return rates
 
 
 def preparing_since(change: ConfigChange) -> int:
