@@ -38,6 +38,10 @@ class UtilizationView(QWidget):
         self.legend_label = QLabel()
         # Wraps rather than widen the window past a 1280 px projector in presentation mode.
         self.legend_label.setWordWrap(True)
+        self.legend_label.setToolTip(
+            "Each step of both curves is one coarse sample: the busy % is over the same "
+            "periods as the coarse samples (runner CPU or NVML)."
+        )
         layout.addWidget(self.legend_label)
         self.note_label = QLabel()
         palette.set_style(self.note_label, "color: $na_text; padding-left: 4px;")
