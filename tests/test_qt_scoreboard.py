@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pyqtgraph as pg
 import pytest
 from fake_knob_session import KNOBS, T0, FakeSession, row
@@ -65,16 +67,56 @@ def test_rows_with_figures_and_na(board):
     assert cell(board, 1, "busy %") == "43%"
     assert cell(board, 1, "transition s") == "2.1"
     assert cell(board, 0, "energy J/step") == "n/a"  # no power reading: n/a, never 0
-    # The live segment, not steady yet: every figure n/a, marked and in italics.
+    # The live segment, not steady yet: it says how far it is, marked and in italics.
     assert cell(board, 2, "stage") == LIVE_MARK + "compile"
-    for title in ("samples/s", "step p50 ms", "busy %", "input wait %", "speedup", "transition s"):
-        assert cell(board, 2, title) == "n/a", title
+    assert cell(board, 2, "samples/s") == "measuring (2 of 5 steady steps)"
+    for title in ("step p50 ms", "busy %", "input wait %", "speedup"):
+        assert cell(board, 2, title) == "measuring", title
+    assert cell(board, 2, "transition s") == "n/a"  # still in its transition
     assert cell(board, 2, "stage", Qt.ItemDataRole.FontRole).italic()
     assert not cell(board, 1, "stage", Qt.ItemDataRole.FontRole).italic()
-    assert "not steady yet" in cell(board, 2, "samples/s", Qt.ItemDataRole.ToolTipRole)
+    tip = cell(board, 2, "samples/s", Qt.ItemDataRole.ToolTipRole)
+    assert "figures need 5 steady steps" in tip
     # With no pinned baseline, the first row is the baseline (bold) and named in the hint.
     assert cell(board, 0, "stage", Qt.ItemDataRole.FontRole).bold()
     assert "baseline" in board.hint.text()
+
+
+def test_long_steps_measure_to_three_and_a_short_finished_row_says_so(board):
+    long_live = dataclasses.replace(
+        row(0, "baseline", live=True, steady=False), steady_steps=2, steady_needed=3
+    )
+    board.show_rows([long_live])
+    assert cell(board, 0, "samples/s") == "measuring (2 of 3 steady steps)"
+    short = dataclasses.replace(long_live, live=False)
+    board.show_rows([short])
+    assert cell(board, 0, "samples/s") == "n/a (only 2 of 3 steady steps)"
+    assert cell(board, 0, "busy %") == "n/a"
+    rated = row(0, "baseline", rate_basis="step", steady_needed=3)
+    board.show_rows([rated])
+    assert "per-step rates" in cell(board, 0, "samples/s", Qt.ItemDataRole.ToolTipRole)
+
+
+def header(view: ScoreboardView, title: str, role=Qt.ItemDataRole.DisplayRole):
+    column = [c.title for c in COLUMNS].index(title)
+    return view.model.headerData(column, Qt.Orientation.Horizontal, role)
+
+
+@pytest.mark.parametrize(
+    ("kind", "coarse"), [("cpu", "CPU % of all cores"), ("cuda", "GPU util % (NVML)")]
+)
+def test_busy_names_its_window_and_coarse_its_unit(board, kind, coarse):
+    board.session.hello = dataclasses.replace(
+        board.session.hello,
+        device=dataclasses.replace(board.session.hello.device, kind=kind),
+    )
+    board.show_rows(three_rows())
+    assert header(board, "coarse %") == coarse
+    assert "this configuration, steady steps" in header(
+        board, "busy %", Qt.ItemDataRole.ToolTipRole
+    )
+    assert "% of one core" in header(board, "coarse %", Qt.ItemDataRole.ToolTipRole)
+    assert header(board, "busy %") == "busy %"
 
 
 def test_pin_a_baseline(board, qtbot):

@@ -1,8 +1,15 @@
 """The scoreboard: one row per segment (docs/knobs.md §3), speedup against a pinned baseline.
 
 Refreshed a couple of times a second from ``session.scoreboard()``, not at the redraw rate:
-figures that change every frame cannot be read. A figure that could not be measured (or a
-segment not steady yet) reads "n/a", never 0.
+figures that change every frame cannot be read. A figure that could not be measured reads
+"n/a", never 0; a row waiting for its steady steps says "measuring (2 of 3 steady steps)".
+
+Every figure is over *this configuration's steady steps* (warm-up and profiled steps left
+out), which the busy column's label says, as the headline's busy is over its last seconds.
+The coarse column keeps the unit of its source, in its header: NVML's % of the GPU's time,
+or the runner's CPU as a % of *all* its cores (the headline's runner CPU is % of one core,
+as ``top`` shows it). All cores, because that column is read across rows and machines next
+to busy %, both 0–100 %, and feeds the bench JSON's ``coarse_util`` (a 0–1 fraction).
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpuwatch.core.figures.segments import MIN_STEADY_STEPS, SegmentStats
+from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.figures.step_breakdown import idle_summary, summary
 from gpuwatch.core.model.messages import Hello, describe_change
 from gpuwatch.qt import palette
@@ -42,7 +49,11 @@ LIVE_MARK = "▶ "
 HINT_NO_RUN = "Start a run to see its segments: one row per knob configuration."
 
 _ROOT = QModelIndex()
-_COARSE_SOURCES = {"nvml.gpu_util": "NVML GPU utilization", "proc.cpu": "runner CPU / cores"}
+_COARSE_SOURCES = {
+    "nvml.gpu_util": "NVML GPU utilization (% of the GPU's time)",
+    "proc.cpu": "runner CPU, % of all its cores",
+}
+STEADY_WINDOW = "this configuration, steady steps"
 
 
 def _pct(value: float | None) -> str:
@@ -62,6 +73,18 @@ class Column:
     tip: str
     text: Callable[[SegmentStats], str]
     numeric: bool = True
+    #: None until the row has its steady steps: the cell says it is measuring.
+    steady_gated: bool = True
+    #: The header's text on a device ("cuda", "cpu" or None), when it names a unit.
+    header: Callable[[str | None], str] | None = None
+
+
+def _coarse_header(device_kind: str | None) -> str:
+    if device_kind == "cuda":
+        return "GPU util % (NVML)"
+    if device_kind == "cpu":
+        return "CPU % of all cores"
+    return "coarse %"
 
 
 def _stage(row: SegmentStats) -> str:
@@ -72,7 +95,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("stage", "The segment's name (▶ = still running)", _stage, numeric=False),
     Column(
         "samples/s",
-        "Median of the 1 s window rates over the steady steps",
+        "Median of the 1 s window rates over the steady steps (steps of 1 s or "
+        "longer: median of their own rates, samples over each step's time)",
         lambda r: _fmt("{:,.0f}")(r.samples_per_s),
     ),
     Column(
@@ -88,7 +112,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("step p95 ms", "95th percentile step time", lambda r: _fmt("{:.1f}")(r.step_ms_p95)),
     Column(
         "busy %",
-        "Stream-active (CUDA, an upper bound) or compute share of the steady range",
+        f"Busy over {STEADY_WINDOW} (warm-up and profiled steps left out): the CUDA "
+        "stream-active share (an upper bound) or, on a CPU, the compute share",
         lambda r: _pct(r.busy_share),
     ),
     Column(
@@ -98,19 +123,24 @@ COLUMNS: tuple[Column, ...] = (
     ),
     Column(
         "coarse %",
-        "NVML GPU utilization, or on a CPU the runner's CPU over its cores",
+        "Over the steady steps: NVML GPU utilization (% of the GPU's time a kernel ran), "
+        "or on a CPU the runner's CPU as a % of all its cores (100 % = every core busy; "
+        "the headline's runner CPU is % of one core)",
         lambda r: _pct(r.coarse_util),
+        header=_coarse_header,
     ),
     Column(
         "energy J/step",
         "NVML energy per steady step (n/a without a power reading)",
         lambda r: _fmt("{:.2f}")(r.energy_j_per_step),
+        steady_gated=False,
     ),
     Column(
         "transition s",
         "From the change to the end of its transition steps (rebuild, "
         "compile, warm-up): left out of every figure",
         lambda r: _fmt("{:.1f}")(r.transition_s),
+        steady_gated=False,
     ),
     Column(
         "changed",
@@ -119,6 +149,21 @@ COLUMNS: tuple[Column, ...] = (
         numeric=False,
     ),
 )
+
+
+FIRST_FIGURE = next(i for i, c in enumerate(COLUMNS) if c.numeric)
+
+
+def cell_text(row: SegmentStats, column: Column) -> str:
+    """The cell: its figure, or while the row waits for steady steps what it is waiting for
+    (in full in the first figure column, "measuring" in the others)."""
+    text = column.text(row)
+    wait = row.waiting
+    if wait is None or text != NA or not column.steady_gated:
+        return text
+    if column is COLUMNS[FIRST_FIGURE]:
+        return wait.text()
+    return "measuring" if wait.live else NA
 
 
 class ScoreboardModel(QAbstractTableModel):
@@ -159,7 +204,7 @@ class ScoreboardModel(QAbstractTableModel):
             return None
         row, column = self.rows[index.row()], COLUMNS[index.column()]
         if role == Qt.ItemDataRole.DisplayRole:
-            return column.text(row)
+            return cell_text(row, column)
         if role == Qt.ItemDataRole.TextAlignmentRole:
             horizontal = (
                 Qt.AlignmentFlag.AlignRight if column.numeric else Qt.AlignmentFlag.AlignLeft
@@ -178,11 +223,14 @@ class ScoreboardModel(QAbstractTableModel):
         lines = [column.tip]
         if row.config_id == self.baseline_id:
             lines.append("This row is the baseline of the speedups.")
-        if not row.steady and column.numeric:
+        wait = row.waiting
+        if wait is not None and column.numeric:
             lines.append(
-                f"n/a: not steady yet ({row.steady_steps} steady steps; figures "
-                f"need {MIN_STEADY_STEPS}, transition steps are left out)"
+                f"{wait.text()}: figures need {wait.needed} steady steps "
+                "(transition steps are left out)"
             )
+        if column.title == "samples/s" and row.steady and row.rate_basis == "step":
+            lines.append("steps of 1 s or longer: the median of per-step rates")
         if column.title == "coarse %" and row.coarse_source:
             lines.append(f"source: {_COARSE_SOURCES.get(row.coarse_source, row.coarse_source)}")
         if column.title == "changed" and row.changed:
@@ -202,8 +250,9 @@ class ScoreboardModel(QAbstractTableModel):
     ) -> Any:
         if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(COLUMNS):
             return None
+        column = COLUMNS[section]
         if role == Qt.ItemDataRole.DisplayRole:
-            return COLUMNS[section].title
+            return column.header(self.device_kind) if column.header else column.title
         if role == Qt.ItemDataRole.ToolTipRole:
             return COLUMNS[section].tip
         return None
@@ -271,7 +320,10 @@ class ScoreboardView(QWidget):
         selected = self.selected_config_id()
         count_before = self.model.rowCount()
         hello = self.session.hello
-        self.model.device_kind = hello.device.kind if hello else None
+        kind = hello.device.kind if hello else None
+        if kind != self.model.device_kind:  # the coarse header names its device's unit
+            self.model.device_kind = kind
+            self.model.headerDataChanged.emit(Qt.Orientation.Horizontal, 0, len(COLUMNS) - 1)
         self.model.set_rows(rows, self.session.baseline_id)
         if self.model.rowCount() != count_before:
             self.table.resizeColumnsToContents()
