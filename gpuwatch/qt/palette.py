@@ -100,22 +100,21 @@ def pale(color: str, alpha: int = 55) -> QColor:
     return c
 
 
-def swatch(color: str | QColor, text: str) -> str:
-    """Rich-text legend entry: a square in the colour the plot draws, then its meaning."""
-    if isinstance(color, QColor):  # translucent tints: show the colour seen on the plot
-        a = color.alphaF()
-        bg = _theme.qcolor(Role.PLOT_BACKGROUND)
-        seen = QColor(
-            *(
-                round(c * a + b * (1 - a))
-                for c, b in (
-                    (color.red(), bg.red()),
-                    (color.green(), bg.green()),
-                    (color.blue(), bg.blue()),
-                )
-            )
+def seen_on_plot(color: str | QColor, theme: Theme | None = None) -> QColor:
+    """The opaque colour seen where a plot item drawn in ``color`` (a role's light colour,
+    perhaps translucent) covers ``theme``'s plot background (default: the current theme)."""
+    theme = theme or _theme
+    c = theme.color(color)
+    a = c.alphaF()
+    bg = theme.qcolor(Role.PLOT_BACKGROUND)
+    return QColor(
+        *(
+            round(x * a + b * (1 - a))
+            for x, b in ((c.red(), bg.red()), (c.green(), bg.green()), (c.blue(), bg.blue()))
         )
-        name = seen.name()
-    else:
-        name = _theme.color(color).name()
-    return f'<span style="color:{name}">&#9632;</span>&nbsp;{text}'
+    )
+
+
+def swatch(color: str | QColor, text: str) -> str:
+    """Rich-text legend entry: a square in the colour the plot shows, then its meaning."""
+    return f'<span style="color:{seen_on_plot(color).name()}">&#9632;</span>&nbsp;{text}'

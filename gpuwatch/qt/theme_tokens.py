@@ -45,7 +45,7 @@ class Role(str, Enum):
     MARKER = "marker"
     TRANSITION = "transition"
     KERNEL_LABEL = "kernel_label"
-    # Host phases: the Okabe-Ito colour-blind-safe set, the same in every theme.
+    # Host phases: the Okabe-Ito colour-blind-safe set (see ``_PHASES``).
     PHASE_DATA = "phase_data"
     PHASE_H2D = "phase_h2d"
     PHASE_FORWARD = "phase_forward"
@@ -139,14 +139,22 @@ def _theme(name: str, inherited: Mapping[Role, str], /, **changes: str) -> Theme
     return Theme(name, MappingProxyType(tokens))
 
 
+#: Host phases: Okabe and Ito's colour-blind-safe set ("Color Universal Design",
+#: https://jfly.uni-koeln.de/color/), the same hues in every theme. The idle gaps of the device
+#: lane borrow the colours of the data, h2d, sync, forward and other phases, and the transition
+#: colour (``gpuwatch.qt.gap_tint``), drawn translucent: blended with the plot background,
+#: every pair of them, the device-active colour and the background itself differ by a CIEDE2000
+#: ΔE of at least 20 in every theme (tests/test_legend_contrast.py). Two shades are adjusted for
+#: that: sync is a darker vermillion (Okabe-Ito's #D55E00 is ΔE 17 from its orange once both
+#: are blended with white), and the grey of other is dark on a light plot, light on a dark one.
 _PHASES = {
     Role.PHASE_DATA: "#E69F00",  # orange: waiting on the input pipeline
     Role.PHASE_H2D: "#56B4E9",  # sky blue: issuing host-to-device copies
-    Role.PHASE_FORWARD: "#009E73",  # green
+    Role.PHASE_FORWARD: "#009E73",  # bluish green
     Role.PHASE_BACKWARD: "#0072B2",  # blue
-    Role.PHASE_OPTIMIZER: "#CC79A7",  # pink
-    Role.PHASE_SYNC: "#D55E00",  # vermillion: .item(), logging, explicit syncs
-    Role.PHASE_OTHER: "#9E9E9E",  # grey: loop overhead outside the marks
+    Role.PHASE_OPTIMIZER: "#CC79A7",  # reddish purple
+    Role.PHASE_SYNC: "#C13B00",  # dark vermillion: .item(), logging, explicit syncs
+    Role.PHASE_OTHER: "#616161",  # dark grey: loop overhead outside the marks
 }
 
 #: The same in every theme: strong backgrounds under white text, and the plots' tints that
@@ -157,7 +165,10 @@ _SHARED = {
     Role.BRIGHT_TEXT: "#FF5252",
     Role.PLACEHOLDER_TEXT: "#888888",
     Role.GAP: "#6EE53935",  # red at alpha 110: idle gaps under the active spans
-    Role.TRANSITION: "#2DFFC107",  # amber at alpha 45: the stretch after a config change
+    # Purple at alpha 45: the stretch after a config change (and, more opaque, the
+    # "reconfigure" idle gaps). Paul Tol's muted purple (https://personal.sron.nl/~pault/,
+    # colour-blind safe): a hue no phase has; an amber or a yellow is too close to "input".
+    Role.TRANSITION: "#2DAA4499",
     Role.KERNEL_LABEL: "#888888",  # text items on the light and the dark plot alike
     Role.BANNER_ERROR_BG: "#C62828",
     Role.BANNER_WARNING_BG: "#8D6E00",
@@ -212,7 +223,8 @@ DARK = _theme(
     plot_foreground="#DCDCDC",
     grid_line="#3C3C3C",
     lane_shade="#0AFFFFFF",  # the faint black band becomes a faint white one
-    device_active="#8C9EFF",
+    phase_other="#E0E0E0",  # light grey: the dark one would vanish into the background
+    device_active="#B3BEFF",  # lighter than a periwinkle: ΔE ≥ 20 from the sky-blue copy tint
     coarse="#E1A6F0",
     marker="#B0BEC5",
     note_text="#B4B4B4",
