@@ -2,6 +2,8 @@
 
 Bounded (``setMaximumBlockCount``) because a chatty training script can print forever;
 a burst larger than one screenful per redraw is summarised rather than laid out line by line.
+Long lines (a traceback's, a config dump) wrap at the pane's width, anywhere if they have no
+space, and never scroll sideways: a cut line hides what it says.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from PySide6.QtGui import QFont, QFontDatabase
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont, QFontDatabase, QTextOption
 from PySide6.QtWidgets import QPlainTextEdit
 
 from gpuwatch.core.run.session import LogLine
@@ -29,7 +32,9 @@ class LogPane(QPlainTextEdit):
         super().__init__()
         self.setReadOnly(True)
         self.setMaximumBlockCount(MAX_LINES)
-        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
         font.setStyleHint(QFont.StyleHint.Monospace)
         self.setFont(font)
@@ -46,5 +51,6 @@ class LogPane(QPlainTextEdit):
     def _append(self, level: str, text: str) -> None:
         # Ordinary lines carry no colour of their own, so they follow the theme (dark/light).
         color = _COLORS.get(level)
-        style = f"white-space: pre; color: {color}" if color else "white-space: pre"
+        # pre-wrap: the columns' padding is kept, and long lines still wrap.
+        style = f"white-space: pre-wrap; color: {color}" if color else "white-space: pre-wrap"
         self.appendHtml(f'<span style="{style}">{html.escape(text)}</span>')
