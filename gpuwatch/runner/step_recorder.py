@@ -14,6 +14,14 @@ returned, an optimizer stepped, ``gw.step()`` entered, ...) into the 7 marks of
   after a later one is ignored (its time stays in the later phase).
 * Boundaries not reached collapse onto the previous one: an eval step (no backward, no
   optimizer) shows the time after its forward as ``sync``.
+* **Gradient accumulation**: once an optimizer has stepped, a ``next()`` of the same iterator
+  in a step that ran ``backward()`` but no ``optimizer.step()`` draws the next micro-batch of
+  the same step: a step ends at the optimizer step (4 batches of 64 make one step of 256
+  samples). Its marks then hold the *summed* time per phase over its micro-batches (data of
+  all of them, then h2d, forward, backward; a micro-batch's time after its backward joins
+  ``sync``), from its first ``next()`` to its end; on CUDA its device marks are those of its
+  first micro-batch and of its optimizer step. Until the first optimizer step each batch is
+  a step (the first cycle shows as single batches, inside the warm-up).
 * A second iterator advanced while the step is still in its data phase (``zip(a, b)``) belongs
   to the same step. ``StopIteration`` (end of an epoch) ends the step; the time until the next
   epoch's first ``next()`` is outside any step.
@@ -50,6 +58,8 @@ from gpuwatch.runner.step_columns import FlushTimer, StepColumns
 from gpuwatch.runner.timing import DeviceMarks, TimingBackend
 
 DATA_END, H2D_END, FORWARD_END, BACKWARD_END, OPTIMIZER_END, END = range(1, N_MARKS)
+#: What a step is, as ``bye.step_definition`` says it (docs/design.md "A step's marks").
+STEP_DEFINITIONS = ("loader", "accumulation", "optimizer", "probe")
 
 
 class RecorderLink(Protocol):
@@ -171,6 +181,18 @@ class StepRecorder:
         self._pending_data: tuple[int, int, int | None] | None = None  # probe: start, end, n
         self._probe_depth = 0
         self._probe_samples: int | None = None
+        #: Calls seen: what the script did (trained, or only evaluated), for the summary.
+        self.optimizer_steps = 0
+        self.backward_passes = 0
+        #: True once a step held several micro-batches (gradient accumulation); how many
+        #: batches the last such step held.
+        self.accumulating = False
+        self.batches_per_step = 1
+        self._micro = 0  # micro-batches folded into the open step
+        self._folded: list[int] = []  # their summed time per phase
+        self._folded_start = 0
+        self._folded_samples = 0
+        self._marked = 0  # device marks already recorded for the open step (after a fold)
 
     # --- DataLoader iteration -------------------------------------------------------------
 
@@ -185,6 +207,14 @@ class StepRecorder:
         elif self._host is not None:
             if iterator != self._iterator and self._reached <= DATA_END:
                 return  # zip(a, b): still the same step's data phase
+            if (
+                self._reached == BACKWARD_END
+                and self.optimizer_steps
+                and iterator == self._iterator
+            ):
+                self._fold(now)  # gradient accumulation: the next micro-batch of this step
+                self._call = (iterator, now)
+                return
             self._close(now)
         self._boundary(self.steps)
         self._call = (iterator, self.clock())
@@ -200,7 +230,9 @@ class StepRecorder:
             elif call is not None and call[0] == iterator:
                 self._pending_data = (call[1], now, batch_samples(batch))
             return
-        if self._host is not None:  # another iterator of a zip: the data phase goes on
+        if self._host is not None:  # a zip's other iterator, or an accumulating step's batch
+            if self._reached == 0 and self._micro:
+                self._samples = batch_samples(batch)
             if self._reached <= DATA_END:
                 self._mark(DATA_END, now)
             return
@@ -212,9 +244,13 @@ class StepRecorder:
         self._mark(DATA_END, now)
 
     def loader_exhausted(self, iterator: int) -> None:
-        """``StopIteration``: the epoch is over; the next ``next()`` starts the next step."""
+        """``StopIteration``: the epoch is over; the next ``next()`` starts the next step. An
+        accumulating step whose epoch ended before its optimizer step ends here."""
         if self._call is not None and self._call[0] == iterator:
             self._call = None
+            if self._micro and self._reached == 0 and self._host is not None:
+                self._samples = 0  # the batch asked for never came
+                self._close(self._host[0])
 
     # --- model, autograd, optimizer -------------------------------------------------------
 
@@ -234,10 +270,12 @@ class StepRecorder:
 
     def backward_returned(self) -> None:
         self._mark(BACKWARD_END, self.clock())
+        self.backward_passes += 1
 
     def optimizer_stepped(self) -> None:
         now = self.clock()
         self._mark(OPTIMIZER_END, now)
+        self.optimizer_steps += 1
         if self.instrumentation == "auto" and not self.saw_loader and self._host is not None:
             self._close(now)
             self._boundary(self.steps)
@@ -347,9 +385,11 @@ class StepRecorder:
             return
         for skipped in range(self._reached + 1, index):
             host[skipped] = host[self._reached]
-            self.backend.mark(skipped)
+            if skipped > self._marked:
+                self.backend.mark(skipped)
         host[index] = max(now, host[self._reached])
-        self.backend.mark(index)
+        if index > self._marked:
+            self.backend.mark(index)
         self._reached = index
 
     def _close(self, end_ns: int) -> None:
@@ -357,12 +397,16 @@ class StepRecorder:
         assert host is not None
         for skipped in range(self._reached + 1, END):
             host[skipped] = host[self._reached]
-            self.backend.mark(skipped)
+            if skipped > self._marked:
+                self.backend.mark(skipped)
         host[END] = max(end_ns, host[self._reached])
         self.backend.mark(END)
         self.backend.end()
         samples = self._probe_samples if self._probe_samples is not None else self._samples
-        self._columns.add_step(self.steps, self._config, 1 if samples is None else samples, host)
+        samples = 1 if samples is None else samples
+        if self._micro:
+            host, samples = self._unfolded(host), samples + self._folded_samples
+        self._columns.add_step(self.steps, self._config, samples, host)
         self.steps += 1
         self._host = None
         self._reached = 0
@@ -380,3 +424,64 @@ class StepRecorder:
         self._host = None
         self._reached = 0
         self._iterator = None
+        if self._micro:
+            self._micro = self._marked = 0
+
+    # --- gradient accumulation ------------------------------------------------------------
+
+    def _fold(self, now: int) -> None:
+        """The open step's micro-batch ends at ``now`` (its loop asks for the next batch): add
+        its phases to the step's sums and start the next micro-batch's marks at ``now``."""
+        host = self._host
+        assert host is not None
+        if not self._micro:
+            self._folded = [0] * END
+            self._folded_start = host[0]
+            self._folded_samples = 0
+            self._marked = self._reached
+            if not self.accumulating:
+                self.accumulating = True
+                self.link.log(
+                    "info",
+                    "the script accumulates gradients (several backward() per "
+                    "optimizer.step()): a step now ends at optimizer.step() and holds all "
+                    "its batches",
+                )
+        folded, reached = self._folded, self._reached
+        for i in range(reached):
+            folded[i] += host[i + 1] - host[i]
+        folded[OPTIMIZER_END] += now - host[reached]  # after its backward: ``sync``
+        self._folded_samples += 1 if self._samples is None else self._samples
+        self._samples = None
+        self._micro += 1
+        host[0] = now
+        self._reached = 0
+
+    def _unfolded(self, host: list[int]) -> list[int]:
+        """The marks of an accumulating step: from its first ``next()``, each phase's summed
+        time over its micro-batches; the step's end stays where it was."""
+        folded = self._folded
+        marks = [self._folded_start]
+        for i in range(END):
+            marks.append(marks[i] + folded[i] + host[i + 1] - host[i])
+        self.batches_per_step = self._micro + 1
+        self._micro = self._marked = 0
+        return marks
+
+    def step_definition(self) -> str:
+        """What a step was (one of ``STEP_DEFINITIONS``), for the run's ``bye``."""
+        if self.instrumentation == "probe":
+            return "probe"
+        if self.accumulating:
+            return "accumulation"
+        return "loader" if self.saw_loader else "optimizer"
+
+    def bye_fields(self) -> dict[str, Any]:
+        """What the run's ``bye`` says of its steps: how a step was delimited, and whether the
+        script trained (optimizer steps), only ran backward passes, or only evaluated."""
+        return {
+            "step_definition": self.step_definition(),
+            "batches_per_step": self.batches_per_step,
+            "optimizer_steps": self.optimizer_steps,
+            "backward_passes": self.backward_passes,
+        }
