@@ -233,6 +233,7 @@ def _watch(
             cuda_used=cuda_used,
             instrumentation=recorder.instrumentation,
             interrupted=control.interrupted,
+            **recorder.bye_fields(),
             **({"device_marks_skipped": skips.total} if device.type == "cuda" else {}),
         )
     link.finished()
