@@ -228,10 +228,12 @@ class KnobError(ValueError):
 
 @dataclass(frozen=True)
 class Availability:
-    """What cannot work here: a whole knob (name → reason) or single choices of one."""
+    """What cannot work here: a whole knob (name → reason) or single choices of one; and the
+    choices that work but were measured slower here (offered, with the reason)."""
 
     disabled: dict[str, str] = field(default_factory=dict)
     disabled_choices: dict[str, dict[str, str]] = field(default_factory=dict)
+    slow_choices: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class KnobSchema:
@@ -275,6 +277,7 @@ class KnobSchema:
                     "enabled": reason is None,
                     "reason": reason,
                     "disabled_choices": dict(self.availability.disabled_choices.get(spec.name, {})),
+                    "slow_choices": dict(self.availability.slow_choices.get(spec.name, {})),
                     "rebuilds": spec.rebuilds,
                     "help": spec.help,
                 }
