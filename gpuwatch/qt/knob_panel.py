@@ -97,6 +97,8 @@ class KnobRow:
             notes.append(knob.get("reason") or "not available here")
         for choice, reason in (knob.get("disabled_choices") or {}).items():
             notes.append(f"{choice}: {reason}")
+        for choice, reason in (knob.get("slow_choices") or {}).items():  # offered, but slower
+            notes.append(f"{choice}: {reason}")
         self.note.setText("; ".join(notes))
         self.note.setVisible(bool(notes))
         self.cost = QLabel()
@@ -120,6 +122,7 @@ class KnobRow:
             )
             combo.setMinimumContentsLength(8)
             disabled = knob.get("disabled_choices") or {}
+            slow = knob.get("slow_choices") or {}
             for choice in knob.get("choices") or []:
                 combo.addItem(str(choice), choice)
                 reason = disabled.get(choice)
@@ -129,6 +132,8 @@ class KnobRow:
                     if isinstance(model, QStandardItemModel):
                         model.item(index).setEnabled(False)
                     combo.setItemData(index, reason, Qt.ItemDataRole.ToolTipRole)
+                elif slow.get(choice):  # offered, with why it is slower here
+                    combo.setItemData(combo.count() - 1, slow[choice], Qt.ItemDataRole.ToolTipRole)
             combo.activated.connect(lambda i: panel.request(name, combo.itemData(i)))
             return combo
         if self.kind in ("int", "float"):
