@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from gpuwatch.core.run.outcome import STEP_HELP, RunFacts, describe, facts_from
+import pytest
+
+from gpuwatch.core.run.outcome import STEP_HELP, RunFacts, describe, facts_from, step_definition
 from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 
 
@@ -19,13 +21,14 @@ def _ended(**fields) -> RunFacts:
     return RunFacts(**{**base, **fields})
 
 
-def _bye(code: int = 0, steps: int = 10, cuda_used: bool = False) -> dict:
+def _bye(code: int = 0, steps: int = 10, cuda_used: bool = False, **counts: int) -> dict:
     return {
         "kind": "bye",
         "reason": "script_exit",
         "code": code,
         "steps": steps,
         "cuda_used": cuda_used,
+        **{"optimizer_steps": steps, "backward_passes": steps, **counts},
     }
 
 
@@ -33,6 +36,28 @@ def test_a_script_that_finished_on_the_cpu() -> None:
     out = describe(_ended(bye=_bye(), steps=10, exit_code=0))
     assert out.sentence == "train.py finished after 10 steps (trained on the CPU)"
     assert (out.level, out.exit_code) == ("info", 0)
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "backward", "work"),
+    [(0, 0, "evaluated"), (0, 12, "ran"), (3, 12, "trained"), (None, None, "ran")],
+    ids=["evaluate-only", "backward-only", "accumulating", "runner-did-not-count"],
+)
+def test_what_the_script_did_on_the_cpu(optimizer, backward, work) -> None:
+    bye = _bye(steps=12, optimizer_steps=optimizer, backward_passes=backward)
+    if optimizer is None:
+        del bye["optimizer_steps"], bye["backward_passes"]
+    out = describe(_ended(bye=bye, steps=12, exit_code=0))
+    assert out.sentence == f"train.py finished after 12 steps ({work} on the CPU)"
+
+
+def test_the_step_definition_in_words() -> None:
+    assert step_definition(None) is None
+    assert step_definition({"reason": "max_steps"}) is None  # a built-in workload
+    assert "one DataLoader batch" in str(step_definition({"step_definition": "loader"}))
+    accumulating = step_definition({"step_definition": "accumulation", "batches_per_step": 4})
+    assert accumulating is not None
+    assert accumulating.startswith("a step = one optimizer.step() over 4 DataLoader batches")
 
 
 def test_a_script_that_never_used_the_gpu_it_had() -> None:
@@ -92,7 +117,7 @@ def test_syntax_error_and_missing_script() -> None:
 def test_stopped_after_seconds_is_a_clean_end() -> None:
     out = describe(
         _ended(
-            bye={"kind": "bye", "reason": "stopped"},
+            bye={"kind": "bye", "reason": "stopped", "optimizer_steps": 120},
             steps=120,
             exit_code=0,
             stop_requested=True,

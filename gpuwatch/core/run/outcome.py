@@ -262,5 +262,39 @@ def _device_note(facts: RunFacts) -> str:
     if facts.device_kind == "cuda" and cuda_used is False:
         return " — the script never used CUDA although a GPU is available"
     if facts.device_kind == "cpu" or cuda_used is False:
-        return " (trained on the CPU)"
+        return f" ({_work(facts.bye or {})} on the CPU)"
     return ""
+
+
+def _work(bye: dict[str, Any]) -> str:
+    """What the script did, from the runner's counts: "trained" (optimizer steps),
+    "evaluated" (not even a backward pass: ``--evaluate``, inference), else "ran" (backward
+    passes without an optimizer step gpuwatch saw, or a runner that did not count)."""
+    optimizer, backward = bye.get("optimizer_steps"), bye.get("backward_passes")
+    if isinstance(optimizer, int) and optimizer > 0:
+        return "trained"
+    if optimizer == 0 and backward == 0:
+        return "evaluated"
+    return "ran"
+
+
+#: What a step of a watched script was, by ``bye.step_definition``.
+_STEP_DEFINITIONS = {
+    "loader": "a step = one DataLoader batch (from one next() to the next)",
+    "optimizer": "a step = from one optimizer.step() to the next (no DataLoader seen)",
+    "probe": "a step = one gpuwatch.probe.step() (marked by the script)",
+}
+
+
+def step_definition(bye: dict[str, Any] | None) -> str | None:
+    """How the run's steps were delimited, as one line; None when the runner did not say
+    (a built-in workload, an older recording)."""
+    kind = (bye or {}).get("step_definition")
+    if kind == "accumulation":
+        batches = (bye or {}).get("batches_per_step")
+        over = f"{batches} DataLoader batches" if isinstance(batches, int) else "its batches"
+        return (
+            f"a step = one optimizer.step() over {over} (the script accumulates gradients; "
+            "samples/s counts every batch)"
+        )
+    return _STEP_DEFINITIONS.get(kind) if isinstance(kind, str) else None
