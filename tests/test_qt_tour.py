@@ -18,18 +18,25 @@ STAGES = [
     Stage("compile", {"compile": "default"}, "torch.compile fuses kernels"),
 ]
 SKIPPED = [Skipped("pinned memory", "needs CUDA")]
+RATE_500 = {"samples_per_s": 500.0, "window_rates": (500.0, 502.0, 498.0)}
+RATE_300 = {"samples_per_s": 300.0, "window_rates": (300.0, 301.0, 299.0)}
 
 
 class ScriptedConductor:
     """Walks the stages one ``advance()`` at a time (the test decides when a stage is held)."""
 
-    def __init__(self, session: Any, stages: list[Stage], *, min_steady_s: float) -> None:
+    def __init__(
+        self, session: Any, stages: list[Stage], *, min_steady_s: float, revert_slower: bool
+    ) -> None:
         self.session, self.stages, self.min_steady_s = session, stages, min_steady_s
+        self.revert_slower = revert_slower
         self.index = 0
         self.done = False
         self.failed: str | None = None
         self.stopped = False
         self.ticks = 0
+        self.note = ""  # the verdict on the stage before, as the real conductor reports it
+        self.summary: str | None = None
 
     def advance(self) -> None:
         if self.index + 1 < len(self.stages):
@@ -48,6 +55,7 @@ class ScriptedConductor:
             3.0,
             512.0,
             f"stage {self.index + 1}: steady 3.0/10 s",
+            self.note,
         )
 
     def stop(self) -> None:
@@ -85,7 +93,7 @@ def test_tour_walks_the_stages_and_shows_captions(tour, qtbot):
     assert active.args == [True]
     assert controller.action.text() == "Stop tour"
     conductor = controller.conductor
-    assert conductor.min_steady_s == 10.0
+    assert conductor.min_steady_s == 10.0 and conductor.revert_slower
     assert ("info", "tour: skipping “pinned memory”: needs CUDA") in lines
     assert controller.caption.isVisible()
     assert "Tour 1/3 · baseline" in controller.caption.text()
@@ -194,3 +202,51 @@ def test_window_option_starts_the_tour_once_the_run_is_up(qtbot):
     win.tour.stop()
     session._state = SessionState.IDLE
     win.close()
+
+
+def test_a_reverted_stage_and_the_closing_sentence_are_in_the_caption(tour, qtbot):
+    session = FakeSession()
+    controller, lines = tour(session)
+    controller.start()
+    conductor = controller.conductor
+    conductor.advance()
+    conductor.note = "workers: 0.28× the speed before it — reverted"
+    controller.tick()
+    assert "Tour 2/3 · workers" in controller.caption.text()
+    assert "0.28× the speed before it — reverted" in controller.caption.text()
+    assert ("info", "tour: workers: 0.28× the speed before it — reverted") in lines
+    controller.compact = True  # presentation mode keeps the verdict: it is the story
+    controller.tick()
+    assert "reverted" in controller.caption.text() and "steady 3.0" not in controller.caption.text()
+    controller.compact = False
+    conductor.advance()
+    conductor.advance()
+    conductor.summary = "2.4× from compile; workers did not help on this CPU and was reverted"
+    controller.tick()
+    assert controller.conductor is None
+    text = controller.caption.text()
+    assert "Tour done</b> — 2.4× from compile; workers did not help on this CPU" in text
+    assert "skipped: pinned memory: needs CUDA" in text
+    assert lines[-1] == ("info", f"tour done: {conductor.summary}")
+
+
+def test_real_conductor_reverts_a_slower_stage_in_the_window(tour):
+    """The real planner and Conductor: a workers stage measured slower than the baseline is
+    reverted by the next stage's set, and its scoreboard row is renamed to say so."""
+    session = FakeSession()
+    controller, _ = tour(session, plan=plan_tour, conductor=Conductor, min_steady_s=5.0)
+    controller.start()
+    session.rows = [row(0, "baseline", live=True, **RATE_500)]
+    controller.tick()
+    session.apply(1)
+    session.rows = [row(0, "baseline", **RATE_500), row(1, "workers", live=True, **RATE_300)]
+    controller.tick()
+    assert session.sent[-1] == (
+        2,
+        {"num_workers": 0, "persistent_workers": False, "log_every": 50},
+        "batched logging",
+    )
+    assert session.config_changes()[1].label == "workers — reverted"
+    assert "0.60× the speed before it — reverted" in controller.caption.text()
+    assert "Tour 3/6 · batched logging" in controller.caption.text()
+    controller.stop()

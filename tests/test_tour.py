@@ -10,7 +10,18 @@ from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.knob_values import KnobValueError
 from gpuwatch.core.model.messages import ConfigChange, Hello, Refusal
 from gpuwatch.core.run.session import SessionError, SessionState
-from gpuwatch.core.run.tour import Conductor, Skipped, Stage, plan_stages, plan_tour
+from gpuwatch.core.run.tour import (
+    BEST_LABEL,
+    Conductor,
+    Skipped,
+    Stage,
+    StageResult,
+    closing_sentence,
+    judge,
+    plan_stages,
+    plan_tour,
+    rate_spread,
+)
 
 NEEDS_CUDA = "needs CUDA"
 
@@ -135,6 +146,18 @@ def test_tour_skips_amp_when_no_precision_works_here() -> None:
     _, skipped = plan_tour(knobs, "mlp", cores=1)
     reasons = {s.label: s.reason for s in skipped}
     assert reasons["AMP"] == "bf16: bf16 is not supported; fp16: needs CUDA"
+
+
+def test_tour_skips_bf16_measured_slower_here_with_the_runners_reason() -> None:
+    slow = "emulated here: slower (3.4× a float32 matmul)"
+    knobs = schema(cuda=False, amp={"slow_choices": {"bf16": slow}})
+    stages, skipped = plan_tour(knobs, "vision", cores=2)
+    assert "AMP" not in [s.label for s in stages]
+    assert Skipped("AMP", f"bf16: {slow}; fp16: needs CUDA") in skipped
+    # On a GPU whose bf16 is emulated, fp16 is the tour's AMP instead.
+    gpu = schema(cuda=True, amp={"slow_choices": {"bf16": "emulated on this GPU: slower"}})
+    stages, _ = plan_tour(gpu, "vision", cores=8)
+    assert next(s for s in stages if s.label == "AMP").changes == {"amp": "fp16"}
 
 
 def test_plan_stages_from_set_and_then_groups() -> None:
@@ -463,3 +486,157 @@ def test_stage_configs_include_the_stage_in_progress() -> None:
     conductor.stop()
     assert [(s.label, c) for s, c in conductor.stage_configs()] == [("baseline", 0)]
     assert isinstance(conductor.stages[0], Stage)
+
+
+# ---- Keeping only what helps ------------------------------------------------------------------
+
+
+def steady_row(config_id: int, rates: tuple[float, ...]) -> SegmentStats:
+    return SegmentStats(
+        config_id=config_id,
+        label="",
+        settings={},
+        changed={},
+        t_ns=0,
+        steps=30,
+        steady_steps=30,
+        samples_per_s=sorted(rates)[len(rates) // 2],
+        window_rates=rates,
+        steady_since_ns=0,
+        steady_until_ns=2_000_000_000,
+    )
+
+
+def test_rate_spread_and_the_noise_rule() -> None:
+    assert rate_spread(()) == 0.0 and rate_spread((100.0,)) == 0.0
+    assert rate_spread((90.0, 100.0, 110.0)) == pytest.approx(0.1)
+    stage = Stage("AMP", {}, "")
+    kept = steady_row(1, (200.0, 201.0, 199.0))
+    # Quiet rows: 5 % is the band; 6 % slower is reverted, 4 % slower is kept (no change).
+    assert judge(stage, 2, steady_row(2, (188.0,) * 3), kept).kept is False
+    kept_within = judge(stage, 2, steady_row(2, (192.0,) * 3), kept)
+    assert kept_within.kept is True and not kept_within.helped
+    assert kept_within.verdict == "AMP: 0.96× the speed before it — kept (no change beyond noise)"
+    # Scattered rates widen the band: 8 % slower within an 11 % spread is noise, kept.
+    noisy = judge(stage, 2, steady_row(2, (165.0, 184.0, 205.0)), kept)
+    assert noisy.noise == pytest.approx((194.5 - 174.5) / 184) and noisy.kept is True
+    slower = judge(stage, 2, steady_row(2, (56.0, 56.0, 56.0)), kept)
+    assert slower.kept is False and slower.label == "AMP — reverted"
+    assert slower.verdict == "AMP: 0.28× the speed before it — reverted"
+    assert judge(stage, 2, steady_row(2, (480.0,) * 3), kept).verdict == (
+        "AMP: 2.4× the speed before it — kept"
+    )
+
+
+#: Steady samples/s of each tour stage, by label (the "runner" of the scripted tours below).
+SPEEDS = {
+    "baseline": 100.0,
+    "workers": 190.0,
+    "batched logging": 192.0,
+    "AMP": 55.0,
+    "channels_last": 180.0,
+    "compile": 240.0,
+}
+
+
+def tour_through(
+    speeds: dict[str, float], *, revert_slower: bool = True, stages: list[Stage] | None = None
+) -> tuple[Conductor, FakeSession]:
+    """Drive a tour to its end: every set applied at once, every stage steady at its speed."""
+    session, clock = FakeSession(schema(cuda=False)), FakeClock()
+    if stages is None:
+        stages, _ = plan_tour(session.knobs, "vision", cores=2)
+    conductor = Conductor(
+        session, stages, min_steady_s=1.0, clock=clock, revert_slower=revert_slower
+    )
+    for _ in range(100):
+        conductor.tick()
+        if conductor.done or conductor.failed:
+            break
+        for request, _, _ in session.sent:
+            if request not in session.answers:
+                session.apply(request)
+        current = conductor.results()[-1]
+        if current.kept is None:
+            rate = speeds[current.stage.label]
+            session.measure(current.config_id, steps=30, steady_s=1.5, rates=(rate,) * 3)
+    assert conductor.done and conductor.failed is None
+    return conductor, session
+
+
+def test_the_tour_reverts_slower_stages_and_builds_on_the_kept_configuration() -> None:
+    conductor, session = tour_through(SPEEDS)
+    results = conductor.results()
+    assert [(r.label, r.kept) for r in results] == [
+        ("baseline", True),
+        ("workers", True),
+        ("batched logging", True),
+        ("AMP — reverted", False),
+        ("channels_last — reverted", False),
+        ("compile", True),
+    ]
+    sent = {label: values for _, values, label in session.sent}
+    # The stage after a reverted one takes it back in the same set.
+    assert sent["channels_last"] == {"amp": "off", "channels_last": True}
+    assert sent["compile"] == {"channels_last": False, "compile": "default"}
+    final = session.config_values()
+    assert final["amp"] == "off" and final["channels_last"] is False
+    assert final["num_workers"] == 2 and final["compile"] == "default"
+    # The scoreboard rows of the reverted stages say so.
+    assert [c.label for c in session.changes][3:5] == ["AMP — reverted", "channels_last — reverted"]
+    assert results[3].ratio == pytest.approx(55 / 192)
+    assert conductor.summary == (
+        "2.4× from workers and compile; batched logging made no difference beyond noise; "
+        "AMP and channels_last did not help on this CPU and were reverted"
+    )
+    assert conductor.tick().message == f"done: {conductor.summary}"
+
+
+def test_a_reverted_last_stage_ends_the_tour_on_the_best_configuration() -> None:
+    speeds = {**SPEEDS, "AMP": 200.0, "compile": 150.0, BEST_LABEL: 203.0}
+    conductor, session = tour_through(speeds)
+    results = conductor.results()
+    assert [(r.label, r.kept) for r in results][-3:] == [
+        ("channels_last — reverted", False),
+        ("compile — reverted", False),
+        (BEST_LABEL, True),
+    ]
+    assert session.sent[-1][1:] == ({"compile": "off"}, BEST_LABEL)
+    best = results[-1].stage
+    assert best.values["amp"] == "bf16" and best.values["compile"] == "off"
+    assert best.values == session.config_values()
+    progress = conductor.tick()
+    assert progress.n_stages == 7 and progress.note.startswith("best found: ")
+    assert conductor.summary == (
+        "2.0× from workers; batched logging and AMP made no difference beyond noise; "
+        "channels_last and compile did not help on this CPU and were reverted"
+    )
+
+
+def test_stages_from_set_and_then_are_never_reverted() -> None:
+    session = FakeSession(schema(cuda=False))
+    stages = plan_stages(session.knobs, [[], ["num_workers=2"], ["amp=bf16"]])
+    speeds = {"baseline": 100.0, "num_workers=2": 190.0, "amp=bf16": 50.0}
+    conductor, session = tour_through(speeds, revert_slower=False, stages=stages)
+    assert [(r.label, r.kept) for r in conductor.results()] == [
+        ("baseline", True),
+        ("num_workers=2", True),
+        ("amp=bf16", True),
+    ]
+    assert session.config_values()["amp"] == "bf16"
+    assert conductor.summary is None
+
+
+def test_closing_sentence_when_nothing_helped_and_when_not_measured() -> None:
+    base = Stage("baseline", {}, "")
+    results = [
+        StageResult(base, 0, 100.0, kept=True),
+        StageResult(Stage("workers", {}, ""), 1, 60.0, 0.6, kept=False),
+        StageResult(Stage(BEST_LABEL, {}, ""), 2, 101.0, 1.01, kept=True),
+    ]
+    assert closing_sentence(results, "on this CPU") == (
+        "no stage beat the baseline beyond noise on this CPU (1.01×); "
+        "workers did not help on this CPU and was reverted"
+    )
+    assert closing_sentence(results[:1], "here") is None
+    assert closing_sentence([*results[:2], StageResult(base, 2, None)], "here") is None

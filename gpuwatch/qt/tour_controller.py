@@ -4,8 +4,10 @@ Plans the stages with ``gpuwatch.core.run.tour.plan_tour`` and drives a ``Conduc
 window's redraw tick (``on_frame``): the conductor is a non-blocking state machine meant to be
 ticked every 100–250 ms, so it is ticked at most every ``TICK_MS``, and the redraw period
 (33 ms, stretched to at most 250 ms under load) keeps it within that range. The stage caption
-is shown large above the plots, because the audience of a talk reads it from afar. Stopping
-the tour leaves the run going in its current configuration.
+is shown large above the plots, because the audience of a talk reads it from afar: with it the
+verdict on the stage before ("AMP: 0.28× the speed before it — reverted"), and at the end the
+tour's story in one sentence and what was skipped. Stopping the tour leaves the run going in its
+current configuration.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QWidget
 
 from gpuwatch.core.run.session import SessionState
-from gpuwatch.core.run.tour import Conductor, TourProgress, plan_tour
+from gpuwatch.core.run.tour import Conductor, Skipped, TourProgress, plan_tour
 from gpuwatch.qt import palette
 from gpuwatch.qt.run_session import RunSession
 
@@ -61,11 +63,13 @@ class TourController(QObject):
         self.conductor: Any = None
         self._hello: Any = None
         self._stage_index: int | None = None
+        self._skipped: list[Skipped] = []
         self.action = QAction("Tour", parent)
         self.action.setToolTip(
             f"Walk the run through the well-known fixes one by one (workers, pinned memory, "
             f"batched logging, AMP, channels_last, compile), holding each stage until it has "
-            f"{self._min_steady_s:g} s of steady rates; the scoreboard shows what each bought."
+            f"{self._min_steady_s:g} s of steady rates; a stage that made the run slower is "
+            f"reverted, and the scoreboard shows what each bought."
         )
         self.action.triggered.connect(self.toggle)
         self.caption = QLabel()
@@ -101,12 +105,15 @@ class TourController(QObject):
         for skip in skipped:
             self._log("info", f"tour: skipping “{skip.label}”: {skip.reason}")
         try:
-            self.conductor = self._make_conductor(session, stages, min_steady_s=self._min_steady_s)
+            self.conductor = self._make_conductor(
+                session, stages, min_steady_s=self._min_steady_s, revert_slower=True
+            )
         except ValueError as exc:
             self._log("error", f"tour: cannot start: {exc}")
             return
         self._hello = hello
         self._stage_index = None
+        self._skipped = list(skipped)
         self._tick_due = time.monotonic() + self._tick_s
         self._log(
             "info", f"tour: {len(stages)} stage(s): " + ", ".join(stage.label for stage in stages)
@@ -142,6 +149,8 @@ class TourController(QObject):
         stage = progress.stage
         if progress.index != self._stage_index and stage is not None:
             self._stage_index = progress.index
+            if progress.note:
+                self._log("info", f"tour: {progress.note}")
             self._log(
                 "info",
                 f"tour: stage {progress.index + 1}/{progress.n_stages} "
@@ -153,6 +162,16 @@ class TourController(QObject):
             )
             return
         if conductor.done:
+            summary = conductor.summary
+            if progress.note:
+                self._log("info", f"tour: {progress.note}")
+            if summary:
+                closing = f"<b>Tour done</b> — {_escape(summary)}."
+                if self._skipped and not self.compact:
+                    skipped = "; ".join(f"{s.label}: {s.reason}" for s in self._skipped)
+                    closing += f"<br><small>skipped: {_escape(skipped)}</small>"
+                self._end(f"tour done: {summary}", "info", closing, rich=True)
+                return
             self._end(
                 f"tour done: {progress.n_stages} stage(s) measured",
                 "info",
@@ -178,16 +197,18 @@ class TourController(QObject):
             text = f"<b>{title}</b> — {_escape(stage.caption)}"
         else:
             text = f"<b>{title}</b>"
+        if progress.note:  # the verdict on the stage before: part of the story, always shown
+            text += f"<br>{_escape(progress.note)}"
         if not self.compact:  # <small> is relative to the caption's font
             text += f"<br><small>{_escape(progress.message)}</small>"
         if self.caption.text() != text:
             self.caption.setText(text)
         self.caption.show()
 
-    def _end(self, log_text: str, level: str, caption: str) -> None:
+    def _end(self, log_text: str, level: str, caption: str, *, rich: bool = False) -> None:
         self.conductor = None
         self._log(level, log_text)
-        self.caption.setText(_escape(caption))
+        self.caption.setText(caption if rich else _escape(caption))
         self.caption.show()
         self.active_changed.emit(False)
         self.sync()

@@ -1,13 +1,18 @@
 """The tour: cumulative stages of well-known fixes, and the conductor that walks a run through them.
 
 ``plan_tour`` and ``plan_stages`` only look at the knob schema from ``hello`` (docs/knobs.md §4),
-so a stage that cannot work here is skipped with the runner's own reason instead of refused
-mid-run. The ``Conductor`` is a non-blocking state machine: the window calls ``tick()`` from a
-Qt timer and ``gpuwatch bench`` from a loop, and neither ever waits inside it.
+so a stage that cannot work here (or that the runner measured slower here) is skipped with the
+runner's own reason instead of refused mid-run. The ``Conductor`` is a non-blocking state
+machine: the window calls ``tick()`` from a Qt timer and ``gpuwatch bench`` from a loop, and
+neither ever waits inside it. On a tour it keeps only what helps: a stage slower than the
+configuration it was built on, beyond noise, is reverted, so the tour ends on the best
+configuration it found and a talk never ends slower than it began.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +41,15 @@ STABLE_RATIO = 1.1
 #: Without stable rates a stage is held at most this many times ``min_steady_s``.
 MAX_STEADY_FACTOR = 3.0
 
+#: Keep-only-what-helps rule (docs/knobs.md §4): a stage is slower beyond noise when its steady
+#: samples/s is below the kept configuration's by more than this fraction *and* by more than
+#: the wider rate spread of the two rows (``rate_spread``).
+MIN_NOISE = 0.05
+
 BASELINE_CAPTION = "the workload's naive defaults: the reference every speedup is measured against"
+#: The stage a tour adds when its last stage was reverted: the kept configuration, measured.
+BEST_LABEL = "best found"
+REVERTED = "reverted"
 
 APPLYING, TRANSITION, STEADY, DONE, FAILED = "applying", "transition", "steady", "done", "failed"
 
@@ -61,6 +74,46 @@ class Skipped:
 
 
 @dataclass(frozen=True)
+class StageResult:
+    """A stage the tour reached, the config id of its segment and the verdict on it.
+
+    ``ratio`` is its steady samples/s over that of the kept configuration it was built on
+    (None for the first stage, or one not measured), judged against ``noise`` (a fraction).
+    ``kept``: False once reverted; None while it is measured, or when it never was.
+    """
+
+    stage: Stage
+    config_id: int
+    samples_per_s: float | None = None
+    ratio: float | None = None
+    noise: float = MIN_NOISE
+    kept: bool | None = None
+
+    @property
+    def label(self) -> str:
+        """The stage's name, saying so when it was reverted (its scoreboard row is named so)."""
+        return f"{self.stage.label} — {REVERTED}" if self.kept is False else self.stage.label
+
+    @property
+    def helped(self) -> bool:
+        """Kept, and faster than the configuration before it beyond noise."""
+        return bool(self.kept) and self.ratio is not None and self.ratio > 1 + self.noise
+
+    @property
+    def verdict(self) -> str:
+        """One line for people: ``AMP: 0.28× the speed before it — reverted``."""
+        if self.ratio is None:
+            return f"{self.stage.label}: the reference"
+        if self.kept is False:
+            outcome = REVERTED
+        elif self.helped:
+            outcome = "kept"
+        else:
+            outcome = "kept (no change beyond noise)"
+        return f"{self.stage.label}: {times(self.ratio)} the speed before it — {outcome}"
+
+
+@dataclass(frozen=True)
 class TourProgress:
     """What ``Conductor.tick`` reports: the current stage, its state and one line for people."""
 
@@ -71,6 +124,8 @@ class TourProgress:
     steady_s: float
     samples_per_s: float | None
     message: str  # one human line
+    #: The verdict on the last stage judged (``StageResult.verdict``), "" before the first.
+    note: str = ""
 
 
 # ---- Planning ---------------------------------------------------------------------------------
@@ -153,18 +208,20 @@ def _tour_proposals(
 
 
 def _amp_choice(knob: Mapping[str, Any] | None) -> tuple[str | None, str]:
-    """bf16 where it works, else fp16, else why neither does."""
+    """bf16 where it works at speed, else fp16, else why neither does: a choice the runner
+    measured slower here (``slow_choices``, e.g. bf16 emulated on a CPU) is skipped too."""
     if knob is None:
         return None, "this runner has no amp knob"
     if not knob.get("enabled", True):
         return None, str(knob.get("reason") or "not available here")
     disabled = knob.get("disabled_choices") or {}
+    slow = knob.get("slow_choices") or {}
     choices = knob.get("choices") or []
     reasons = []
     for choice in ("bf16", "fp16"):
-        if choice in choices and choice not in disabled:
+        if choice in choices and choice not in disabled and choice not in slow:
             return choice, ""
-        reasons.append(f"{choice}: {disabled.get(choice, 'not offered')}")
+        reasons.append(f"{choice}: {disabled.get(choice) or slow.get(choice) or 'not offered'}")
     return None, "; ".join(reasons)
 
 
@@ -222,6 +279,73 @@ def _knob_caption(knob: Mapping[str, Any]) -> str:
     return f"{title}: {knob['help']}" if knob.get("help") else str(title)
 
 
+# ---- Judging ----------------------------------------------------------------------------------
+
+
+def times(ratio: float) -> str:
+    """A speed ratio for people: ``2.4×`` from 2 up, ``0.28×`` / ``1.05×`` below."""
+    return f"{ratio:.1f}×" if ratio >= 2 else f"{ratio:.2f}×"
+
+
+def rate_spread(rates: Sequence[float]) -> float:
+    """How much a row's 1 s window rates scatter: their interquartile range over their median
+    (0 with fewer than two rates)."""
+    if len(rates) < 2:
+        return 0.0
+    low, middle, high = statistics.quantiles(rates, n=4, method="inclusive")
+    return (high - low) / middle if middle > 0 else 0.0
+
+
+def judge(stage: Stage, config_id: int, row: SegmentStats, kept_row: SegmentStats) -> StageResult:
+    """The verdict on ``row`` against the kept configuration's row it was built on: reverted
+    when slower beyond noise (``MIN_NOISE``, or the wider of the two rows' rate spreads)."""
+    rate, before = row.samples_per_s, kept_row.samples_per_s
+    if rate is None or not before:
+        return StageResult(stage, config_id, rate, kept=True)
+    noise = max(MIN_NOISE, rate_spread(row.window_rates), rate_spread(kept_row.window_rates))
+    ratio = rate / before
+    return StageResult(stage, config_id, rate, ratio, noise, kept=ratio >= 1 - noise)
+
+
+def _joined(labels: Sequence[str]) -> str:
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
+
+
+def closing_sentence(results: Sequence[StageResult], where: str) -> str | None:
+    """The tour's story in one line, from its judged stages: ``2.4× from workers and compile;
+    AMP and channels_last did not help on this CPU``. None if the first or the final
+    configuration was never measured."""
+    if len(results) < 2 or not results[0].samples_per_s:
+        return None
+    final = results[-1]
+    if final.kept is not True or final.samples_per_s is None:
+        return None
+    speedup = final.samples_per_s / results[0].samples_per_s
+    judged = [r for r in results[1:] if r.stage.label != BEST_LABEL]
+    helped = [r.stage.label for r in judged if r.helped]
+    neutral = [r.stage.label for r in judged if r.kept and not r.helped]
+    reverted = [r.stage.label for r in judged if r.kept is False]
+    if helped:
+        parts = [f"{times(speedup)} from {_joined(helped)}"]
+    else:
+        parts = [f"no stage beat the baseline beyond noise {where} ({times(speedup)})"]
+    if neutral:
+        parts.append(f"{_joined(neutral)} made no difference beyond noise")
+    if reverted:
+        parts.append(f"{_joined(reverted)} did not help {where} and {_were(reverted)} reverted")
+    return "; ".join(parts)
+
+
+def _were(labels: Sequence[str]) -> str:
+    return "was" if len(labels) == 1 else "were"
+
+
+def where_of(hello: Hello | None) -> str:
+    """``on this CPU`` / ``on this GPU``: where the tour's verdicts hold."""
+    kind = hello.device.kind if hello is not None else ""
+    return {"cpu": "on this CPU", "cuda": "on this GPU"}.get(kind, "here")
+
+
 # ---- Conducting -------------------------------------------------------------------------------
 
 
@@ -262,6 +386,12 @@ class Conductor:
     current segment after the stage), wait for the runner's answer, then hold the stage's
     segment until it is steady and stable (docs/knobs.md §4). The first stage's segment is
     pinned as the session's baseline, so speedups are against it.
+
+    With ``revert_slower`` (the tour), each stage builds on the last *kept* configuration: a
+    stage slower than it beyond noise (``judge``) is reverted by the next stage's ``set`` and
+    its row renamed "… — reverted"; if the last stage is reverted, a final ``BEST_LABEL``
+    stage goes back to the kept configuration and measures it, so the last row is the best
+    configuration found. Without it (``bench --set … --then …``) stages are cumulative as given.
     """
 
     def __init__(
@@ -275,6 +405,7 @@ class Conductor:
         answer_timeout_s: float = ANSWER_TIMEOUT_S,
         compile_allowance_s: float = COMPILE_ALLOWANCE_S,
         stall_timeout_s: float = STALL_TIMEOUT_S,
+        revert_slower: bool = False,
     ) -> None:
         if not stages:
             raise ValueError("a tour needs at least one stage")
@@ -290,6 +421,10 @@ class Conductor:
         self._answer_timeout_s = answer_timeout_s
         self._compile_allowance_s = compile_allowance_s
         self._stall_timeout_s = stall_timeout_s
+        self._revert_slower = revert_slower
+        self._kept_row: SegmentStats | None = None
+        self._kept_values: dict[str, Any] | None = None
+        self._best_added = False
         self._index = 0
         self._state = APPLYING
         self._sent = False
@@ -300,7 +435,7 @@ class Conductor:
         self._last_steps = -1
         self._last_step_seen_ns = 0
         self._row: SegmentStats | None = None
-        self._held: list[tuple[Stage, int]] = []
+        self._held: list[StageResult] = []
         self._failed: str | None = None
         self.refusal: Refusal | None = None
         self.stopped = False
@@ -321,10 +456,22 @@ class Conductor:
 
     def stage_configs(self) -> list[tuple[Stage, int]]:
         """Each stage reached so far with the config id of its segment (the current one too)."""
+        return [(result.stage, result.config_id) for result in self.results()]
+
+    def results(self) -> list[StageResult]:
+        """Each stage reached so far and its verdict (the current one, not yet judged, too)."""
         held = list(self._held)
         if self._config_id is not None:
-            held.append((self._stages[self._index], self._config_id))
+            rate = self._row.samples_per_s if self._row is not None else None
+            held.append(StageResult(self._stages[self._index], self._config_id, rate))
         return held
+
+    @property
+    def summary(self) -> str | None:
+        """The closing sentence once the tour is done (``closing_sentence``), else None."""
+        if self._state != DONE or self.stopped or not self._revert_slower:
+            return None
+        return closing_sentence(self._held, where_of(self._session.hello))
 
     def stop(self) -> None:
         """End the tour where it is (the run itself goes on; its owner stops it)."""
@@ -358,7 +505,8 @@ class Conductor:
             self._watch_segment(now)
 
     def _begin_stage(self, now: int) -> None:
-        stage = self._stages[self._index]
+        stage = self._on_kept(self._stages[self._index])
+        self._stages[self._index] = stage
         current = self._session.config_values()
         missing = object()
         wanted = {k: v for k, v in stage.values.items() if current.get(k, missing) != v}
@@ -465,15 +613,45 @@ class Conductor:
             and max(rates) / min(rates) <= STABLE_RATIO
         )
 
+    def _on_kept(self, stage: Stage) -> Stage:
+        """``stage`` built on the last kept configuration (a tour after a revert), else as is."""
+        if not self._revert_slower or self._kept_values is None:
+            return stage
+        values = {**self._kept_values, **stage.changes}
+        return stage if values == stage.values else dataclasses.replace(stage, values=values)
+
+    def _judged(self) -> StageResult:
+        """The verdict on the stage just held; a reverted one's row is renamed to say so."""
+        assert self._config_id is not None and self._row is not None
+        stage, row = self._stages[self._index], self._row
+        final_best = self._best_added and self._index == len(self._stages) - 1
+        if self._kept_row is None:
+            result = StageResult(stage, self._config_id, row.samples_per_s, kept=True)
+        else:
+            result = judge(stage, self._config_id, row, self._kept_row)
+            if final_best or not self._revert_slower:
+                result = dataclasses.replace(result, kept=True)
+        if result.kept:
+            self._kept_row, self._kept_values = row, dict(stage.values)
+        else:
+            self._session.label_segment(self._config_id, result.label)
+        return result
+
     def _next_stage(self, now: int) -> None:
         assert self._config_id is not None
-        self._held.append((self._stages[self._index], self._config_id))
+        result = self._judged()
+        self._held.append(result)
         self._config_id = None
         self._row = None
         self._sent = False
         if self._index + 1 >= len(self._stages):
-            self._state = DONE
-            return
+            if result.kept is not False or self._best_added or self._kept_values is None:
+                self._state = DONE
+                return
+            self._best_added = True
+            self._stages.append(
+                Stage(BEST_LABEL, dict(self._kept_values), "the best configuration the tour found")
+            )
         self._index += 1
         self._state = APPLYING
         self._begin_stage(now)
@@ -500,6 +678,7 @@ class Conductor:
             steady_s,
             rate,
             self._message(steady_s, rate),
+            self._held[-1].verdict if len(self._held) > 1 else "",
         )
 
     def _message(self, steady_s: float, rate: float | None) -> str:
@@ -509,7 +688,8 @@ class Conductor:
         if state == DONE:
             if self.stopped:
                 return f"stopped at stage {self._stage_name()}"
-            return f"done: {len(self._stages)} stage(s) measured"
+            summary = self.summary
+            return f"done: {summary}" if summary else f"done: {len(self._stages)} stage(s) measured"
         waited = max(0, self._clock() - self._phase_since_ns) / 1e9
         head = f"stage {self._stage_name()}"
         if self._session.hello is None:
