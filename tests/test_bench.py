@@ -72,6 +72,7 @@ def sample_report() -> BenchReport:
         transition_s=0.9,
         energy_j_per_step=float("nan"),
         config_id=4,
+        kept=True,
     )
     return BenchReport(
         machine=dict(MACHINE),
@@ -97,6 +98,7 @@ def test_json_follows_the_contract() -> None:
         "baseline",
         "segments",
         "skipped",
+        "summary",
         "findings",
     ]
     assert data["schema"] == 1 and isinstance(data["gpuwatch"], str)
@@ -104,11 +106,13 @@ def test_json_follows_the_contract() -> None:
     assert data["seconds_per_stage"] == 20 and isinstance(data["seconds_per_stage"], int)
     assert data["baseline"] == "baseline"
     assert data["skipped"] == [{"label": "pinned memory", "reason": "needs CUDA"}]
+    assert data["summary"] is None  # not a tour
     first, second = data["segments"]
     assert list(second) == [
         "label",
         "settings",
         "changed",
+        "kept",
         "samples_per_s",
         "step_ms_p50",
         "step_ms_p95",
@@ -132,6 +136,7 @@ def test_json_follows_the_contract() -> None:
     assert second["energy_j_per_step"] is None
     assert second["busy_share"] == 0.43 and second["input_wait_share"] == 0.52
     assert isinstance(second["steps"], int) and second["changed"] == {"num_workers": 2}
+    assert first["kept"] is None and second["kept"] is True
 
 
 def test_markdown_has_the_machine_the_columns_and_na() -> None:
@@ -175,6 +180,7 @@ def test_csv_has_a_commented_header_and_na() -> None:
     assert rows[0][:3] == ["stage", "settings changed", "samples/s"]
     assert rows[1][0] == "baseline" and rows[1][2] == "n/a"
     assert rows[2][2] == "362.14" and rows[2][5] == "43.0" and rows[2][8] == "n/a"
+    assert rows[0][-1] == "kept" and rows[1][-1] == "n/a" and rows[2][-1] == "yes"
 
 
 def test_cuda_note_and_cuda_version() -> None:
@@ -219,6 +225,7 @@ class ScriptedSession(FakeSession):
         fail_start: str | None = None,
         refuse_all: str | None = None,
         revert_with: str | None = None,
+        slow_amp: bool = False,
     ) -> None:
         super().__init__(schema(cuda=False))
         self.state = SessionState.IDLE
@@ -226,6 +233,7 @@ class ScriptedSession(FakeSession):
         self._fail_start = fail_start
         self._refuse_all = refuse_all
         self._revert_with = revert_with
+        self._slow_amp = slow_amp  # bf16 makes every step 3.5× slower (as when emulated)
         self.log: list[LogLine] = []
         self.stopped = False
 
@@ -272,6 +280,8 @@ class ScriptedSession(FakeSession):
         rows = []
         for change in self.changes:
             rate = base * (1 + change.values["num_workers"])
+            if self._slow_amp and change.values["amp"] == "bf16":
+                rate /= 3.5
             rows.append(
                 SegmentStats(
                     config_id=change.id,
@@ -342,6 +352,40 @@ def test_the_tour_reports_skipped_stages() -> None:
     ]
     assert outcome.report.skipped == [{"label": "pinned memory", "reason": "needs CUDA"}]
     assert "skipped pinned memory: needs CUDA" in progress
+
+
+def test_the_tour_reverts_a_slower_stage_and_every_format_says_so() -> None:
+    outcome, progress = bench(ScriptedSession(slow_amp=True), tour=True)
+    assert outcome.exit_code == 0 and outcome.report is not None
+    segments = outcome.report.segments
+    assert [(s["label"], s["kept"]) for s in segments] == [
+        ("baseline", True),
+        ("workers", True),
+        ("batched logging", True),
+        ("AMP — reverted", False),
+        ("channels_last", True),
+        ("compile", True),
+    ]
+    # channels_last builds on the kept configuration: bf16 went back off in its set.
+    assert segments[4]["changed"] == {"amp": "off", "channels_last": True}
+    assert segments[-1]["settings"]["amp"] == "off"
+    summary = (
+        "3.0× from workers; batched logging, channels_last and compile made no difference "
+        "beyond noise; AMP did not help on this CPU and was reverted"
+    )
+    assert outcome.report.summary == summary
+    assert "  AMP: 0.29× the speed before it — reverted" in progress
+    assert f"tour: {summary}" in progress
+    data = json.loads(render(outcome.report, "json"))
+    assert data["summary"] == summary
+    assert [s["kept"] for s in data["segments"]] == [True, True, True, False, True, True]
+    markdown = render(outcome.report, "md")
+    assert "| AMP — reverted | amp=bf16 |" in markdown
+    assert f"- tour: {summary}" in markdown
+    assert "build on the last kept one): AMP — reverted" in markdown
+    rows = list(csv.reader(line for line in render(outcome.report, "csv").splitlines()))
+    table = [r for r in rows if r and not r[0].startswith("#")]
+    assert [(r[0], r[-1]) for r in table[1:]][3] == ("AMP — reverted", "no")
 
 
 def test_unknown_knob_is_a_usage_error_before_any_stage() -> None:

@@ -98,7 +98,9 @@ def run_bench(
         session.start(LaunchSpec(options.workload, options.device, options.python))
         hello = _wait_for_hello(session, hello_timeout_s, out)
         stages, skipped = _plan(session, options, hello)
-        conductor = Conductor(session, stages, min_steady_s=options.seconds)
+        conductor = Conductor(
+            session, stages, min_steady_s=options.seconds, revert_slower=options.tour
+        )
         _announce(out, hello, stages, skipped, options.seconds)
         runner_errors = _conduct(session, conductor, out, tick_s, options)
         if conductor.failed is not None:
@@ -194,10 +196,16 @@ def _conduct(
 ) -> list[str]:
     """Tick until the tour ends; returns the runner's error lines (first line of each)."""
     announced = -1
+    judged = 0
     errors: list[str] = []
     captured: set[int] = set()
     while True:
         progress = conductor.tick()
+        results = [r for r in conductor.results() if r.kept is not None]
+        for result in results[judged:]:
+            if result.ratio is not None:
+                out.line(f"  {result.verdict}")
+        judged = len(results)
         if options is not None and options.capture:
             _capture_when_steady(session, conductor, options, captured, out)
         errors += [
@@ -216,6 +224,8 @@ def _conduct(
                 f"{progress.stage.caption}"
             )
         if conductor.done or conductor.failed is not None:
+            if conductor.summary:
+                out.line(f"tour: {conductor.summary}")
             return errors[-5:]
         out.show((progress.index, progress.state), progress.message)
         time.sleep(tick_s)
@@ -270,22 +280,25 @@ def window_json(window: KernelWindow) -> dict[str, Any]:
 def build_report(
     session: Session, conductor: Conductor, skipped: Sequence[Skipped], options: BenchOptions
 ) -> BenchReport:
-    """The scoreboard rows of the stages reached, in stage order, labelled by stage, and the
-    advisor's findings on the last of them (what to try next)."""
+    """The scoreboard rows of the stages reached, in stage order, labelled by stage (a reverted
+    one says so, with ``kept`` false), and the advisor's findings on the last of them."""
     hello = session.hello
     rows = {row.config_id: row for row in session.scoreboard()}
     segments = []
-    staged = [rows[c] for _, c in conductor.stage_configs() if c in rows]
+    results = conductor.results()
+    staged = [rows[r.config_id] for r in results if r.config_id in rows]
     findings = [f.to_json() for f in advise(staged, context_of(session))]
     windows = stage_windows(session) if options.capture else {}
-    for stage, config_id in conductor.stage_configs():
+    for result in results:
+        stage, config_id = result.stage, result.config_id
         row = rows.get(config_id)
         segment = (
             row.to_json()
             if row is not None
             else {"settings": stage.values, "changed": stage.changes, "steps": 0, "steady_steps": 0}
         )
-        segment["label"] = stage.label
+        segment["label"] = result.label
+        segment["kept"] = result.kept
         if config_id in windows:
             segment["kernel_window"] = window_json(windows[config_id])
         segments.append(clean_segment(segment))
@@ -297,4 +310,5 @@ def build_report(
         skipped=[{"label": s.label, "reason": s.reason} for s in skipped],
         baseline=segments[0]["label"] if segments else None,
         findings=findings,
+        summary=conductor.summary,
     )

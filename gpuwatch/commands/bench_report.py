@@ -40,6 +40,7 @@ SEGMENT_KEYS = (
     "label",
     "settings",
     "changed",
+    "kept",
     "samples_per_s",
     "step_ms_p50",
     "step_ms_p95",
@@ -100,6 +101,8 @@ class BenchReport:
     gpuwatch: str = __version__
     #: The advisor's findings on the last stage (``Finding.to_json``), best first.
     findings: list[dict[str, Any]] = field(default_factory=list)
+    #: A tour's closing sentence (what helped, what was reverted); None otherwise.
+    summary: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         seconds = self.seconds_per_stage
@@ -112,6 +115,7 @@ class BenchReport:
             "baseline": self.baseline,
             "segments": [clean_segment(s) for s in self.segments],
             "skipped": [{"label": s["label"], "reason": s["reason"]} for s in self.skipped],
+            "summary": self.summary,
             "findings": [dict(f) for f in self.findings],
         }
 
@@ -127,6 +131,8 @@ def clean_segment(segment: Mapping[str, Any]) -> dict[str, Any]:
             )
         elif key in _MS_DICT_KEYS:
             value = _ms_dict(value, _MS_DICT_KEYS[key])
+        elif key == "kept":
+            value = value if isinstance(value, bool) else None
         out[key] = value
     out["settings"] = dict(out["settings"] or {})
     out["changed"] = dict(out["changed"] or {})
@@ -193,8 +199,17 @@ def header_lines(report: BenchReport) -> list[str]:
 
 
 def note_lines(report: BenchReport) -> list[str]:
-    """What the busy and coarse columns mean on this device, and what was skipped."""
+    """The tour's story, what was reverted and skipped, and what the busy and coarse columns
+    mean on this device."""
     lines = []
+    if report.summary:
+        lines.append(f"tour: {report.summary}")
+    reverted = [str(s["label"]) for s in report.segments if s.get("kept") is False]
+    if reverted:
+        lines.append(
+            "reverted (slower than the configuration before them beyond noise; later stages "
+            "build on the last kept one): " + ", ".join(reverted)
+        )
     if report.skipped:
         lines.append(
             "skipped: " + "; ".join(f"{s['label']} ({s['reason']})" for s in report.skipped)
@@ -288,7 +303,9 @@ def render_csv(report: BenchReport) -> str:
     for line in finding_lines(report):
         buffer.write(f"# finding: {line}\n")
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow((*HEADERS, *(f"idle {c} ms" for c in CAUSES), *(f"{c} ms" for c in CATEGORIES)))
+    writer.writerow(
+        (*HEADERS, *(f"idle {c} ms" for c in CAUSES), *(f"{c} ms" for c in CATEGORIES), "kept")
+    )
     for cells, segment in zip(
         table_rows(report, for_csv=True), (clean_segment(s) for s in report.segments), strict=True
     ):
@@ -296,7 +313,8 @@ def render_csv(report: BenchReport) -> str:
         for key, names in _MS_DICT_KEYS.items():
             figures = segment[key]
             extra += [MISSING if figures is None else f"{figures[n]:.3f}" for n in names]
-        writer.writerow((*cells, *extra))
+        kept = {True: "yes", False: "no"}.get(segment["kept"], MISSING)
+        writer.writerow((*cells, *extra, kept))
     return buffer.getvalue()
 
 
