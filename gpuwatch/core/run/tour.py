@@ -425,6 +425,7 @@ class Conductor:
         self._kept_row: SegmentStats | None = None
         self._kept_values: dict[str, Any] | None = None
         self._best_added = False
+        self._summary: str | None = None
         self._index = 0
         self._state = APPLYING
         self._sent = False
@@ -469,9 +470,7 @@ class Conductor:
     @property
     def summary(self) -> str | None:
         """The closing sentence once the tour is done (``closing_sentence``), else None."""
-        if self._state != DONE or self.stopped or not self._revert_slower:
-            return None
-        return closing_sentence(self._held, where_of(self._session.hello))
+        return None if self.stopped else self._summary
 
     def stop(self) -> None:
         """End the tour where it is (the run itself goes on; its owner stops it)."""
@@ -637,6 +636,16 @@ class Conductor:
             self._session.label_segment(self._config_id, result.label)
         return result
 
+    def _closing(self) -> str | None:
+        """The closing sentence, its speedup from the scoreboard's current rows (the figures
+        the scoreboard shows), its verdicts as they were made."""
+        rates = {row.config_id: row.samples_per_s for row in self._session.scoreboard()}
+        results = [
+            dataclasses.replace(r, samples_per_s=rates.get(r.config_id) or r.samples_per_s)
+            for r in self._held
+        ]
+        return closing_sentence(results, where_of(self._session.hello))
+
     def _next_stage(self, now: int) -> None:
         assert self._config_id is not None
         result = self._judged()
@@ -647,6 +656,7 @@ class Conductor:
         if self._index + 1 >= len(self._stages):
             if result.kept is not False or self._best_added or self._kept_values is None:
                 self._state = DONE
+                self._summary = self._closing() if self._revert_slower else None
                 return
             self._best_added = True
             self._stages.append(
