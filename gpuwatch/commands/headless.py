@@ -26,7 +26,7 @@ from gpuwatch.core.figures.analysis import headline
 from gpuwatch.core.figures.frame import RunData, whole_run_figures
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.messages import describe_change
-from gpuwatch.core.run.outcome import describe, facts_from
+from gpuwatch.core.run.outcome import describe, facts_from, step_definition
 from gpuwatch.core.run.session import (
     ACTIVE_STATES,
     LOG_LINES_KEPT,
@@ -183,18 +183,34 @@ def _echo(lines: list[LogLine], progress: ProgressLine) -> None:
 
 
 def summary_lines(session: Session, sentence: str, recording: str | None = None) -> list[str]:
-    """The end-of-run summary: what happened, the run's figures, what gpuwatch stopped
-    measuring (an instrument that failed), the scoreboard if knobs changed, and where the
-    recording is."""
+    """The end-of-run summary: what happened, what a step was, the run's figures by the
+    scoreboard's rules (steady steps: warm-up and profiled steps left out) and over all steps,
+    each labelled, what gpuwatch stopped measuring (an instrument that failed), the
+    scoreboard if knobs changed, and where the recording is.
+
+    The steady figures come first because they are the ones to compare: warm-up steps (loader
+    start, first iterations) can be slow or input-bound enough to turn a comparison around."""
     lines = [sentence]
-    # The window's headline figures (the same function), over every step the run kept.
+    rows = session.scoreboard()
     f = whole_run_figures(RunData.of(session))
     if f is not None:
+        definition = step_definition(session.bye)
+        lines.append(f"steps: {session.steps.count:,}" + (f" · {definition}" if definition else ""))
+        if len(rows) == 1:
+            lines.append(steady_line(rows[0]))
+        elif rows:
+            lines.append("steady steps: per configuration, in the table below")
         lines.append(
-            f"steps: {session.steps.count:,} · samples/s: {_fig(f.samples_per_s, '{:,.1f}')} · "
-            f"step p50/p95: {_fig(f.step_ms_p50, '{:.1f}')}/{_fig(f.step_ms_p95, '{:.1f}')} ms"
-            f" · busy: {_fig(f.busy_pct, '{:.0f} %')}"
-            f" · input wait: {_pct(dict(f.phase_shares).get('data'))}"
+            "all steps ("
+            + ("every configuration, " if len(rows) > 1 else "")
+            + "warm-up included): "
+            + _figures(
+                f.samples_per_s,
+                f.step_ms_p50,
+                f.step_ms_p95,
+                None if f.busy_pct is None else f.busy_pct / 100.0,
+                dict(f.phase_shares).get("data"),
+            )
         )
         lines.append(
             "busy = "
@@ -206,7 +222,6 @@ def summary_lines(session: Session, sentence: str, recording: str | None = None)
             + "; input wait = time in next(loader)"
         )
     lines += [f"gpuwatch: {text}" for text in session.instruments_off]
-    rows = session.scoreboard()
     if len(rows) > 1:
         lines.append("")
         lines += scoreboard_lines(rows)
@@ -215,8 +230,39 @@ def summary_lines(session: Session, sentence: str, recording: str | None = None)
     return lines
 
 
+def steady_line(row: SegmentStats) -> str:
+    """One configuration's steady figures, as the scoreboard shows them."""
+    counted = f"{row.steady_steps:,} of {row.steps:,}"
+    label = f"steady steps ({counted}, warm-up left out as on the scoreboard)"
+    wait = row.waiting
+    if wait is not None:
+        return f"{label}: {wait.text()}"
+    return f"{label}: " + _figures(
+        row.samples_per_s,
+        row.step_ms_p50,
+        row.step_ms_p95,
+        row.busy_share,
+        row.input_wait_share,
+    )
+
+
+def _figures(
+    samples_per_s: float | None,
+    p50: float | None,
+    p95: float | None,
+    busy: float | None,
+    input_wait: float | None,
+) -> str:
+    return (
+        f"samples/s: {_fig(samples_per_s, '{:,.1f}')} · "
+        f"step p50/p95: {_fig(p50, '{:.1f}')}/{_fig(p95, '{:.1f}')} ms"
+        f" · busy: {_pct(busy)} · input wait: {_pct(input_wait)}"
+    )
+
+
 def scoreboard_lines(rows: Sequence[SegmentStats]) -> list[str]:
-    """One Markdown table row per knob configuration (the columns of ``gpuwatch bench``)."""
+    """One Markdown table row per knob configuration (the columns of ``gpuwatch bench``); a
+    configuration without steady figures says how many steady steps it had."""
     headers = ("config", "settings changed", *(c[0] for c in COLUMNS[:5]), "speedup")
     out = [
         "| " + " | ".join(headers) + " |",
@@ -227,6 +273,9 @@ def scoreboard_lines(rows: Sequence[SegmentStats]) -> list[str]:
         cells = [row.label, describe_change(row.changed) if row.changed else "—"]
         cells += [_cell(data[key], md) for _, key, md, _ in COLUMNS[:5]]
         cells.append(_cell(row.speedup, "{:.2f}×"))
+        wait = row.waiting
+        if wait is not None and data[COLUMNS[0][1]] is None:
+            cells[2] = wait.text()
         out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return out
 

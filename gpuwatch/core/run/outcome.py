@@ -280,9 +280,9 @@ def _work(bye: dict[str, Any]) -> str:
 
 #: What a step of a watched script was, by ``bye.step_definition``.
 _STEP_DEFINITIONS = {
-    "loader": "a step = one DataLoader batch (from one next() to the next)",
+    "loader": "a step = one DataLoader batch, from one next() to the next",
     "optimizer": "a step = from one optimizer.step() to the next (no DataLoader seen)",
-    "probe": "a step = one gpuwatch.probe.step() (marked by the script)",
+    "probe": "a step = one gpuwatch.probe.step() block, as the script marks it",
 }
 
 
