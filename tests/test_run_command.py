@@ -270,3 +270,58 @@ def test_window_shows_the_script_and_its_steps(qtbot, tmp_path) -> None:
         assert session.steps.count > 0, "what was measured stays shown"
     finally:
         window.close()
+
+
+#: Gradient accumulation: four micro-batches of 64 drawn inside each of 40 optimizer steps;
+#: ``--evaluate`` runs the same loader through the model without gradients.
+ACCUMULATING_LOOP = """
+import sys
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+ACCUMULATE = 4
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    n = 40 * ACCUMULATE * 64
+    data = TensorDataset(torch.randn(n, 16), torch.randn(n, 1))
+    loader = DataLoader(data, batch_size=64)
+    model = torch.nn.Linear(16, 1)
+    if "--evaluate" in sys.argv:
+        with torch.no_grad():
+            for x, y in loader:
+                torch.nn.functional.mse_loss(model(x), y)
+        sys.exit(0)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    for i, (x, y) in enumerate(loader):
+        loss = torch.nn.functional.mse_loss(model(x), y) / ACCUMULATE
+        loss.backward()
+        if (i + 1) % ACCUMULATE == 0:
+            opt.step()
+            opt.zero_grad()
+"""
+
+
+def test_an_accumulating_script_counts_optimizer_steps_and_says_so(tmp_path) -> None:
+    from gpuwatch.core.files.recording_reader import open_recording
+
+    script = _script(tmp_path, ACCUMULATING_LOOP)
+    record = tmp_path / "run.gpuwatch"
+    done = _run(["--device", "cpu", "--record", str(record), str(script)], cwd=tmp_path)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    # The first cycle shows batch by batch (no optimizer had stepped yet), then 39 steps.
+    assert _steps(done.stdout) == 4 + 39, done.stdout
+    assert "a step = one optimizer.step() over 4 DataLoader batches" in done.stdout
+    assert "(trained on the CPU)" in done.stdout
+    assert re.search(r"^steady steps \(40 of 43, ", done.stdout, re.MULTILINE), done.stdout
+    samples = open_recording(record).steps.samples.tolist()
+    assert samples == [64] * 4 + [256] * 39
+
+
+def test_an_evaluation_only_run_is_not_called_training(tmp_path) -> None:
+    script = _script(tmp_path, ACCUMULATING_LOOP)
+    done = _run(["--device", "cpu", str(script), "--", "--evaluate"], cwd=tmp_path)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "train.py finished after 160 steps (evaluated on the CPU)" in done.stdout
+    assert "a step = one DataLoader batch" in done.stdout
