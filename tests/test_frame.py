@@ -482,6 +482,7 @@ class FinishedRun(FakeRun):
     """A session as the headless summary reads it at the end of a run."""
 
     instruments_off: list[str] = field(default_factory=list)
+    bye: dict | None = None
 
     def scoreboard(self) -> list:
         return []
@@ -496,10 +497,10 @@ def test_the_headless_summary_prints_the_whole_run_figures(kind) -> None:
     view = run.steps.snapshot()
     h = headline(view, int(view.host[-1, -1]), int(view.host[-1, -1] - view.host[0, 0]) + 1)
     want = (
-        f"steps: {run.steps.count:,} · samples/s: {h.samples_per_s:,.1f} · "
+        f"all steps (warm-up included): samples/s: {h.samples_per_s:,.1f} · "
         f"step p50/p95: {h.step_ms_p50:.1f}/{h.step_ms_p95:.1f} ms · "
         f"busy: {100.0 * h.busy_share:.0f} % · input wait: {100.0 * h.phase_shares['data']:.0f} %"
     )
     lines = summary_lines(run, "The script ended.")  # type: ignore[arg-type]
-    assert lines[:2] == ["The script ended.", want]
+    assert lines[:3] == ["The script ended.", f"steps: {run.steps.count:,}", want]
     assert summary_lines(FinishedRun(), "Nothing ran.") == ["Nothing ran."]  # type: ignore[arg-type]
