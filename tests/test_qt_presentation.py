@@ -85,11 +85,11 @@ def test_big_sentence_repeats_the_headline_figures(light, show_window):
     )
     win.headline.show_figures(figures)
     text = win.presentation.big_headline.text()
-    assert text.startswith("compute busy 41% · runner CPU says 97%<br>")
+    assert text.startswith("last 5 s: compute busy 41% · runner CPU says 97%<br>")
     assert "— samples/s · step time p50 —" in text
     assert win.headline.busy.value.text() == "41%" and win.headline.coarse.value.text() == "97%"
     gpu = HeadlineFigures(window_s=5.0, busy_pct=41.0, coarse_pct=None, device_kind="cuda")
-    assert presentation_sentence(gpu) == "stream active 41% · NVML says —"
+    assert presentation_sentence(gpu) == "last 5 s: stream active 41% · NVML says —"
 
 
 def test_f11_toggles_presentation(light, show_window, qtbot):

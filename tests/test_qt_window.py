@@ -114,7 +114,7 @@ def test_cpu_run_reaches_timeline_utilization_and_headline(window, qtbot):
     assert head.step.value.text().startswith("100.0 ms")
     assert head.busy.value.text() == "65%"
     assert head.coarse.value.text() == "150%"
-    assert head.difference.value.text() == "runner CPU says 150%, compute busy 65%"
+    assert head.difference.value.text() == "runner CPU says 150% of one core, compute busy 65%"
     assert head.phases.value.text().startswith("data 30%")
     assert head.busy.toolTip() and head.coarse.toolTip() and head.difference.toolTip()
     assert "host timestamps (CPU)" in window.status_line.timing_label.text()
@@ -155,7 +155,7 @@ def test_nvml_unavailable_shows_reason_not_zero(window, qtbot):
         lambda: note.isVisible() and note.text() == "NVML: n/a — NVML Shared Library Not Found",
         timeout=WAIT_MS,
     )
-    assert window.headline.coarse.caption.text() == "runner CPU %"
+    assert window.headline.coarse.caption.text() == "runner CPU, % of one core"
 
 
 def test_cuda_run_shows_nvml_step_series_with_its_period(window, qtbot):
@@ -191,7 +191,7 @@ def test_cuda_run_shows_nvml_step_series_with_its_period(window, qtbot):
     assert bx.min() >= 0.5 and bx.max() <= 0.5 + (n - 10) * 0.1
     assert window.timeline.device_bars.count() == n - 10
     qtbot.waitUntil(lambda: window.headline.coarse.caption.text() == "NVML util %", timeout=WAIT_MS)
-    assert window.headline.busy.caption.text() == "stream active %"
+    assert window.headline.busy.caption.text() == "stream active %, last 5 s"
     assert "CUDA events" in window.status_line.timing_label.text()
 
 

@@ -4,6 +4,12 @@ Figures are refreshed a few times a second, not at the 30 fps redraw rate: numbe
 change every frame cannot be read. Unknown figures read "—", never 0. The figures come from
 the frame presenter (``gpuwatch.core.figures.frame.headline_figures``), the same function the
 headless summary and the render bench read.
+
+One word, one number: the scoreboard's busy % (a configuration's steady steps) and the
+utilization plot (one value per coarse sample) measure the same thing over other windows,
+so every busy figure here names its window in its caption ("compute busy %, last 5 s"), and
+the runner's CPU figure its unit (% of one core, where the scoreboard divides by the cores).
+The wording lives in the functions below, which presentation mode shares.
 """
 
 from __future__ import annotations
@@ -12,11 +18,52 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QMouseEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
-from gpuwatch.core.figures.frame import HeadlineFigures
+from gpuwatch.core.figures.frame import HEADLINE_WINDOW_S, HeadlineFigures
 from gpuwatch.qt import palette
 from gpuwatch.qt.help_view import HELP_SECTION_PROPERTY, TOOLTIP_HINT
 
 DASH = "—"
+#: What the runner's CPU % is a percentage of (the runner CPU sampler: the process tree's CPU
+#: time over each sample period, summed over its processes, so 200% is two cores).
+CPU_UNIT = "% of one core"
+
+
+def window_words(window_s: float) -> str:
+    """The headline's window as a reader says it: "last 5 s"."""
+    return f"last {window_s:g} s"
+
+
+def fine_name(device_kind: str | None) -> str:
+    """The busy figure from our own marks: stream active on CUDA, compute busy elsewhere."""
+    return "stream active" if device_kind == "cuda" else "compute busy"
+
+
+def busy_caption(device_kind: str | None, window_s: float) -> str:
+    """ "compute busy %, last 5 s": the figure and the window it covers."""
+    return f"{fine_name(device_kind)} %, {window_words(window_s)}"
+
+
+def coarse_caption(coarse_short: str) -> str:
+    """ "runner CPU, % of one core" (its unit, unlike the scoreboard's), or "NVML util %"."""
+    return f"runner CPU, {CPU_UNIT}" if coarse_short == "runner CPU" else "NVML util %"
+
+
+def coarse_value(coarse_short: str, pct: float | None) -> str:
+    """ "97% of one core" for the runner's CPU, "80%" for NVML, "—" when unknown."""
+    if pct is None:
+        return DASH
+    unit = CPU_UNIT.removeprefix("%") if coarse_short == "runner CPU" else ""
+    return f"{pct:.0f}%{unit}"
+
+
+def difference_caption(window_s: float) -> str:
+    """ "coarse vs fine, same periods, last 5 s"."""
+    return f"coarse vs fine, same periods, {window_words(window_s)}"
+
+
+def same_periods_words(coarse_short: str) -> str:
+    """ "the same periods as the runner CPU samples": the difference figure's window."""
+    return f"the same periods as the {coarse_short} samples"
 
 
 class _Figure(QWidget):
@@ -36,6 +83,8 @@ class _Figure(QWidget):
         layout.setSpacing(0)
         self.caption = QLabel(caption)
         palette.set_style(self.caption, "color: $note_text; font-size: 11px;")
+        # A long caption (its window named) wraps too, like the sentence under it.
+        self.caption.setWordWrap(wrap)
         #: The visible way in for someone who never hovers: Tab reaches it, Space opens help.
         self.help_button = QToolButton()
         self.help_button.setText("?")
@@ -94,19 +143,22 @@ class HeadlineBar(QFrame):
         layout.setContentsMargins(4, 2, 4, 2)
         self.samples = _Figure("samples/s", section="step")
         self.step = _Figure("step time p50 (p95)", section="step")
-        self.busy = _Figure("busy %", section="busy")
-        self.coarse = _Figure("NVML util %", section="nvml")
-        self.difference = _Figure("coarse vs fine, same periods", 14, wrap=True, section="differ")
+        self.busy = _Figure(busy_caption(None, HEADLINE_WINDOW_S), section="busy")
+        self.coarse = _Figure(coarse_caption("NVML"), section="nvml")
+        self.difference = _Figure(
+            difference_caption(HEADLINE_WINDOW_S), 14, wrap=True, section="differ"
+        )
         self.phases = _Figure("where step time goes", 14, wrap=True, section="step")
         for fig in (self.samples, self.step, self.busy, self.coarse, self.difference, self.phases):
             layout.addWidget(fig)
             fig.sig_clicked.connect(self.sig_help_requested)
         layout.addStretch(1)
-        self.show_figures(HeadlineFigures(window_s=5.0))
+        self.show_figures(HeadlineFigures(window_s=HEADLINE_WINDOW_S))
 
     def show_figures(self, f: HeadlineFigures) -> None:
         """Show a new set of figures (and tooltips that say what each one measures)."""
         w = f"{f.window_s:g} s"
+        last = window_words(f.window_s)
         self.samples.set(
             _num(f.samples_per_s, "{:,.0f}"),
             f"Training samples finished per second over the last {w}, from the "
@@ -121,7 +173,7 @@ class HeadlineBar(QFrame):
             "asking the loader for a batch to asking for the next one.",
         )
         on_cuda = f.device_kind == "cuda"
-        self.busy.caption.setText("stream active %" if on_cuda else "compute busy %")
+        self.busy.caption.setText(busy_caption(f.device_kind, f.window_s))
         self.busy.set(
             _num(f.busy_pct, "{:.0f}%"),
             f"Share of the last {w} in which our CUDA stream was active between "
@@ -132,26 +184,32 @@ class HeadlineBar(QFrame):
             "timestamps from the end of data loading to the end of the optimizer).",
         )
         nvml = f.coarse_short == "NVML"
-        self.coarse.caption.setText("NVML util %" if nvml else "runner CPU %")
+        self.coarse.caption.setText(coarse_caption(f.coarse_short))
         self.coarse.set(
-            _num(f.coarse_pct, "{:.0f}%"),
+            _num(f.coarse_pct, "{:.0f}%"),  # the caption has the unit
             f"Mean of NVML's GPU utilization samples over the last {w}: the share "
             "of each sample period in which any kernel of any process ran on the "
             "device."
             if nvml
             else f"Mean CPU use of the runner's process tree (DataLoader workers "
-            f"included) over the last {w}, in % of one core.",
+            f"included) over the last {w}, in {CPU_UNIT}: 200% is two cores busy. "
+            "The scoreboard's CPU % of all cores divides by the machine's cores instead.",
         )
+        self.difference.caption.setText(difference_caption(f.window_s))
         if f.coarse_same_pct is None or f.busy_same_pct is None:
             diff = DASH
         else:
-            fine = "stream active" if on_cuda else "compute busy"
-            diff = f"{f.coarse_short} says {f.coarse_same_pct:.0f}%, {fine} {f.busy_same_pct:.0f}%"
+            coarse = coarse_value(f.coarse_short, f.coarse_same_pct)
+            diff = (
+                f"{f.coarse_short} says {coarse}, {fine_name(f.device_kind)} {f.busy_same_pct:.0f}%"
+            )
         self.difference.set(
             diff,
-            "Both figures over the same coarse sample periods: the coarse "
-            "one is averaged over its whole period (and, for NVML, the "
-            "whole device); ours is exact time between our marks.",
+            f"Both figures over {same_periods_words(f.coarse_short)} in the {last}, "
+            "where our marks cover the whole period: the coarse one is averaged over its "
+            "whole period (and, for NVML, the whole device); ours is exact time between "
+            "our marks. So it can differ from the busy figure beside it, which covers the "
+            f"whole {last}.",
         )
         self.phases.set(
             " · ".join(f"{n} {100 * s:.0f}%" for n, s in f.top_phases) or DASH,

@@ -21,9 +21,9 @@ from gpuwatch.qt.timeline_view import MERGED_LANES
 #: Sections, in order: (anchor, title). ``HELP_SECTION_PROPERTY`` on a widget names one.
 SECTIONS = (
     ("step", "Step and host phases"),
-    ("busy", "Busy %: stream active, compute busy"),
+    ("busy", "Busy %: stream active, compute busy, and over which window"),
     ("gaps", "Gaps: exact idle time"),
-    ("nvml", "NVML % (and runner CPU %)"),
+    ("nvml", "NVML % (and runner CPU, % of one core)"),
     ("differ", "Why busy % and NVML % differ"),
     ("cpu", "On a CPU"),
     ("scoreboard", "The scoreboard"),
@@ -46,7 +46,18 @@ step time over the last few seconds.""",
     "busy": """On a GPU, <b>stream active %</b> is the share of time our CUDA stream was active
 between CUDA-event marks taken at the phase boundaries. It is an <b>upper bound</b> of busy
 time: a span between two marks may hide bubbles where the GPU waited for the host to launch
-the next kernel. On a CPU the same figure is <b>compute busy %</b> (see below).""",
+the next kernel. On a CPU the same figure is <b>compute busy %</b> (see below).
+<p>Several busy figures can be on screen at once, each right for its own <b>window</b>, which
+its caption or tooltip names:</p><ul>
+<li>the headline's <i>compute busy %, last 5 s</i> (<i>stream active %</i> on CUDA): the steps
+that ended in the last 5 s (fewer seconds at thousands of steps per second; the caption says);</li>
+<li>the headline's <i>coarse vs fine, same periods, last 5 s</i>: only the coarse sample
+periods of those 5 s that our marks fully cover, so it can differ from the figure beside it;</li>
+<li>the utilization plot: one value per coarse sample, over the same periods as the runner CPU
+(or NVML) samples;</li>
+<li>presentation mode's sentence: the headline's, "… · last 5 s";</li>
+<li>the scoreboard's <i>busy %</i>: this configuration, steady steps (warm-up and profiled
+steps left out).</li></ul>""",
     "gaps": """A <b>gap</b> is the time between two consecutive active spans of our stream: it is
 <b>exact idle</b> time of our stream. Each gap is tinted by its <b>cause</b>, read from what
 the host was doing meanwhile: <i>input</i> (waiting on data → more DataLoader workers, pinned
@@ -57,13 +68,16 @@ compile, AMP, bigger batches), <i>reconfigure</i> (a knob change being applied),
 period (1/6 s to 1 s, by product) in which <b>at least one kernel of any process</b> ran on the
 <b>whole device</b>. It is drawn as a step series over its real sample periods, never
 interpolated. Where NVML cannot report it, it reads "n/a" with the reason, never 0. On a CPU
-the coarse figure is <b>runner CPU %</b>: the CPU use of the runner's process tree
-(DataLoader workers included), in % of one core, sampled every second.""",
+the coarse figure is <b>runner CPU, % of one core</b>: the CPU use of the runner's process
+tree (DataLoader workers included), sampled every second; 200% is two cores busy. The
+scoreboard's coarse column divides the same CPU time by all the machine's cores
+(<i>CPU % of all cores</i>): 200% of one core on 4 cores is 50% there.""",
     "differ": """The two figures answer different questions. NVML counts a sample period as
 busy if <i>any</i> kernel ran <i>at any moment</i> of it, on the whole device, so a GPU idle
 half of the time in short gaps can read 100%. Our marks measure the time our own stream was
-active, exactly, between marks. "coarse vs fine, same periods" compares both over exactly the
-same sample periods: a large difference means the device looks busy to
+active, exactly, between marks. "coarse vs fine, same periods, last 5 s" compares both over
+exactly the same sample periods (those of the last 5 s that our marks fully cover): a large
+difference means the device looks busy to
 <code>nvidia-smi</code> while your loop actually leaves it waiting.""",
     "cpu": """On a CPU device the host timestamps are the device truth: the timeline's device
 lane shows <b>compute spans</b> (the end of data loading to the end of the optimizer),

@@ -28,8 +28,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpuwatch.core.figures.frame import HeadlineFigures
-from gpuwatch.qt.headline_bar import DASH, HeadlineBar
+from gpuwatch.core.figures.frame import HEADLINE_WINDOW_S, HeadlineFigures
+from gpuwatch.qt.headline_bar import (
+    CPU_UNIT,
+    DASH,
+    HeadlineBar,
+    fine_name,
+    window_words,
+)
 from gpuwatch.qt.help_view import HELP_SECTION_PROPERTY
 from gpuwatch.qt.theme import (
     DARK_CONTRAST,
@@ -61,22 +67,43 @@ DETAIL_PERCENT = 60
 
 
 def presentation_sentence(f: HeadlineFigures) -> str:
-    """ "compute busy 41% · runner CPU says 97%": the headline's fine and coarse figures.
+    """ "last 5 s: compute busy 41% · runner CPU says 97%": the headline's fine and coarse
+    figures and the window both cover (the coarse one's unit is in ``presentation_detail``:
+    this line must fit a 1280-pixel projector at stage size).
 
-    The words are the headline bar's own captions ("stream active" on CUDA: an upper bound),
-    so the stage never shows a figure or a name the desk view does not.
+    The words are the headline bar's own ("stream active" on CUDA: an upper bound), so the
+    stage never shows a figure, a name or a window the desk view does not; and a room that
+    sees the scoreboard beside it knows why its busy % may differ (another window).
     """
-    fine = "stream active" if f.device_kind == "cuda" else "compute busy"
     busy = DASH if f.busy_pct is None else f"{f.busy_pct:.0f}%"
     coarse = DASH if f.coarse_pct is None else f"{f.coarse_pct:.0f}%"
-    return f"{fine} {busy} · {f.coarse_short} says {coarse}"
+    return (
+        f"{window_words(f.window_s)}: {fine_name(f.device_kind)} {busy} · "
+        f"{f.coarse_short} says {coarse}"
+    )
 
 
 def presentation_detail(f: HeadlineFigures) -> str:
-    """The line under the sentence: throughput and step time, as the headline bar has them."""
+    """The line under the sentence: throughput and step time, as the headline bar has them,
+    and the runner CPU's unit."""
     rate = DASH if f.samples_per_s is None else f"{f.samples_per_s:,.0f}"
     step = DASH if f.step_ms_p50 is None else f"{f.step_ms_p50:.1f} ms"
-    return f"{rate} samples/s · step time p50 {step}"
+    unit = f" · runner CPU in {CPU_UNIT}" if f.coarse_short == "runner CPU" else ""
+    return f"{rate} samples/s · step time p50 {step}{unit}"
+
+
+def presentation_tooltip(f: HeadlineFigures) -> str:
+    """What the big sentence measures, over which window."""
+    coarse = (
+        f"the runner's CPU in {CPU_UNIT} (its process tree)"
+        if f.coarse_short == "runner CPU"
+        else "NVML's utilization of the whole device"
+    )
+    return (
+        f"Over the {window_words(f.window_s)}: {fine_name(f.device_kind)} from our own marks "
+        f"beside {coarse}, then throughput and step time. The scoreboard's busy % covers "
+        "each configuration's steady steps instead.\n\nPress F1 here: how to read it."
+    )
 
 
 def presentation_scale(screen_height: int) -> float:
@@ -142,9 +169,7 @@ class PresentationMode(QObject):
         self.big_headline.setTextFormat(Qt.TextFormat.RichText)
         self.big_headline.setProperty(HELP_SECTION_PROPERTY, "differ")  # F1 over it
         self.big_headline.setToolTip(
-            "The fine figure from our own marks beside the coarse one "
-            "of the whole device, then throughput and step time."
-            + "\n\nPress F1 here: how to read it."
+            presentation_tooltip(HeadlineFigures(window_s=HEADLINE_WINDOW_S))
         )
         #: On stage the tour caption and the big sentence span the full width, above the plots
         #: and the scoreboard beside them: a top dock without a title bar, hidden at the desk.
@@ -426,9 +451,12 @@ class PresentationMode(QObject):
         return DARK_CONTRAST if theme_manager().colors.dark else LIGHT_CONTRAST
 
     def _show_figures(self, figures: HeadlineFigures) -> None:
+        self.big_headline.setToolTip(presentation_tooltip(figures))
         if self.active:
+            # In points: Qt's rich text ignores a percentage font size.
+            detail_pt = self.big_headline.font().pointSizeF() * DETAIL_PERCENT / 100
             self.big_headline.setText(
                 f"{html.escape(presentation_sentence(figures))}<br>"
-                f'<span style="font-size: {DETAIL_PERCENT}%; font-weight: normal;">'
+                f'<span style="font-size: {detail_pt:.1f}pt; font-weight: normal;">'
                 f"{html.escape(presentation_detail(figures))}</span>"
             )
