@@ -374,7 +374,7 @@ def test_the_tour_reverts_a_slower_stage_and_every_format_says_so() -> None:
         "beyond noise; AMP did not help on this CPU and was reverted"
     )
     assert outcome.report.summary == summary
-    assert "  AMP: 0.29× the speed before it — reverted" in progress
+    assert "  AMP: 0.29× the best so far — reverted" in progress
     assert f"tour: {summary}" in progress
     data = json.loads(render(outcome.report, "json"))
     assert data["summary"] == summary
@@ -382,7 +382,7 @@ def test_the_tour_reverts_a_slower_stage_and_every_format_says_so() -> None:
     markdown = render(outcome.report, "md")
     assert "| AMP — reverted | amp=bf16 |" in markdown
     assert f"- tour: {summary}" in markdown
-    assert "build on the last kept one): AMP — reverted" in markdown
+    assert "stages build on the last kept one): AMP — reverted" in markdown
     rows = list(csv.reader(line for line in render(outcome.report, "csv").splitlines()))
     table = [r for r in rows if r and not r[0].startswith("#")]
     assert [(r[0], r[-1]) for r in table[1:]][3] == ("AMP — reverted", "no")

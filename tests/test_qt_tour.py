@@ -210,11 +210,11 @@ def test_a_reverted_stage_and_the_closing_sentence_are_in_the_caption(tour, qtbo
     controller.start()
     conductor = controller.conductor
     conductor.advance()
-    conductor.note = "workers: 0.28× the speed before it — reverted"
+    conductor.note = "workers: 0.28× the best so far — reverted"
     controller.tick()
     assert "Tour 2/3 · workers" in controller.caption.text()
-    assert "0.28× the speed before it — reverted" in controller.caption.text()
-    assert ("info", "tour: workers: 0.28× the speed before it — reverted") in lines
+    assert "0.28× the best so far — reverted" in controller.caption.text()
+    assert ("info", "tour: workers: 0.28× the best so far — reverted") in lines
     controller.compact = True  # presentation mode keeps the verdict: it is the story
     controller.tick()
     assert "reverted" in controller.caption.text() and "steady 3.0" not in controller.caption.text()
@@ -247,6 +247,6 @@ def test_real_conductor_reverts_a_slower_stage_in_the_window(tour):
         "batched logging",
     )
     assert session.config_changes()[1].label == "workers — reverted"
-    assert "0.60× the speed before it — reverted" in controller.caption.text()
+    assert "0.60× the best so far — reverted" in controller.caption.text()
     assert "Tour 3/6 · batched logging" in controller.caption.text()
     controller.stop()

@@ -516,15 +516,15 @@ def test_rate_spread_and_the_noise_rule() -> None:
     assert judge(stage, 2, steady_row(2, (188.0,) * 3), kept).kept is False
     kept_within = judge(stage, 2, steady_row(2, (192.0,) * 3), kept)
     assert kept_within.kept is True and not kept_within.helped
-    assert kept_within.verdict == "AMP: 0.96× the speed before it — kept (no change beyond noise)"
+    assert kept_within.verdict == "AMP: 0.96× the best so far — kept (no change beyond noise)"
     # Scattered rates widen the band: 8 % slower within an 11 % spread is noise, kept.
     noisy = judge(stage, 2, steady_row(2, (165.0, 184.0, 205.0)), kept)
     assert noisy.noise == pytest.approx((194.5 - 174.5) / 184) and noisy.kept is True
     slower = judge(stage, 2, steady_row(2, (56.0, 56.0, 56.0)), kept)
     assert slower.kept is False and slower.label == "AMP — reverted"
-    assert slower.verdict == "AMP: 0.28× the speed before it — reverted"
+    assert slower.verdict == "AMP: 0.28× the best so far — reverted"
     assert judge(stage, 2, steady_row(2, (480.0,) * 3), kept).verdict == (
-        "AMP: 2.4× the speed before it — kept"
+        "AMP: 2.4× the best so far — kept"
     )
 
 
@@ -640,3 +640,27 @@ def test_closing_sentence_when_nothing_helped_and_when_not_measured() -> None:
     )
     assert closing_sentence(results[:1], "here") is None
     assert closing_sentence([*results[:2], StageResult(base, 2, None)], "here") is None
+
+
+def test_losses_within_noise_do_not_add_up_over_the_stages() -> None:
+    """Each stage 4 % slower than the one before is within noise of it, but the third is 8 %
+    below the best so far: judged against the best, it is reverted, so the tour ends within
+    noise of its fastest configuration."""
+    speeds = {
+        "baseline": 100.0,
+        "workers": 200.0,
+        "batched logging": 192.0,
+        "AMP": 184.0,
+        "channels_last": 195.0,
+        "compile": 196.0,
+    }
+    conductor, _ = tour_through(speeds)
+    assert [(r.label, r.kept) for r in conductor.results()] == [
+        ("baseline", True),
+        ("workers", True),
+        ("batched logging", True),
+        ("AMP — reverted", False),
+        ("channels_last", True),
+        ("compile", True),
+    ]
+    assert conductor.results()[3].ratio == pytest.approx(184 / 200)

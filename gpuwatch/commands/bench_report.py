@@ -207,8 +207,8 @@ def note_lines(report: BenchReport) -> list[str]:
     reverted = [str(s["label"]) for s in report.segments if s.get("kept") is False]
     if reverted:
         lines.append(
-            "reverted (slower than the configuration before them beyond noise; later stages "
-            "build on the last kept one): " + ", ".join(reverted)
+            "reverted (slower than the best configuration before them beyond noise; later "
+            "stages build on the last kept one): " + ", ".join(reverted)
         )
     if report.skipped:
         lines.append(

@@ -5,7 +5,7 @@ window's redraw tick (``on_frame``): the conductor is a non-blocking state machi
 ticked every 100–250 ms, so it is ticked at most every ``TICK_MS``, and the redraw period
 (33 ms, stretched to at most 250 ms under load) keeps it within that range. The stage caption
 is shown large above the plots, because the audience of a talk reads it from afar: with it the
-verdict on the stage before ("AMP: 0.28× the speed before it — reverted"), and at the end the
+verdict on the stage before ("AMP: 0.28× the best so far — reverted"), and at the end the
 tour's story in one sentence and what was skipped. Stopping the tour leaves the run going in its
 current configuration.
 """

@@ -42,8 +42,8 @@ STABLE_RATIO = 1.1
 MAX_STEADY_FACTOR = 3.0
 
 #: Keep-only-what-helps rule (docs/knobs.md §4): a stage is slower beyond noise when its steady
-#: samples/s is below the kept configuration's by more than this fraction *and* by more than
-#: the wider rate spread of the two rows (``rate_spread``).
+#: samples/s is below the best kept configuration's so far by more than this fraction *and* by
+#: more than the wider rate spread of the two rows (``rate_spread``).
 MIN_NOISE = 0.05
 
 BASELINE_CAPTION = "the workload's naive defaults: the reference every speedup is measured against"
@@ -77,7 +77,7 @@ class Skipped:
 class StageResult:
     """A stage the tour reached, the config id of its segment and the verdict on it.
 
-    ``ratio`` is its steady samples/s over that of the kept configuration it was built on
+    ``ratio`` is its steady samples/s over that of the fastest kept configuration before it
     (None for the first stage, or one not measured), judged against ``noise`` (a fraction).
     ``kept``: False once reverted; None while it is measured, or when it never was.
     """
@@ -96,12 +96,12 @@ class StageResult:
 
     @property
     def helped(self) -> bool:
-        """Kept, and faster than the configuration before it beyond noise."""
+        """Kept, and faster than the best configuration before it beyond noise."""
         return bool(self.kept) and self.ratio is not None and self.ratio > 1 + self.noise
 
     @property
     def verdict(self) -> str:
-        """One line for people: ``AMP: 0.28× the speed before it — reverted``."""
+        """One line for people: ``AMP: 0.28× the best so far — reverted``."""
         if self.ratio is None:
             return f"{self.stage.label}: the reference"
         if self.kept is False:
@@ -110,7 +110,7 @@ class StageResult:
             outcome = "kept"
         else:
             outcome = "kept (no change beyond noise)"
-        return f"{self.stage.label}: {times(self.ratio)} the speed before it — {outcome}"
+        return f"{self.stage.label}: {times(self.ratio)} the best so far — {outcome}"
 
 
 @dataclass(frozen=True)
@@ -297,8 +297,10 @@ def rate_spread(rates: Sequence[float]) -> float:
 
 
 def judge(stage: Stage, config_id: int, row: SegmentStats, kept_row: SegmentStats) -> StageResult:
-    """The verdict on ``row`` against the kept configuration's row it was built on: reverted
-    when slower beyond noise (``MIN_NOISE``, or the wider of the two rows' rate spreads)."""
+    """The verdict on ``row`` against ``kept_row``, the fastest kept configuration so far:
+    reverted when slower beyond noise (``MIN_NOISE``, or the wider of the two rows' rate
+    spreads). Judging against the best rather than the last kept one stops small losses that
+    are each within noise from adding up over the stages."""
     rate, before = row.samples_per_s, kept_row.samples_per_s
     if rate is None or not before:
         return StageResult(stage, config_id, rate, kept=True)
@@ -388,10 +390,11 @@ class Conductor:
     pinned as the session's baseline, so speedups are against it.
 
     With ``revert_slower`` (the tour), each stage builds on the last *kept* configuration: a
-    stage slower than it beyond noise (``judge``) is reverted by the next stage's ``set`` and
-    its row renamed "… — reverted"; if the last stage is reverted, a final ``BEST_LABEL``
-    stage goes back to the kept configuration and measures it, so the last row is the best
-    configuration found. Without it (``bench --set … --then …``) stages are cumulative as given.
+    stage slower than the fastest kept one beyond noise (``judge``) is reverted by the next
+    stage's ``set`` and its row renamed "… — reverted"; if the last stage is reverted, a final
+    ``BEST_LABEL`` stage goes back to the kept configuration and measures it, so the last row
+    is the best configuration found. Without it (``bench --set … --then …``) stages are
+    cumulative as given.
     """
 
     def __init__(
@@ -422,7 +425,8 @@ class Conductor:
         self._compile_allowance_s = compile_allowance_s
         self._stall_timeout_s = stall_timeout_s
         self._revert_slower = revert_slower
-        self._kept_row: SegmentStats | None = None
+        #: The fastest kept row so far, what each stage is judged against.
+        self._best_row: SegmentStats | None = None
         self._kept_values: dict[str, Any] | None = None
         self._best_added = False
         self._summary: str | None = None
@@ -624,14 +628,17 @@ class Conductor:
         assert self._config_id is not None and self._row is not None
         stage, row = self._stages[self._index], self._row
         final_best = self._best_added and self._index == len(self._stages) - 1
-        if self._kept_row is None:
+        best = self._best_row
+        if best is None:
             result = StageResult(stage, self._config_id, row.samples_per_s, kept=True)
         else:
-            result = judge(stage, self._config_id, row, self._kept_row)
+            result = judge(stage, self._config_id, row, best)
             if final_best or not self._revert_slower:
                 result = dataclasses.replace(result, kept=True)
         if result.kept:
-            self._kept_row, self._kept_values = row, dict(stage.values)
+            self._kept_values = dict(stage.values)
+            if best is None or (row.samples_per_s or 0.0) > (best.samples_per_s or 0.0):
+                self._best_row = row
         else:
             self._session.label_segment(self._config_id, result.label)
         return result
