@@ -183,6 +183,10 @@ def test_plain_loop_with_spawned_workers_yields_ordered_steps(tmp_path: Path) ->
         "cuda_used": False,
         "instrumentation": "auto",
         "interrupted": False,
+        "step_definition": "loader",
+        "batches_per_step": 1,
+        "optimizer_steps": 12,
+        "backward_passes": 12,
     }
 
 
@@ -409,4 +413,8 @@ def test_exit_codes_and_scripts_without_steps(tmp_path: Path, source: str, code:
         "cuda_used": False,
         "instrumentation": "auto",
         "interrupted": False,
+        "step_definition": "optimizer",
+        "batches_per_step": 1,
+        "optimizer_steps": 0,
+        "backward_passes": 0,
     }
