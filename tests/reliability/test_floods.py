@@ -119,7 +119,9 @@ def test_a_line_that_cannot_wait_does_not_push_out_kept_output() -> None:
 
     writer = threading.Thread(target=write, daemon=True)  # a failed test leaves it waiting
     writer.start()
-    wait_until(lambda: len(buffer) == buffer.max_lines - buffer.spare_lines, 10, "the writer blocked")
+    wait_until(
+        lambda: len(buffer) == buffer.max_lines - buffer.spare_lines, 10, "the writer blocked"
+    )
     notices = 8  # fewer than the spare lines of a 40-line buffer
     for i in range(notices):
         buffer.append(session_line(f"notice {i}"))
