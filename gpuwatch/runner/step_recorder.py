@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gpuwatch.protocol import N_MARKS
@@ -141,6 +142,17 @@ class GuardedBackend(TimingBackend):
         self._switch.switch_off(DEVICE_MARKS, f"timing backend ({self.kind}, {call})", exc)
 
 
+@dataclass
+class _Accumulated:
+    """The micro-batches an accumulating step has had before its current one: when it began,
+    their summed time per phase, samples and count."""
+
+    start: int
+    phases: list[int]
+    samples: int = 0
+    batches: int = 0
+
+
 class StepRecorder:
     """See the module docstring. ``config_id`` gives the id the next step is trained under."""
 
@@ -186,13 +198,12 @@ class StepRecorder:
         self.backward_passes = 0
         #: True once a step held several micro-batches (gradient accumulation); how many
         #: batches the last such step held.
-        self.accumulating = False
+        #: Batches in the last accumulating step (1: the script does not accumulate).
         self.batches_per_step = 1
-        self._micro = 0  # micro-batches folded into the open step
-        self._folded: list[int] = []  # their summed time per phase
-        self._folded_start = 0
-        self._folded_samples = 0
-        self._marked = 0  # device marks already recorded for the open step (after a fold)
+        self._acc: _Accumulated | None = None  # the open step's earlier micro-batches
+        #: Marks a boundary of the open step: ``_mark_later_batch`` for an accumulating
+        #: step's later micro-batches (a swap, so a plain step pays nothing for it).
+        self._mark: Callable[[int, int], None] = self._mark_step
 
     # --- DataLoader iteration -------------------------------------------------------------
 
@@ -231,7 +242,7 @@ class StepRecorder:
                 self._pending_data = (call[1], now, batch_samples(batch))
             return
         if self._host is not None:  # a zip's other iterator, or an accumulating step's batch
-            if self._reached == 0 and self._micro:
+            if self._reached == 0 and self._acc is not None:
                 self._samples = batch_samples(batch)
             if self._reached <= DATA_END:
                 self._mark(DATA_END, now)
@@ -248,7 +259,7 @@ class StepRecorder:
         accumulating step whose epoch ended before its optimizer step ends here."""
         if self._call is not None and self._call[0] == iterator:
             self._call = None
-            if self._micro and self._reached == 0 and self._host is not None:
+            if self._acc is not None and self._reached == 0 and self._host is not None:
                 self._samples = 0  # the batch asked for never came
                 self._close(self._host[0])
 
@@ -377,7 +388,7 @@ class StepRecorder:
         self.backend.begin(self.steps)
         self.backend.mark(0)
 
-    def _mark(self, index: int, now: int) -> None:
+    def _mark_step(self, index: int, now: int) -> None:
         """Boundary ``index`` reached at ``now``: skipped ones collapse onto the previous mark;
         an earlier boundary than the last one reached is ignored."""
         host = self._host
@@ -385,27 +396,42 @@ class StepRecorder:
             return
         for skipped in range(self._reached + 1, index):
             host[skipped] = host[self._reached]
-            if skipped > self._marked:
+            self.backend.mark(skipped)
+        host[index] = max(now, host[self._reached])
+        self.backend.mark(index)
+        self._reached = index
+
+    def _mark_later_batch(self, index: int, now: int) -> None:
+        """``_mark_step`` for an accumulating step's second and later micro-batches: their
+        device marks up to ``backward_end`` are not recorded again (the step's are its first
+        batch's, so its stream-active span covers every batch)."""
+        host = self._host
+        if host is None or index < self._reached or index >= END:
+            return
+        for skipped in range(self._reached + 1, index):
+            host[skipped] = host[self._reached]
+            if skipped > BACKWARD_END:
                 self.backend.mark(skipped)
         host[index] = max(now, host[self._reached])
-        if index > self._marked:
+        if index > BACKWARD_END:
             self.backend.mark(index)
         self._reached = index
 
     def _close(self, end_ns: int) -> None:
         host = self._host
         assert host is not None
+        acc = self._acc
         for skipped in range(self._reached + 1, END):
             host[skipped] = host[self._reached]
-            if skipped > self._marked:
+            if acc is None or skipped > BACKWARD_END:  # else its first batch recorded it
                 self.backend.mark(skipped)
         host[END] = max(end_ns, host[self._reached])
         self.backend.mark(END)
         self.backend.end()
         samples = self._probe_samples if self._probe_samples is not None else self._samples
         samples = 1 if samples is None else samples
-        if self._micro:
-            host, samples = self._unfolded(host), samples + self._folded_samples
+        if acc is not None:
+            host, samples = self._unfolded(acc, host), samples + acc.samples
         self._columns.add_step(self.steps, self._config, samples, host)
         self.steps += 1
         self._host = None
@@ -424,8 +450,9 @@ class StepRecorder:
         self._host = None
         self._reached = 0
         self._iterator = None
-        if self._micro:
-            self._micro = self._marked = 0
+        if self._acc is not None:
+            self._acc = None
+            self._mark = self._mark_step
 
     # --- gradient accumulation ------------------------------------------------------------
 
@@ -434,39 +461,42 @@ class StepRecorder:
         its phases to the step's sums and start the next micro-batch's marks at ``now``."""
         host = self._host
         assert host is not None
-        if not self._micro:
-            self._folded = [0] * END
-            self._folded_start = host[0]
-            self._folded_samples = 0
-            self._marked = self._reached
-            if not self.accumulating:
-                self.accumulating = True
+        acc = self._acc
+        if acc is None:
+            acc = self._acc = _Accumulated(start=host[0], phases=[0] * END)
+            self._mark = self._mark_later_batch
+            if self.batches_per_step == 1:
                 self.link.log(
                     "info",
                     "the script accumulates gradients (several backward() per "
                     "optimizer.step()): a step now ends at optimizer.step() and holds all "
                     "its batches",
                 )
-        folded, reached = self._folded, self._reached
+        phases, reached = acc.phases, self._reached
         for i in range(reached):
-            folded[i] += host[i + 1] - host[i]
-        folded[OPTIMIZER_END] += now - host[reached]  # after its backward: ``sync``
-        self._folded_samples += 1 if self._samples is None else self._samples
+            phases[i] += host[i + 1] - host[i]
+        phases[OPTIMIZER_END] += now - host[reached]  # after its backward: ``sync``
+        acc.samples += 1 if self._samples is None else self._samples
+        acc.batches += 1
         self._samples = None
-        self._micro += 1
         host[0] = now
         self._reached = 0
 
-    def _unfolded(self, host: list[int]) -> list[int]:
+    def _unfolded(self, acc: _Accumulated, host: list[int]) -> list[int]:
         """The marks of an accumulating step: from its first ``next()``, each phase's summed
         time over its micro-batches; the step's end stays where it was."""
-        folded = self._folded
-        marks = [self._folded_start]
+        marks = [acc.start]
         for i in range(END):
-            marks.append(marks[i] + folded[i] + host[i + 1] - host[i])
-        self.batches_per_step = self._micro + 1
-        self._micro = self._marked = 0
+            marks.append(marks[i] + acc.phases[i] + host[i + 1] - host[i])
+        self.batches_per_step = acc.batches + 1
+        self._acc = None
+        self._mark = self._mark_step
         return marks
+
+    @property
+    def accumulating(self) -> bool:
+        """Whether a step has held several micro-batches (gradient accumulation)."""
+        return self.batches_per_step > 1 or self._acc is not None
 
     def step_definition(self) -> str:
         """What a step was (one of ``STEP_DEFINITIONS``), for the run's ``bye``."""
