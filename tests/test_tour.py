@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -18,9 +19,9 @@ from gpuwatch.core.run.tour import (
     StageResult,
     closing_sentence,
     judge,
+    median_noise,
     plan_stages,
     plan_tour,
-    rate_spread,
 )
 
 NEEDS_CUDA = "needs CUDA"
@@ -507,9 +508,9 @@ def steady_row(config_id: int, rates: tuple[float, ...]) -> SegmentStats:
     )
 
 
-def test_rate_spread_and_the_noise_rule() -> None:
-    assert rate_spread(()) == 0.0 and rate_spread((100.0,)) == 0.0
-    assert rate_spread((90.0, 100.0, 110.0)) == pytest.approx(0.1)
+def test_median_noise_and_the_noise_rule() -> None:
+    assert median_noise(()) == 0.0 and median_noise((100.0,)) == 0.0
+    assert median_noise((90.0, 100.0, 110.0, 100.0)) == pytest.approx((102.5 - 97.5) / 100 / 2)
     stage = Stage("AMP", {}, "")
     kept = steady_row(1, (200.0, 201.0, 199.0))
     # Quiet rows: 5 % is the band; 6 % slower is reverted, 4 % slower is kept (no change).
@@ -517,9 +518,14 @@ def test_rate_spread_and_the_noise_rule() -> None:
     kept_within = judge(stage, 2, steady_row(2, (192.0,) * 3), kept)
     assert kept_within.kept is True and not kept_within.helped
     assert kept_within.verdict == "AMP: 0.96× the best so far — kept (no change beyond noise)"
-    # Scattered rates widen the band: 8 % slower within an 11 % spread is noise, kept.
-    noisy = judge(stage, 2, steady_row(2, (165.0, 184.0, 205.0)), kept)
-    assert noisy.noise == pytest.approx((194.5 - 174.5) / 184) and noisy.kept is True
+    # Scattered rates widen the band: 8 % slower, within twice the medians' uncertainty, is
+    # noise and kept; over 20 windows a similar scatter pins the median down: reverted.
+    scattered = (160.0, 184.0, 208.0)
+    noisy = judge(stage, 2, steady_row(2, scattered), kept)
+    expected = 2 * math.hypot((196 - 172) / 184 / math.sqrt(3), 1 / 200 / math.sqrt(3))
+    assert noisy.noise == pytest.approx(expected) and noisy.kept is True
+    many = (170.0, 178.0, 184.0, 190.0, 198.0) * 4  # 20 windows, median 184
+    assert judge(stage, 2, steady_row(2, many), kept).kept is False
     slower = judge(stage, 2, steady_row(2, (56.0, 56.0, 56.0)), kept)
     assert slower.kept is False and slower.label == "AMP — reverted"
     assert slower.verdict == "AMP: 0.28× the best so far — reverted"

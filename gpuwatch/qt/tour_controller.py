@@ -69,7 +69,7 @@ class TourController(QObject):
             f"Walk the run through the well-known fixes one by one (workers, pinned memory, "
             f"batched logging, AMP, channels_last, compile), holding each stage until it has "
             f"{self._min_steady_s:g} s of steady rates; a stage that made the run slower is "
-            f"reverted, and the scoreboard shows what each bought."
+            "reverted, and the scoreboard shows what each bought."
         )
         self.action.triggered.connect(self.toggle)
         self.caption = QLabel()

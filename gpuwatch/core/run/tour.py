@@ -12,6 +12,7 @@ configuration it found and a talk never ends slower than it began.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -43,7 +44,7 @@ MAX_STEADY_FACTOR = 3.0
 
 #: Keep-only-what-helps rule (docs/knobs.md §4): a stage is slower beyond noise when its steady
 #: samples/s is below the best kept configuration's so far by more than this fraction *and* by
-#: more than the wider rate spread of the two rows (``rate_spread``).
+#: more than twice the uncertainty of the difference of the two medians (``median_noise``).
 MIN_NOISE = 0.05
 
 BASELINE_CAPTION = "the workload's naive defaults: the reference every speedup is measured against"
@@ -287,24 +288,31 @@ def times(ratio: float) -> str:
     return f"{ratio:.1f}×" if ratio >= 2 else f"{ratio:.2f}×"
 
 
-def rate_spread(rates: Sequence[float]) -> float:
-    """How much a row's 1 s window rates scatter: their interquartile range over their median
-    (0 with fewer than two rates)."""
+def median_noise(rates: Sequence[float]) -> float:
+    """How far a row's samples/s (the median of its 1 s window rates) could move, as a fraction:
+    the windows' interquartile range over their median, over √n (the median's uncertainty
+    shrinks with the number of windows; 0 with fewer than two)."""
     if len(rates) < 2:
         return 0.0
     low, middle, high = statistics.quantiles(rates, n=4, method="inclusive")
-    return (high - low) / middle if middle > 0 else 0.0
+    return (high - low) / middle / math.sqrt(len(rates)) if middle > 0 else 0.0
+
+
+def noise_band(row: SegmentStats, kept_row: SegmentStats) -> float:
+    """The fraction within which two rows' samples/s cannot be told apart: ``MIN_NOISE``, or
+    twice the combined uncertainty of their medians when that is wider."""
+    combined = math.hypot(median_noise(row.window_rates), median_noise(kept_row.window_rates))
+    return max(MIN_NOISE, 2 * combined)
 
 
 def judge(stage: Stage, config_id: int, row: SegmentStats, kept_row: SegmentStats) -> StageResult:
     """The verdict on ``row`` against ``kept_row``, the fastest kept configuration so far:
-    reverted when slower beyond noise (``MIN_NOISE``, or the wider of the two rows' rate
-    spreads). Judging against the best rather than the last kept one stops small losses that
-    are each within noise from adding up over the stages."""
+    reverted when slower beyond ``noise_band``. Judging against the best rather than the last
+    kept one stops small losses that are each within noise from adding up over the stages."""
     rate, before = row.samples_per_s, kept_row.samples_per_s
     if rate is None or not before:
         return StageResult(stage, config_id, rate, kept=True)
-    noise = max(MIN_NOISE, rate_spread(row.window_rates), rate_spread(kept_row.window_rates))
+    noise = noise_band(row, kept_row)
     ratio = rate / before
     return StageResult(stage, config_id, rate, ratio, noise, kept=ratio >= 1 - noise)
 
