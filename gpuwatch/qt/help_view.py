@@ -85,8 +85,9 @@ lane shows <b>compute spans</b> (the end of data loading to the end of the optim
 Same views, honest labels.""",
     "transitions": """After a knob change the first steps rebuild the loader, recompile or
 autotune: they are a segment's <b>transition</b>. They are drawn on the timeline (after the
-change marker) but left out of every scoreboard figure; a row with fewer than 5 steady steps
-reads "not steady yet", never 0.""",
+change marker) but left out of every scoreboard figure; a row still short of steady steps
+(5, or 3 when a step lasts a second or more and is rated on its own) reads "measuring (2 of 3
+steady steps)", never 0.""",
     "knobs": """The knob panel lists the workload's knobs; a change applies at the next step
 boundary, starts a new segment (a marker on the timeline, a row in the scoreboard) and reports
 its cost (rebuild or compile seconds). A knob that cannot work here is disabled with the
