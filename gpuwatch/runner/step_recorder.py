@@ -205,6 +205,12 @@ class StepRecorder:
         #: step's later micro-batches (a swap, so a plain step pays nothing for it).
         self._mark: Callable[[int, int], None] = self._mark_step
 
+    @property
+    def columns(self) -> StepColumns:
+        """The step rows waiting to be sent (``script_instruments`` has each carry the time
+        the hooks spent on it)."""
+        return self._columns
+
     # --- DataLoader iteration -------------------------------------------------------------
 
     def next_called(self, iterator: int) -> None:
