@@ -13,6 +13,7 @@ from gpuwatch.core.model.messages import ConfigChange, Hello, Refusal
 from gpuwatch.core.run.session import SessionError, SessionState
 from gpuwatch.core.run.tour import (
     BEST_LABEL,
+    MAX_NOISE,
     Conductor,
     Skipped,
     Stage,
@@ -520,10 +521,13 @@ def test_median_noise_and_the_noise_rule() -> None:
     assert kept_within.verdict == "AMP: 0.96× the best so far — kept (no change beyond noise)"
     # Scattered rates widen the band: 8 % slower, within twice the medians' uncertainty, is
     # noise and kept; over 20 windows a similar scatter pins the median down: reverted.
-    scattered = (160.0, 184.0, 208.0)
-    noisy = judge(stage, 2, steady_row(2, scattered), kept)
-    expected = 2 * math.hypot((196 - 172) / 184 / math.sqrt(3), 1 / 200 / math.sqrt(3))
+    noisy = judge(stage, 2, steady_row(2, (170.0, 184.0, 198.0)), kept)
+    expected = 2 * math.hypot((191 - 177) / 184 / math.sqrt(3), 1 / 200 / math.sqrt(3))
     assert noisy.noise == pytest.approx(expected) and noisy.kept is True
+    # However scattered, more than 10 % slower is reverted.
+    scattered = judge(stage, 2, steady_row(2, (120.0, 178.0, 240.0)), kept)
+    assert scattered.noise == MAX_NOISE and scattered.ratio == pytest.approx(0.89)
+    assert scattered.kept is False
     many = (170.0, 178.0, 184.0, 190.0, 198.0) * 4  # 20 windows, median 184
     assert judge(stage, 2, steady_row(2, many), kept).kept is False
     slower = judge(stage, 2, steady_row(2, (56.0, 56.0, 56.0)), kept)

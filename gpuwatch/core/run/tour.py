@@ -46,6 +46,10 @@ MAX_STEADY_FACTOR = 3.0
 #: samples/s is below the best kept configuration's so far by more than this fraction *and* by
 #: more than twice the uncertainty of the difference of the two medians (``median_noise``).
 MIN_NOISE = 0.05
+#: ... and always when below it by more than this, however scattered the rates: a tour that
+#: keeps a visible loss teaches the wrong lesson, and reverting a stage that truly made no
+#: difference costs nothing.
+MAX_NOISE = 0.10
 
 BASELINE_CAPTION = "the workload's naive defaults: the reference every speedup is measured against"
 #: The stage a tour adds when its last stage was reverted: the kept configuration, measured.
@@ -299,10 +303,10 @@ def median_noise(rates: Sequence[float]) -> float:
 
 
 def noise_band(row: SegmentStats, kept_row: SegmentStats) -> float:
-    """The fraction within which two rows' samples/s cannot be told apart: ``MIN_NOISE``, or
-    twice the combined uncertainty of their medians when that is wider."""
+    """The fraction within which two rows' samples/s count as the same: twice the combined
+    uncertainty of their medians, at least ``MIN_NOISE`` and at most ``MAX_NOISE``."""
     combined = math.hypot(median_noise(row.window_rates), median_noise(kept_row.window_rates))
-    return max(MIN_NOISE, 2 * combined)
+    return min(MAX_NOISE, max(MIN_NOISE, 2 * combined))
 
 
 def judge(stage: Stage, config_id: int, row: SegmentStats, kept_row: SegmentStats) -> StageResult:
