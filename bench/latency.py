@@ -42,12 +42,13 @@ class DrawLatency:
 
         def tick() -> None:
             started = time.perf_counter_ns()
+            drawn_before = window.frame.frames_drawn
             newest = steps.snapshot(last=1)  # this frame's snapshots include at least this
             original()
             QCoreApplication.sendPostedEvents()  # the paint this tick asked for
             drawn_ns = time.perf_counter_ns()
-            if not len(newest):
-                return
+            if not len(newest) or window.frame.frames_drawn == drawn_before:
+                return  # a tick that drew nothing (no frame due) drew no step
             newest_id = int(newest.step[-1])
             if newest_id > self._drawn_id and self.recording:
                 view = steps.snapshot(last=newest_id - self._drawn_id + 4096)

@@ -1,30 +1,39 @@
-"""How smoothly the window draws a fast run (``python bench/render.py``).
+"""What the window costs while it draws (``python bench/render.py [--json]``).
 
-The real ``Session`` stores and the real ``MainWindow`` (offscreen Qt) are fed SIMULATED
-telemetry: a generator process (standing in for the runner) sends ``steps`` batches every
-50 ms at 1,000 and 10,000 steps/s and ``device_marks`` one batch later (CUDA events are
-harvested late) over a pipe; a thread here receives, decodes and dispatches them as the
-session's link reader does, and another writes NVML-like samples every 1/6 s as the NVML
-sampler does. The window follows "now" with its default 30 s visible; the generator starts
-30 s in the past so the view is full from the first measured frame.
+Per step rate, the real ``Session`` stores and the real ``MainWindow`` (offscreen Qt) are fed
+SIMULATED telemetry: a generator process (standing in for the runner) sends ``steps``
+batches every 50 ms and ``device_marks`` one batch later (CUDA events are harvested late) over
+a pipe; a thread here receives, decodes and dispatches them as the session's link reader does,
+and another writes NVML-like samples every 1/6 s as the NVML sampler does. The window follows
+"now" with its default 30 s visible; the generator starts 30 s in the past so the view is full
+from the first measured frame. Other cases (``--cases``): the window open with no run
+(``idle``), a replay of a 100,000-step recording at rest (``replay``), and a real runner
+(``mlp`` on the CPU) through the real Session (``live``).
 
-A frame is one tick of the window's redraw timer plus the paint it causes (posted paint
-events are flushed right after the tick, so the paint is timed inside the frame). Reported:
-frame time p50/p95/max, frames dropped (periods of the nominal 33 ms clock without a frame),
-and this process's CPU % (all its threads: window, link reading, samples); then the headline
-figures at the end, from the frame presenter's function the window and headless read.
-Nothing here runs a GPU: the device marks and utilization are made up.
+A frame is a redraw tick that drew, together with the paint it posts (flushed right after the
+tick, so the paint is timed inside the frame); ticks with nothing due draw nothing. Reported
+per case: frames and frames/s, frame time p50/p95 (wall) and the GUI thread's CPU per frame,
+this process's CPU % of one core (all its threads: window, link reading, samples; the runner
+is another process), step end → drawn p95, and the load average. The Qt event loop runs as in
+the app (``QEventLoop.exec``), so no polling loop of the bench's own is counted. ``--profile
+N`` adds cProfile's top N functions (own time) of the GUI thread. Nothing here runs a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
+import json
 import multiprocessing as mp
 import os
+import pstats
 import sys
+import tempfile
 import threading
 import time
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -32,16 +41,18 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import machine
 import numpy as np
 import psutil
-from PySide6.QtCore import QCoreApplication, QTimer
+from PySide6.QtCore import QCoreApplication, QEventLoop, Qt, QTimer
 
 from gpuwatch.core.figures.frame import HeadlineFigures, RunData, headline_figures
+from gpuwatch.core.files.recording_reader import open_recording
+from gpuwatch.core.files.replay import ReplaySession
 from gpuwatch.core.model.messages import DeviceInfo, Hello
 from gpuwatch.core.model.metrics import NVML_GPU_UTIL, PROC_CPU
 from gpuwatch.core.model.store import MetricStatus
 from gpuwatch.core.run.session import Session, SessionState
 from gpuwatch.protocol import N_MARKS, RUNNER_KINDS, decode, encode
 from gpuwatch.qt.app import create_app
-from gpuwatch.qt.main_window import REDRAW_MS, MainWindow
+from gpuwatch.qt.main_window import MainWindow
 from gpuwatch.qt.window_options import WindowOptions
 
 S = 1_000_000_000
@@ -180,7 +191,9 @@ class SyntheticRun:
 
 
 class FrameClock:
-    """Times each redraw tick of ``window`` together with the paint it posts."""
+    """Times each redraw tick of ``window`` that drew a frame, together with the paint it
+    posts, and each step's latency: its end mark (the runner's clock, which is this one) to
+    the end of the first frame that drew it."""
 
     def __init__(self, window: MainWindow) -> None:
         self.window = window
@@ -188,23 +201,74 @@ class FrameClock:
         #: CPU time of the GUI thread per frame: the work itself, without the waits for a CPU
         #: that a loaded machine adds to the wall-clock figure.
         self.cpu_ms: list[float] = []
+        self.latencies_ms: list[np.ndarray] = []
         self.recording = False
+        self._drawn_id = -1  # newest step id drawn by an earlier frame
         original = window._tick
+        steps = window.session.steps
 
         def timed_tick() -> None:
             started, cpu = time.perf_counter(), time.thread_time()
+            drawn_before = window.frame.frames_drawn
+            newest = steps.snapshot(last=1)  # the frame's snapshots include at least this
             original()
             QCoreApplication.sendPostedEvents()  # the paint this tick asked for, now
-            if self.recording:
-                self.frames_ms.append((time.perf_counter() - started) * 1e3)
-                self.cpu_ms.append((time.thread_time() - cpu) * 1e3)
+            if window.frame.frames_drawn == drawn_before or not self.recording:
+                return
+            drawn_ns = time.perf_counter_ns()
+            self.frames_ms.append((time.perf_counter() - started) * 1e3)
+            self.cpu_ms.append((time.thread_time() - cpu) * 1e3)
+            if len(newest) and int(newest.step[-1]) > self._drawn_id:
+                newest_id = int(newest.step[-1])
+                if self._drawn_id >= 0:
+                    view = steps.snapshot(last=newest_id - self._drawn_id + 4096)
+                    new = (view.step > self._drawn_id) & (view.step <= newest_id)
+                    self.latencies_ms.append((drawn_ns - view.host[new, -1]) / 1e6)
+                self._drawn_id = newest_id
 
         window.timer.timeout.disconnect()
         window.timer.timeout.connect(timed_tick)
 
-    def dropped(self, duration_s: float) -> int:
-        """Nominal frames (one per ``REDRAW_MS``) that got none: stretched or late ticks."""
-        return max(0, round(duration_s * 1e3 / REDRAW_MS) - len(self.frames_ms))
+    def latency_p95(self) -> float | None:
+        """Step end → drawn, 95th percentile (ms), or None without measured steps."""
+        lat = np.concatenate(self.latencies_ms) if self.latencies_ms else np.empty(0)
+        return float(np.percentile(lat, 95)) if len(lat) else None
+
+
+def spin(seconds: float) -> None:
+    """Run the Qt event loop for ``seconds``, as the app does (no polling loop of ours that
+    would cost CPU itself)."""
+    loop = QEventLoop()
+    QTimer.singleShot(int(seconds * 1e3), Qt.TimerType.PreciseTimer, loop.quit)
+    loop.exec()
+
+
+class Measured:
+    """This process's CPU time over a stretch of wall time, and cProfile of the GUI thread
+    when asked (``--profile N``: the N costliest functions by own time)."""
+
+    def __init__(self, profile: int) -> None:
+        self.profile = profile
+        self._prof = cProfile.Profile() if profile else None
+        self._proc = psutil.Process()
+        self.top: str = ""
+
+    def __enter__(self) -> Measured:
+        self._cpu0, self._wall0 = self._proc.cpu_times(), time.perf_counter()
+        if self._prof is not None:
+            self._prof.enable()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._prof is not None:
+            self._prof.disable()
+            out = io.StringIO()
+            pstats.Stats(self._prof, stream=out).sort_stats("tottime").print_stats(self.profile)
+            self.top = out.getvalue()
+        cpu1 = self._proc.cpu_times()
+        self.wall = time.perf_counter() - self._wall0
+        cpu_s = (cpu1.user - self._cpu0.user) + (cpu1.system - self._cpu0.system)
+        self.cpu_pct = 100 * cpu_s / self.wall
 
 
 def window_bins(window: MainWindow) -> Any:
@@ -250,7 +314,42 @@ def headline_text(f: HeadlineFigures, cost_ms: float) -> str:
     )
 
 
-def run_rate(app: Any, rate: float, seconds: float, size: tuple[int, int]) -> dict[str, Any]:
+def case_result(
+    name: str, rate: float | None, window: MainWindow, clock: FrameClock, measured: Measured
+) -> dict[str, Any]:
+    """One case's figures (the keys of ``--json``)."""
+    frames = clock.frames_ms
+    return {
+        "case": name,
+        "steps_per_s": rate,
+        "seconds": round(measured.wall, 2),
+        "frames": len(frames),
+        "frames_per_s": round(len(frames) / measured.wall, 2),
+        "frame_ms_p50": machine.percentile(frames, 50) if frames else None,
+        "frame_ms_p95": machine.percentile(frames, 95) if frames else None,
+        "frame_ms_max": max(frames) if frames else None,
+        "frame_cpu_ms_p50": machine.percentile(clock.cpu_ms, 50) if frames else None,
+        "frame_cpu_ms_p95": machine.percentile(clock.cpu_ms, 95) if frames else None,
+        "gui_cpu_percent": round(measured.cpu_pct, 2),
+        "latency_ms_p95": clock.latency_p95(),
+        "stored": window.session.steps.count,
+        "dense": window.timeline.dense,
+        "load_average": machine.load_average(),
+        "profile": measured.top,
+    }
+
+
+def close_window(window: MainWindow, app: Any) -> None:
+    window.session.close = lambda *a, **k: None  # type: ignore[method-assign]  # never started
+    window.close()
+    window.deleteLater()
+    app.processEvents()
+
+
+def run_rate(
+    app: Any, rate: float, seconds: float, size: tuple[int, int], profile: int = 0
+) -> dict[str, Any]:
+    """A simulated run at ``rate`` steps/s, the window following "now"."""
     session = Session(sample_coarse=False)
     now = time.perf_counter_ns()
     session.t0_ns = now - 31 * S
@@ -264,99 +363,187 @@ def run_rate(app: Any, rate: float, seconds: float, size: tuple[int, int]) -> di
     run.start()
     deadline = time.monotonic() + 60
     while not run.caught_up() and time.monotonic() < deadline:
-        app.processEvents()
-        time.sleep(0.005)
-    settle = time.monotonic() + 2.0  # then warm up: first layouts, caches
-    while time.monotonic() < settle:
-        app.processEvents()
-        time.sleep(0.001)
-    proc = psutil.Process()
-    cpu0, wall0 = proc.cpu_times(), time.perf_counter()
+        spin(0.02)
+    spin(2.0)  # then warm up: first layouts, caches
     clock.recording = True
-    done = threading.Event()
-    QTimer.singleShot(int(seconds * 1e3), done.set)
-    while not done.is_set():
-        app.processEvents()
-        time.sleep(0.001)
+    with Measured(profile) as measured:
+        spin(seconds)
     clock.recording = False
-    wall = time.perf_counter() - wall0
-    cpu1 = proc.cpu_times()
     figures, headline_ms = headline_now(session)
     run.stop()
-    cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
-    frames = clock.frames_ms
-    result = {
-        "rate": rate,
-        "seconds": wall,
-        "frames": len(frames),
-        "p50": machine.percentile(frames, 50),
-        "p95": machine.percentile(frames, 95),
-        "max": max(frames) if frames else float("nan"),
-        "dropped": clock.dropped(wall),
-        "cpu50": machine.percentile(clock.cpu_ms, 50),
-        "cpu95": machine.percentile(clock.cpu_ms, 95),
-        "cpu_pct": 100 * cpu_s / wall,
-        "dense": window.timeline.dense,
-        "stored": len(session.steps.snapshot()),
-        "interval_ms": window.timer.interval(),
-        "filled": filled_share(window),
-        "headline": headline_text(figures, headline_ms),
-    }
-    window.session.close = lambda *a, **k: None  # type: ignore[method-assign]  # never started
+    result = case_result(f"{rate:g} steps/s", rate, window, clock, measured)
+    result.update(
+        interval_ms=window.timer.interval(),
+        filled=filled_share(window),
+        headline=headline_text(figures, headline_ms),
+    )
+    close_window(window, app)
+    return result
+
+
+def run_idle(app: Any, seconds: float, size: tuple[int, int], profile: int = 0) -> dict[str, Any]:
+    """The window open with no run (as ``gpuwatch`` starts)."""
+    window = MainWindow(Session(sample_coarse=False), WindowOptions(workload="mlp", device="cpu"))
+    window.resize(*size)
+    window.show()
+    clock = FrameClock(window)
+    spin(3.0)
+    clock.recording = True
+    with Measured(profile) as measured:
+        spin(seconds)
+    result = case_result("idle (no run)", None, window, clock, measured)
+    close_window(window, app)
+    return result
+
+
+def run_replay(app: Any, seconds: float, size: tuple[int, int], profile: int = 0) -> dict[str, Any]:
+    """A replay of a 100,000-step recording (2 ms CPU steps, two configurations), at rest."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "reliability"))
+    from synthetic_recording import write_recording  # a test helper: no run needed
+
+    with tempfile.TemporaryDirectory(prefix="gpuwatch-render-") as tmp:
+        path = write_recording(Path(tmp) / "rest.gpuwatch", 100_000)
+        session = ReplaySession(open_recording(path))
+        window = MainWindow(session, WindowOptions())
+        window.resize(*size)
+        window.show()
+        clock = FrameClock(window)
+        spin(3.0)
+        clock.recording = True
+        with Measured(profile) as measured:
+            spin(seconds)
+        result = case_result("replay at rest", None, window, clock, measured)
+        close_window(window, app)
+    return result
+
+
+def run_live(app: Any, seconds: float, size: tuple[int, int], profile: int = 0) -> dict[str, Any]:
+    """A real runner (``mlp`` on the CPU, naive knobs) through the real Session: the GUI
+    process's CPU while it trains (the runner is another process, not counted)."""
+    session = Session()
+    window = MainWindow(session, WindowOptions(workload="mlp", device="cpu"))
+    window.resize(*size)
+    window.show()
+    clock = FrameClock(window)
+    window.start_run()
+    deadline = time.monotonic() + 180
+    while session.steps.count < 20 and time.monotonic() < deadline:
+        if session.state is SessionState.FAILED:
+            break
+        spin(0.05)
+    spin(2.0)
+    clock.recording = True
+    steps_before = session.steps.count
+    with Measured(profile) as measured:
+        spin(seconds)
+    clock.recording = False
+    rate = (session.steps.count - steps_before) / measured.wall
+    result = case_result("live mlp (CPU)", None, window, clock, measured)
+    result["steps_per_s_observed"] = round(rate, 1)
     window.close()
-    window.deleteLater()
     app.processEvents()
     return result
 
 
+def print_row(r: dict[str, Any]) -> None:
+    def fmt(value: float | None, spec: str) -> str:
+        return "—" if value is None else format(value, spec)
+
+    budget = BUDGETS_P95.get(r["steps_per_s"] or -1.0)
+    cpu_budget = CPU_BUDGETS.get(r["steps_per_s"] if r["steps_per_s"] else r["case"])
+    verdicts = []
+    if budget is not None and r["frame_ms_p95"] is not None:
+        verdicts.append(f"p95<={budget:g}: {'met' if r['frame_ms_p95'] <= budget else 'MISSED'}")
+    if cpu_budget is not None:
+        ok = r["gui_cpu_percent"] <= cpu_budget
+        verdicts.append(f"CPU<={cpu_budget:g}%: {'met' if ok else 'MISSED'}")
+    print(
+        f"{r['case']:>16} {r['frames']:6d} {r['frames_per_s']:6.1f} "
+        f"{fmt(r['frame_ms_p50'], '7.1f'):>7} {fmt(r['frame_ms_p95'], '7.1f'):>7} "
+        f"{fmt(r['frame_cpu_ms_p50'], '7.1f'):>7} {r['gui_cpu_percent']:9.1f} "
+        f"{fmt(r['latency_ms_p95'], '7.0f'):>7} {r['stored']:8d}  {'; '.join(verdicts)}"
+    )
+    if r.get("steps_per_s_observed") is not None:
+        print(f"#   the runner trained {r['steps_per_s_observed']:,.0f} steps/s meanwhile")
+    if r.get("headline"):
+        print(f"#   {r['headline']}")
+    if r["profile"]:
+        print("\n".join(f"#   {line}" for line in r["profile"].strip().splitlines()))
+    sys.stdout.flush()
+
+
+#: Issue 20's budgets on a 2-core machine: frame p95 (ms) per rate, GUI CPU % per case.
+BUDGETS_P95 = {1000.0: 16.0, 10000.0: 33.0}
+CPU_BUDGETS: dict[float | str, float] = {
+    10.0: 10.0,
+    100.0: 10.0,
+    1000.0: 25.0,
+    10000.0: 40.0,
+    "idle (no run)": 1.0,
+    "replay at rest": 1.0,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=60.0, help="measured seconds per rate")
-    parser.add_argument("--rates", default="1000,10000", help="steps/s, comma-separated")
+    parser.add_argument("--seconds", type=float, default=60.0, help="measured seconds per case")
+    parser.add_argument("--rates", default="10,100,1000,10000", help="steps/s, comma-separated")
+    parser.add_argument(
+        "--cases",
+        default="idle,replay,live",
+        help="other cases, comma-separated: idle (no run), replay (at rest), live (real mlp "
+        "runner on the CPU); empty for none",
+    )
     parser.add_argument("--size", default="1600x900", help="window size WxH")
+    parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    parser.add_argument(
+        "--profile", type=int, default=0, help="cProfile the GUI thread: top N by own time"
+    )
     args = parser.parse_args(argv)
     width, height = (int(v) for v in args.size.split("x"))
+    size = (width, height)
     machine.isolate_user_dirs()
     app = create_app()
-    print(
-        machine.header(
-            "gpuwatch drawing cost (bench/render.py)",
-            [
-                f"SIMULATED telemetry into the real Session + MainWindow, offscreen, "
-                f"{width}x{height}, 30 s visible, {args.seconds:g} s per rate"
-            ],
-        )
-    )
-    budgets = {1000.0: 33.0, 10000.0: 50.0}
-    print(
-        f"{'steps/s':>8} {'frames':>6} {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7} "
-        f"{'dropped':>7} {'GUI CPU %':>9} {'timer ms':>8} {'stored':>7} {'filled':>6} "
-        f"{'cpu p50':>7} {'cpu p95':>7}  budget p95"
-    )
-    for rate in (float(r) for r in args.rates.split(",")):
-        r = run_rate(app, rate, args.seconds, (width, height))
-        budget = budgets.get(rate)
-        verdict = (
-            ""
-            if budget is None
-            else (f"<= {budget:g} ms: {'met' if r['p95'] <= budget else 'MISSED'}")
+    runs: list[tuple[str, Any]] = [
+        (f"{float(r):g}", lambda r=float(r): run_rate(app, r, args.seconds, size, args.profile))
+        for r in args.rates.split(",")
+        if r.strip()
+    ]
+    others = {"idle": run_idle, "replay": run_replay, "live": run_live}
+    for name in (c.strip() for c in args.cases.split(",") if c.strip()):
+        runs.append((name, lambda f=others[name]: f(app, args.seconds, size, args.profile)))
+    if not args.json:
+        print(
+            machine.header(
+                "gpuwatch drawing cost (bench/render.py)",
+                [
+                    f"SIMULATED telemetry into the real Session + MainWindow, offscreen, "
+                    f"{width}x{height}, 30 s visible, {args.seconds:g} s per case"
+                ],
+            )
         )
         print(
-            f"{rate:8.0f} {r['frames']:6d} {r['p50']:7.1f} {r['p95']:7.1f} {r['max']:7.1f} "
-            f"{r['dropped']:7d} {r['cpu_pct']:9.1f} {r['interval_ms']:8d} {r['stored']:7d} "
-            f"{r['filled']:6.0%} {r['cpu50']:7.1f} {r['cpu95']:7.1f}  {verdict}"
+            f"{'case':>16} {'frames':>6} {'fps':>6} {'p50 ms':>7} {'p95 ms':>7} "
+            f"{'cpu p50':>7} {'GUI CPU %':>9} {'lat p95':>7} {'stored':>8}  budgets"
         )
-        print(f"#   {r['headline']}")
-        sys.stdout.flush()
+    results = []
+    for _, run in runs:
+        result = run()
+        results.append(result)
+        if not args.json:
+            print_row(result)
+    if args.json:
+        print(json.dumps({"load_average": machine.load_average(), "cases": results}, indent=1))
+        return 0
     print(
-        "# frame times are wall clock (tick + paint); cpu p50/p95: the GUI thread's CPU time "
-        "per frame (without waiting for a CPU); stored: steps in the ring; filled: share of "
-        "the 30 s view that shows steps"
+        "# frames: redraw ticks that drew (a tick with nothing new draws nothing); p50/p95: "
+        "wall clock per frame (tick + paint); cpu p50: the GUI thread's CPU time per frame; "
+        "lat p95: a step's end mark to the end of the first frame that drew it"
     )
     print(
-        f"# GUI CPU %: this process (window, link reading + decoding, NVML-like samples); "
-        f"the simulated runner is another process.\n# load average at the end: "
-        f"{machine.load_average()}"
+        f"# GUI CPU %: this process (window, link reading + decoding, NVML-like samples), in % "
+        f"of one core; the (simulated or real) runner is another process.\n"
+        f"# load average at the end: {machine.load_average()}"
     )
     return 0
 
