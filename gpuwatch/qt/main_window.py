@@ -2,8 +2,9 @@
 scoreboard and log docks.
 
 Data flow: the Session's threads fill ring buffers; this window polls them on ONE timer
-(~30 fps) and redraws from snapshots. There are no data signals and no per-message
-redraws, so a runner sending 10,000 steps/s costs the GUI the same as one sending 10. The
+(~30 Hz while a run is live or the view moves, 4 Hz at rest) and redraws from snapshots only
+what changed, at most ~15 frames a second. There are no data signals and no per-message
+redraws, so a runner sending 10,000 steps/s costs the GUI about the same as one sending 10. The
 rare changes (a configuration applied, a refusal, a kernel window, the run's state) arrive
 as ``SessionSignals``. The window composes its parts: actions and menus from one table
 (``actions``), the run toolbar, recording and file dialogs, replay mode, and the plots.
@@ -52,15 +53,21 @@ from gpuwatch.qt.tour_controller import TourController
 from gpuwatch.qt.view_menus import ThemeMenu, panels_menu
 from gpuwatch.qt.window_options import WindowOptions
 
-#: Redraw period: ~30 fps is smooth scrolling and leaves the CPU to the training run.
+#: Redraw tick while a run is live or the view moved lately: a tick draws only what changed,
+#: and only when a frame is due (``frame.frame_due``: ~15 frames a second at most).
 REDRAW_MS = 33
-#: If a redraw costs more than half its period, the period stretches (up to this): on a CPU
+#: If a frame costs more than half the tick, the tick stretches (up to this): on a CPU
 #: device the GUI competes with the very run it measures, and input must stay responsive.
 MAX_REDRAW_MS = 250
+#: Tick at rest (no live run, nothing drawn for ``AWAKE_S`` seconds): an open window costs
+#: ~nothing; a pan, a resize, the run's state or the replay bar wakes it at once.
+IDLE_REDRAW_MS = 250
+AWAKE_S = 1.0
 #: Width of the visible window while following "now".
 WINDOW_S = 30.0
-#: The headline figures are refreshed every this many redraws (~4 Hz: readable, not flickering).
-HEADLINE_EVERY = 8
+#: The headline figures are refreshed this often at most (seconds), and only after a frame
+#: was drawn: readable, not flickering, and no new text while nothing changes.
+HEADLINE_PERIOD_S = 0.3
 #: The knob panel and kernel capture follow answers and values this often (seconds; a
 #: refused change snaps back within it)...
 KNOBS_PERIOD_S = 0.25
@@ -85,6 +92,11 @@ class MainWindow(QMainWindow):
         )
         self._ticks = 0
         self._tick_cost_ms = 0.0
+        self._awake_until = 0.0
+        self._headline_due = 0.0
+        self._drawn_since_headline = True
+        #: What the scoreboard was last computed from (None: recompute at the next refresh).
+        self._panels_key: tuple[object, ...] | None = None
         self._closed = False
         self._live_shown: bool | None = None  # what the Start/Stop action shows
         self._knobs_due = 0.0
@@ -179,11 +191,16 @@ class MainWindow(QMainWindow):
         )
         self.replay_bar = self.replay_mode.bar if self.replay_mode is not None else None
         for plot in (self.timeline, self.utilization.plot):
-            plot.getPlotItem().getViewBox().sigRangeChangedManually.connect(self._on_manual_pan)
+            view_box = plot.getPlotItem().getViewBox()
+            view_box.sigRangeChangedManually.connect(self._on_manual_pan)
+            view_box.sigResized.connect(self.wake)
+        if self.replay_bar is not None:
+            self.replay_bar.position_changed.connect(self.wake)
         self.frame.caption(None, dense=False)
         self._sync_state()
         self.signals = SessionSignals(session.model, self)
         self.signals.sig_state_changed.connect(lambda *_: self._sync_state())
+        self.signals.sig_state_changed.connect(self.wake)
         for signal in (self.signals.sig_config_applied, self.signals.sig_refusal):
             signal.connect(self._refresh_panels_soon)
         #: Toolbar "Capture kernels", the kernel lane under the timeline, Help ▸ Nsight command.
@@ -255,6 +272,14 @@ class MainWindow(QMainWindow):
 
     def _on_manual_pan(self, *_: object) -> None:
         self.follow_action.setChecked(False)
+        self.wake()
+
+    def wake(self, *_: object) -> None:
+        """Something may need drawing soon (a pan, a resize, the run's state, the replay
+        bar): tick at the full rate again for a while."""
+        self._awake_until = time.monotonic() + AWAKE_S
+        if self.timer.interval() > REDRAW_MS:
+            self.timer.setInterval(REDRAW_MS)
 
     def remember_layout(self, settings: Settings) -> None:
         """The desk layout, workload, device and knobs for the next start; not a replay's or
@@ -285,14 +310,20 @@ class MainWindow(QMainWindow):
 
     def _tick(self) -> None:
         started = time.perf_counter()
-        self._redraw()
-        cost_ms = (time.perf_counter() - started) * 1e3
-        self._tick_cost_ms = 0.8 * self._tick_cost_ms + 0.2 * cost_ms
-        interval = int(min(max(REDRAW_MS, 2 * self._tick_cost_ms), MAX_REDRAW_MS))
+        drew = self._redraw()
+        now = time.monotonic()
+        if drew:  # the stretch follows what frames cost, not the cheap ticks between them
+            cost_ms = (time.perf_counter() - started) * 1e3
+            self._tick_cost_ms = 0.8 * self._tick_cost_ms + 0.2 * cost_ms
+            self._awake_until = now + AWAKE_S
+        awake = now < self._awake_until or self.session.state in ACTIVE_STATES
+        base = REDRAW_MS if awake else IDLE_REDRAW_MS
+        interval = int(min(max(base, 2 * self._tick_cost_ms), max(base, MAX_REDRAW_MS)))
         if abs(interval - self.timer.interval()) > 5:
             self.timer.setInterval(interval)
 
-    def _redraw(self) -> None:
+    def _redraw(self) -> bool:
+        """One tick: the log, the run's state, then a frame if one is due; True if drawn."""
         self._ticks += 1
         if self.replay_mode is not None:
             self.replay_mode.before_frame()
@@ -303,23 +334,49 @@ class MainWindow(QMainWindow):
         self._sync_state()
         live = self.session.state in ACTIVE_STATES
         now_ns = self._now_ns(live)
-        lo_ns, hi_ns = self._visible_window(now_ns)
-        self.frame.plots(live, lo_ns, hi_ns)
-        if self._ticks % HEADLINE_EVERY == 1 and not self.view_paused:
+        lo_s, hi_s = self.frame.visible_window(now_ns, self.follow, self.window_s)
+        drew = self.frame.plots(live, lo_s, hi_s, follow=self.follow)
+        if drew or not self.follow:
+            self.status_line.show_window(lo_s, hi_s, following=self.follow)
+        if drew:
+            self._drawn_since_headline = True
+        now = time.monotonic()
+        if self._drawn_since_headline and now >= self._headline_due and not self.view_paused:
+            self._headline_due = now + HEADLINE_PERIOD_S
+            self._drawn_since_headline = False
             self.frame.headline(now_ns)
+        self.status_line.show_cpu(now)
         self.tour.on_frame()
         self.presentation.on_frame()
         self._redraw_knobs_and_scoreboard(now_ns)
+        return drew
 
     def _refresh_panels_soon(self, *_: object) -> None:
         """A configuration was applied or refused: the panels follow at the next frame."""
         self._scoreboard_due = 0.0
+        self._panels_key = None
+        self.wake()
+
+    def _scoreboard_key(self) -> tuple[object, ...]:
+        """What the scoreboard's rows are computed from: unchanged, they are not recomputed
+        (a finished run or a replay at rest would price its whole history twice a second)."""
+        session = self.session
+        return (
+            session.t0_ns,
+            session.steps.count,
+            len(session.config_changes()),
+            session.state,
+            session.baseline_id,
+            self.frame.last_key,
+        )
 
     def _redraw_knobs_and_scoreboard(self, now_ns: int) -> None:
         """Knob panel and kernel capture at ~4 Hz; scoreboard, costs and change markers at
         ~2 Hz (by time, as the redraw period stretches under load)."""
         now = time.monotonic()
-        if now >= self._scoreboard_due:
+        key = self._scoreboard_key() if now >= self._scoreboard_due else None
+        if key is not None and key != self._panels_key:
+            self._panels_key = key
             self._scoreboard_due = now + SCOREBOARD_PERIOD_S
             self._knobs_due = now + KNOBS_PERIOD_S
             session = self.session
@@ -354,12 +411,6 @@ class MainWindow(QMainWindow):
         if self.replay_mode is not None and not live:
             return self.replay_mode.now_ns
         return self.frame.now_ns(live)
-
-    def _visible_window(self, now_ns: int) -> tuple[int, int]:
-        lo_s, hi_s = self.frame.visible_window(now_ns, self.follow, self.window_s)
-        self.status_line.show_window(lo_s, hi_s)
-        t0 = self.session.t0_ns
-        return t0 + int(lo_s * 1e9), t0 + int(hi_s * 1e9)
 
     # ---- State ------------------------------------------------------------------------
 

@@ -1,20 +1,30 @@
 """The plots (timeline over utilization, with their caption and change markers) and one
 frame of them and of the headline figures, drawn from the session's stores.
 
-The window calls ``plots`` every frame and ``headline`` a few times a second. Dense windows
-are drawn from ``bins`` (lane occupancy per fine time bin, kept up to date as steps arrive),
-so a frame costs the new steps and the visible pixels, not every visible step.
+The window calls ``plots`` on every redraw tick and ``headline`` a few times a second;
+``plots`` draws only when what it shows changed, and not more often than can be seen
+(``frame.frame_due``): a view that only scrolls is moved, not redrawn. Dense windows are drawn
+from ``bins`` (lane occupancy per fine time bin, kept up to date as steps arrive), so a frame
+costs the new steps and the visible pixels, not every visible step.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QBoxLayout, QLabel, QSplitter
 
-from gpuwatch.core.figures.frame import FramePresenter, FrameRevision, RunData
+from gpuwatch.core.figures.frame import (
+    NEW_STEPS_FRAME_S,
+    SCROLL_FRAME_S,
+    FramePresenter,
+    FrameRevision,
+    RunData,
+    frame_due,
+)
 from gpuwatch.core.figures.timeline_bins import TimelineBins
 from gpuwatch.core.files.replay import ReplaySession
 from gpuwatch.qt import palette
@@ -62,37 +72,62 @@ class PlotsRedraw:
         self.presenter = FramePresenter()
         #: What the last frame was drawn from; unchanged after the run, the frame is skipped.
         self.last_key: FrameRevision | None = None
+        #: When the last frame was drawn (``time.monotonic``) and how many have been.
+        self.drawn_at = -math.inf
+        self.frames_drawn = 0
 
     @property
     def bins(self) -> TimelineBins:
         """Lane occupancy per fine time bin, kept up to date as steps arrive."""
         return self.presenter.bins
 
-    def plots(self, live: bool, lo_ns: int, hi_ns: int) -> None:
-        """Timeline and utilization for ``[lo_ns, hi_ns]``, drawn from the presenter's frame.
+    def plots(self, live: bool, lo_s: float, hi_s: float, *, follow: bool) -> bool:
+        """Timeline and utilization for ``[lo_s, hi_s]`` (seconds since the origin), drawn
+        from the presenter's frame if anything they show changed and the frame is due; the
+        view is moved to that range when ``follow``. Returns whether a frame was drawn.
 
         Dense windows come from the presenter's bins (lane occupancy kept per fine time bin
         as steps arrive), so a frame costs the new steps and the visible pixels, not every
-        visible step; a sparse window draws its few steps span by span.
+        visible step; a sparse window draws its few steps span by span. A sparse view that
+        only scrolled on with "now" is moved: its spans are in data coordinates already.
         """
-        # Nothing more will come: the run is over (a replay only once played to its end).
-        final = not live and (self.replay is None or self.replay.at_end)
-        frame = self.presenter.plots(
-            RunData.of(self.session),
-            lo_ns,
-            hi_ns,
-            self.timeline.width_px(),
-            final=final,
-            unless=None if live else self.last_key,
+        t0 = self.session.t0_ns
+        lo_ns, hi_ns = t0 + int(lo_s * 1e9), t0 + int(hi_s * 1e9)
+        run = RunData.of(self.session)
+        width = self.timeline.width_px()
+        revised = self.presenter.revision(run, lo_ns, hi_ns, width)
+        revision, drawn = revised[0], self.last_key
+        now = time.monotonic()
+        # Scrolling with "now" is paced; a view the user moves is followed at once.
+        scroll_gap = SCROLL_FRAME_S if live and follow else NEW_STEPS_FRAME_S
+        if not frame_due(revision, drawn, now - self.drawn_at, scroll_gap):
+            return False  # nothing new, or not yet worth a frame: an idle window costs ~nothing
+        if follow:
+            self.timeline.getPlotItem().getViewBox().setXRange(lo_s, hi_s, padding=0)
+        scrolled_only = (
+            live
+            and follow
+            and drawn is not None
+            and not self.timeline.dense
+            and revision.same_data(drawn)
+            and lo_ns >= drawn.lo_ns
         )
-        if frame is None:
-            return  # nothing new to draw: an idle window costs (almost) nothing
-        self.last_key = frame.revision
-        self.timeline.show_frame(frame.timeline)
-        self.utilization.show_frame(frame.utilization)
-        self.caption(frame.timeline.device_kind, self.timeline.dense)
+        if scrolled_only:
+            self.timeline.shade_lanes(t0, lo_ns, hi_ns)
+        else:
+            # Nothing more will come: the run is over (a replay only once played to its end).
+            final = not live and (self.replay is None or self.replay.at_end)
+            frame = self.presenter.plots(run, lo_ns, hi_ns, width, final=final, revised=revised)
+            if frame is None:
+                return False
+            self.timeline.show_frame(frame.timeline)
+            self.utilization.show_frame(frame.utilization)
+            self.caption(frame.timeline.device_kind, self.timeline.dense)
+        self.last_key, self.drawn_at = revision, now
+        self.frames_drawn += 1
         for plot in (self.timeline, self.utilization.plot):
             settle_before_paint(plot)  # one paint per frame, not one per item that moved
+        return True
 
     def headline(self, now_ns: int) -> None:
         """The headline figures over the recent past up to ``now_ns``."""
@@ -137,11 +172,12 @@ class PlotsRedraw:
 
     def visible_window(self, now_ns: int, follow: bool, window_s: float) -> tuple[float, float]:
         """The x range to draw (seconds since the origin): the last ``window_s`` up to
-        ``now_ns`` while following, else wherever the user panned or zoomed."""
-        vb = self.timeline.getPlotItem().getViewBox()
+        ``now_ns`` while following, its right edge on a whole pixel (a move of less than a
+        pixel draws nothing new), else wherever the user panned or zoomed."""
         if not follow:
-            lo_s, hi_s = vb.viewRange()[0]
+            lo_s, hi_s = self.timeline.getPlotItem().getViewBox().viewRange()[0]
             return lo_s, hi_s
+        px_s = window_s / self.timeline.width_px()
         hi_s = max((now_ns - self.session.t0_ns) / 1e9, window_s)
-        vb.setXRange(hi_s - window_s, hi_s, padding=0)
+        hi_s = math.ceil(hi_s / px_s) * px_s
         return hi_s - window_s, hi_s

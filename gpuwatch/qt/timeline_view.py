@@ -119,6 +119,8 @@ class TimelineView(pg.PlotWidget):
         self._shade = SpanBars(brush=palette.LANE_SHADE)
         self._shade.setZValue(-10)
         self.addItem(self._shade)
+        #: The x range (seconds) the shade covers and the lane count it was drawn for.
+        self._shaded: tuple[float, float, int] | None = None
         self.phase_bars: dict[str, SpanBars] = {}
         #: Dense view only: a pale full-height band where the phase occurs at all, so the
         #: solid bar's height reads as "share of this pixel column".
@@ -239,7 +241,7 @@ class TimelineView(pg.PlotWidget):
         """Span by span, each at least a pixel wide (so a 20 us sync phase stays visible)."""
         self.dense = False
         self.dense_lanes.setVisible(False)
-        self._shade_lanes(t0_ns, lo_ns, hi_ns)
+        self.shade_lanes(t0_ns, lo_ns, hi_ns)
         empty = np.empty(0)
         for row, (_, phases) in enumerate(self.host_lanes):
             for name in phases:
@@ -271,7 +273,7 @@ class TimelineView(pg.PlotWidget):
         image (``DenseLanesItem``): far cheaper to paint than a bar per column.
         """
         self.dense = True
-        self._shade_lanes(t0_ns, lo_ns, hi_ns)
+        self.shade_lanes(t0_ns, lo_ns, hi_ns)
         empty = np.empty(0)
         for bars in (
             *self.phase_bars.values(),
@@ -341,14 +343,22 @@ class TimelineView(pg.PlotWidget):
         """Plot width in pixels (at least 100: a window not laid out yet)."""
         return max(self.plot_item.getViewBox().width(), 100.0)
 
-    def _shade_lanes(self, t0_ns: int, lo_ns: int, hi_ns: int) -> None:
-        """Every other lane lightly shaded across the window."""
+    def shade_lanes(self, t0_ns: int, lo_ns: int, hi_ns: int) -> None:
+        """Every other lane lightly shaded across the window and a window's width either
+        side, so a view that scrolls on leaves the shade as it is for a while."""
+        lo_s, hi_s = (lo_ns - t0_ns) / 1e9, (hi_ns - t0_ns) / 1e9
+        shaded = self._shaded
+        if (
+            shaded is not None
+            and shaded[2] == self.n_lanes
+            and shaded[0] <= lo_s <= hi_s <= shaded[1]
+        ):
+            return
+        width = hi_s - lo_s
         shade_y = np.arange(self.n_lanes - 1, -1, -2, dtype=np.float64) - 0.5
+        self._shaded = (lo_s - width, hi_s + width, self.n_lanes)
         self._shade.set_spans(
-            np.full(len(shade_y), (lo_ns - t0_ns) / 1e9),
-            np.full(len(shade_y), (hi_ns - t0_ns) / 1e9),
-            shade_y,
-            1.0,
+            np.full(len(shade_y), lo_s - width), np.full(len(shade_y), hi_s + width), shade_y, 1.0
         )
 
 

@@ -66,6 +66,8 @@ class UtilizationView(QWidget):
         self._grid: list[pg.InfiniteLine] = []
         self._set_y_top(105.0)
         self.choice: CoarseChoice | None = None
+        #: What the curves show: (origin, sample starts, ends, values, busy).
+        self._drawn: tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         #: Presentation mode: a one-line legend and no notes, so the plot keeps its height at
         #: twice the font size on a 1280x720 projector.
         self.compact = False
@@ -107,6 +109,17 @@ class UtilizationView(QWidget):
             )
             self.note_label.setText("\n".join(choice.notes))
             self.note_label.setVisible(bool(choice.notes) and not self.compact)
+        drawn = self._drawn
+        if (
+            drawn is not None
+            and drawn[0] == t0_ns
+            and all(
+                np.array_equal(a, b, equal_nan=True)
+                for a, b in zip(drawn[1:], (coarse.t0, coarse.t1, coarse.value, busy), strict=True)
+            )
+        ):
+            return  # the same samples: the curves stay, nothing to lay out or repaint
+        self._drawn = (t0_ns, coarse.t0, coarse.t1, coarse.value, busy)
         w0 = (coarse.t0 - t0_ns) / 1e9
         w1 = (coarse.t1 - t0_ns) / 1e9
         tolerance = 0.2 * float(np.median(w1 - w0)) if len(w0) else 0.0

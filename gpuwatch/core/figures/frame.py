@@ -44,11 +44,20 @@ from gpuwatch.core.model.store import MetricStatus, SeriesStore, SeriesView, Ste
 
 #: Above this many spans per pixel the timeline draws per-column occupancy, not spans.
 DENSE_SPANS_PER_PIXEL = 0.5
+#: At most this many steps per pixel in the ring since the view's start: sparse for sure
+#: (the bins' per-column count, which can differ at the edges, is not needed to tell).
+SURELY_SPARSE = DENSE_SPANS_PER_PIXEL / 2
 #: The headline figures cover this much of the recent past...
 HEADLINE_WINDOW_S = 5.0
 #: ...from at most this many of the newest steps (at thousands of steps/s the window
 #: shrinks to them: plenty for a median, and a frame stays cheap; the figures say how long).
 HEADLINE_MAX_STEPS = 10_000
+#: A frame that shows new steps (or knob changes) is drawn at most this often (seconds): two
+#: ~33 ms redraw ticks, so a step reaches the screen well inside the 150 ms latency budget...
+NEW_STEPS_FRAME_S = 0.06
+#: ...and one that only scrolls, or shows a new coarse sample, at most this often. A 30 s
+#: view scrolls ~50 px a second: redrawing it at 30 Hz costs the run CPU and shows nothing.
+SCROLL_FRAME_S = 0.2
 
 
 # ---- Inputs -------------------------------------------------------------------------------
@@ -249,6 +258,42 @@ class FrameRevision:
     hi_ns: int
     width_px: float
 
+    def same_data(self, other: FrameRevision) -> bool:
+        """Drawn from the same data at the same width: only the visible range differs (the
+        coarse count is left out: samples leave the view as it scrolls)."""
+        return replace(self, lo_ns=0, hi_ns=0, n_coarse=0) == replace(
+            other, lo_ns=0, hi_ns=0, n_coarse=0
+        )
+
+    def shows_new_steps(self, other: FrameRevision) -> bool:
+        """Steps or knob changes arrived since ``other`` (or the run itself changed)."""
+        return (self.t0_ns, self.steps_count, self.n_changes) != (
+            other.t0_ns,
+            other.steps_count,
+            other.n_changes,
+        )
+
+
+def frame_due(
+    revision: FrameRevision,
+    drawn: FrameRevision | None,
+    since_drawn_s: float,
+    scroll_gap_s: float = SCROLL_FRAME_S,
+) -> bool:
+    """Whether a frame of ``revision`` is worth drawing ``since_drawn_s`` after the frame of
+    ``drawn`` (None: nothing drawn yet).
+
+    Only what changed is drawn, and not more often than it can be seen: new steps at most
+    every ``NEW_STEPS_FRAME_S``, any other change (a scroll, a coarse sample) every
+    ``scroll_gap_s`` (a view the user moves is followed faster than one scrolling with "now").
+    """
+    if drawn is None:
+        return True
+    if revision == drawn:
+        return False
+    gap = NEW_STEPS_FRAME_S if revision.shows_new_steps(drawn) else scroll_gap_s
+    return since_drawn_s >= gap
+
 
 @dataclass(frozen=True)
 class PlotFrame:
@@ -446,15 +491,17 @@ class FramePresenter:
         *,
         final: bool = False,
         unless: FrameRevision | None = None,
+        revised: tuple[FrameRevision, SeriesView] | None = None,
     ) -> PlotFrame | None:
         """Timeline and utilization for ``[lo_ns, hi_ns]`` drawn ``width_px`` wide.
 
         ``final``: nothing more will come (the run is over). ``unless``: the revision of the
         frame on screen; None is returned (and nothing computed) when it is still current.
+        ``revised``: what ``revision`` returned for these arguments, if the caller has it.
         A dense view is read from the bins (a frame costs the new steps and the visible
         pixels, not every visible step); a sparse view's few steps are read span by span.
         """
-        revision, coarse = self.revision(run, lo_ns, hi_ns, width_px)
+        revision, coarse = revised or self.revision(run, lo_ns, hi_ns, width_px)
         if revision == unless:
             return None
         steps = run.steps
@@ -467,8 +514,15 @@ class FramePresenter:
             px_ns=(hi_ns - lo_ns) / width_px,
             final=final,
         )
-        cols = self.bins.columns(lo_ns, hi_ns, int(np.ceil(width_px)))
-        if is_dense(cols.n_steps, width_px):
+        # Clearly sparse (the ring still holds every step, and few end in view): the bins'
+        # columns are not needed to tell.
+        limit = int(SURELY_SPARSE * max(width_px, 1.0))
+        newest = steps.snapshot(last=limit + 1)
+        clearly_sparse = steps.count <= steps.capacity and (
+            len(newest) <= limit or int(newest.host[0, -1]) < lo_ns
+        )
+        cols = None if clearly_sparse else self.bins.columns(lo_ns, hi_ns, int(np.ceil(width_px)))
+        if cols is not None and is_dense(cols.n_steps, width_px):
             lanes, shown = dense_lanes(cols)
             timeline = TimelineFrame(
                 run.t0_ns, lo_ns, hi_ns, width_px, run.device_kind, dense=lanes, causes_shown=shown
