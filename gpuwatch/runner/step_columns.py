@@ -20,6 +20,24 @@ from gpuwatch.protocol import BATCH_INTERVAL_S
 MAX_BATCH_STEPS = 2048
 
 
+class SpentTime:
+    """ns gpuwatch's instruments spent on the training thread since the last step was added
+    (the zero-code hooks add to ``ns``; ``StepColumns.add_step`` takes it into the step's
+    ``instrument_ns`` column; the step boundary takes its own time off, see
+    ``ScriptControl.at_boundary``). Plain integer arithmetic under the GIL: only the training
+    thread adds, and only its own ``add_step`` takes."""
+
+    __slots__ = ("ns",)
+
+    def __init__(self) -> None:
+        self.ns = 0
+
+    def take(self) -> int:
+        """The ns spent since the last take (never negative), and start again from 0."""
+        ns, self.ns = self.ns, 0
+        return max(0, ns)
+
+
 class BatchLink(Protocol):
     """The part of ``gpuwatch.runner.link.Link`` that sends step batches (never waits)."""
 
@@ -37,6 +55,9 @@ class StepColumns:
         self._clock = clock
         self._lock = threading.Lock()
         self.sent_ns = clock()
+        #: Set when the instruments' own time is measured: each step then carries it
+        #: (``instrument_ns``); None sends no such column.
+        self.spent: SpentTime | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -44,6 +65,7 @@ class StepColumns:
         self.config: list[int] = []
         self.samples: list[int] = []
         self.host: list[list[int]] = []
+        self.instrument_ns: list[int] = []
         self.device_step: list[int] = []
         self.device: list[list[int]] = []
 
@@ -53,6 +75,8 @@ class StepColumns:
             self.config.append(config_id)
             self.samples.append(samples)
             self.host.append(host)
+            if self.spent is not None:
+                self.instrument_ns.append(self.spent.take())
 
     def add_device(self, step_id: int, marks: list[int]) -> None:
         with self._lock:
@@ -76,12 +100,14 @@ class StepColumns:
         """Hand the buffered columns to the link and start new lists (never mutate sent ones)."""
         with self._lock:
             if self.step:
+                measured = len(self.instrument_ns) == len(self.step)
                 link.send_batch(
                     "steps",
                     step=self.step,
                     config=self.config,
                     samples=self.samples,
                     host=self.host,
+                    **({"instrument_ns": self.instrument_ns} if measured else {}),
                 )
             if self.device_step:
                 link.send_batch("device_marks", step=self.device_step, device=self.device)

@@ -65,6 +65,9 @@ class StepStore:
         self._host = np.zeros((capacity, N_MARKS), np.int64)
         self._device = np.zeros((capacity, N_MARKS), np.int64)
         self._has_device = np.zeros(capacity, bool)
+        # ns the runner's instruments spent on each step; -1 where the runner did not say
+        # (the built-in loop, an older runner, a recording)
+        self._instrument_ns = np.full(capacity, -1, np.int64)
         self._count = 0  # total rows ever appended
         self._device_is_host = False
 
@@ -82,13 +85,24 @@ class StepStore:
             self._count = 0
 
     def append(
-        self, step: list[int], config: list[int], samples: list[int], host: list[list[int]]
+        self,
+        step: list[int],
+        config: list[int],
+        samples: list[int],
+        host: list[list[int]],
+        instrument_ns: list[int] | None = None,
     ) -> None:
-        """Append a columnar batch as sent in a ``steps`` message."""
+        """Append a columnar batch as sent in a ``steps`` message (``instrument_ns``: its
+        optional column, the runner's own time per step)."""
         n = len(step)
         if n == 0:
             return
         host_arr = np.asarray(host, np.int64).reshape(n, N_MARKS)
+        spent = (
+            np.full(n, -1, np.int64)
+            if instrument_ns is None
+            else np.maximum(np.asarray(instrument_ns, np.int64), 0)
+        )
         with self._lock:
             if n > self.capacity:  # keep only what fits
                 step, config, samples = (
@@ -97,6 +111,7 @@ class StepStore:
                     samples[-self.capacity :],
                 )
                 host_arr = host_arr[-self.capacity :]
+                spent = spent[-self.capacity :]
                 self._count += n - self.capacity
                 n = self.capacity
             idx = (self._count + np.arange(n)) % self.capacity
@@ -104,6 +119,7 @@ class StepStore:
             self._config[idx] = config
             self._samples[idx] = samples
             self._host[idx] = host_arr
+            self._instrument_ns[idx] = spent
             if self._device_is_host:
                 self._device[idx] = host_arr
             self._has_device[idx] = self._device_is_host
@@ -166,6 +182,28 @@ class StepStore:
                     )
                 )
             )
+
+    def instrument_share(self, window_ns: int) -> float | None:
+        """The share of step time the runner's instruments spent, over the steps that end in
+        the last ``window_ns`` before the newest step's end: the sum of their
+        ``instrument_ns`` over the sum of their durations (first to last mark). None until a
+        step in that window carries the figure."""
+        with self._lock:
+            n = min(self._count, self.capacity)
+            if not n:
+                return None
+            start = (self._count - n) % self.capacity
+            newest = int(self._host[(start + n - 1) % self.capacity, -1])
+            lo = self._first_ending_at(start, n, newest - window_ns)
+            spent = self._rows(self._instrument_ns, start, lo, n)
+            host = self._rows(self._host, start, lo, n)
+        known = spent >= 0
+        if not known.any():
+            return None
+        duration = int((host[known, -1] - host[known, 0]).sum())
+        if duration <= 0:
+            return None
+        return float(spent[known].sum()) / duration
 
     def _first_ending_at(self, start: int, n: int, since_ns: int) -> int:
         """Logical index of the first stored step whose end mark is >= ``since_ns``."""

@@ -53,6 +53,8 @@ KNOB_INT_LIMIT = 2**31 - 1
 MAX_KERNEL_WINDOWS = 32
 #: Steps whose median is a run's typical step (stall threshold, stop grace).
 TYPICAL_STEPS = 32
+#: The recent past over which ``RunModel.instrumentation_share`` is taken (seconds).
+INSTRUMENT_WINDOW_S = 10.0
 
 #: ``log_line(level, source, text, notice)``: where the fold's log lines go (the owner's log).
 LogSink = Callable[[str, str, str, bool], None]
@@ -174,6 +176,16 @@ class RunModel:
             running=running,
         )
 
+    def instrumentation_share(self) -> float | None:
+        """gpuwatch's own footprint in the run it watches: the share (0..1) of step time
+        that the runner's hooks and step recording spent, over the last
+        ``INSTRUMENT_WINDOW_S`` of steps, as the runner measured it around its hook bodies
+        (``steps.instrument_ns``). None until known: a built-in workload, a runner that does
+        not measure it, or a recording, which does not keep it. It leaves out what no hook
+        body sees (torch's slower module-call path while a global hook exists, the link's
+        sender thread): ``bench/overhead.py --script`` prices the whole."""
+        return self.steps.instrument_share(int(INSTRUMENT_WINDOW_S * 1e9))
+
     def typical_step_s(self) -> float | None:
         """The median duration of the last few steps (seconds), or None before any."""
         view = self.steps.snapshot(last=TYPICAL_STEPS)
@@ -237,7 +249,13 @@ class RunModel:
         self._log_line("info", "gpuwatch", text, False)
 
     def _on_steps(self, message: dict[str, Any]) -> None:
-        self.steps.append(message["step"], message["config"], message["samples"], message["host"])
+        self.steps.append(
+            message["step"],
+            message["config"],
+            message["samples"],
+            message["host"],
+            message.get("instrument_ns"),
+        )
 
     def _on_device_marks(self, message: dict[str, Any]) -> None:
         self.steps.set_device_marks(message["step"], message["device"])
@@ -535,3 +553,8 @@ class ModelAccess:
 
     def typical_step_s(self) -> float | None:
         return self.model.typical_step_s()
+
+    def instrumentation_share(self) -> float | None:
+        """``RunModel.instrumentation_share``: the runner's instruments' share of step time
+        over the recent past, or None until known."""
+        return self.model.instrumentation_share()
