@@ -41,16 +41,21 @@ call it wraps runs outside the ``try``) and switches step detection off with one
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
+from gpuwatch.runner.step_columns import SpentTime
 from gpuwatch.runner.step_recorder import StepRecorder
 
+#: The hooks time themselves with it (``AutoHooks.spent``).
+_clock = time.perf_counter_ns
 #: Where each hook is, as its failure notice names it.
 LOADER_HOOK = "DataLoader hook"
 FORWARD_HOOK = "forward hook"
@@ -68,12 +73,51 @@ def _never() -> bool:
     return False
 
 
+class GlobalHooksAside:
+    """Takes our global module hooks out of torch's hook dictionaries and puts them back, as
+    their ``RemovableHandle`` would, without making new handles (``AutoHooks._step_aside``).
+    ``key`` is an id no other hook has, for the outermost module's own hook."""
+
+    def __init__(self, entries: list[tuple[dict[Any, Any], Any, Any]], key: int) -> None:
+        self.entries = entries
+        self.key = key
+
+    @classmethod
+    def of(cls, handles: list[Any]) -> GlobalHooksAside | None:
+        """From the handles' dictionaries, or None if torch's handles are not as expected."""
+        try:
+            from torch.utils.hooks import RemovableHandle
+
+            entries: list[tuple[dict[Any, Any], Any, Any]] = []
+            for handle in handles:
+                refs = (handle.hooks_dict_ref, *getattr(handle, "extra_dict_ref", ()))
+                for ref in refs:
+                    table = ref()
+                    if not isinstance(table, dict):
+                        return None
+                    entries.append((table, handle.id, table[handle.id]))
+            return cls(entries, RemovableHandle(collections.OrderedDict()).id)
+        except Exception:
+            return None
+
+    def detach(self) -> None:
+        for table, key, _ in self.entries:
+            table.pop(key, None)
+
+    def attach(self) -> None:
+        for table, key, value in self.entries:
+            table[key] = value
+
+
 class AutoHooks:
     """Installs and removes the hooks that feed ``recorder`` (see the module docstring)."""
 
-    def __init__(self, torch: Any, recorder: StepRecorder) -> None:
+    def __init__(self, torch: Any, recorder: StepRecorder, spent: SpentTime | None = None) -> None:
         self.torch = torch
         self.recorder = recorder
+        #: Where the hooks add the ns they spend (``perf_counter_ns`` around their bodies,
+        #: the calls they wrap left out): each step carries its share (``step_columns``).
+        self.spent = spent if spent is not None else SpentTime()
         self.enabled = False
         self._main = threading.get_ident()
         self._is_compiling = compiling_predicate(torch)
@@ -82,6 +126,8 @@ class AutoHooks:
         self._backward_depth = 0
         self._handles: list[Any] = []
         self._module_handles: list[Any] = []
+        self._aside: GlobalHooksAside | None = None
+        self._outermost: Any = None  # the module whose forward runs with our hooks aside
         self._restore: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
         self._quieted = False
         #: Told each module whose forward is an outermost one (the zero-code model knobs).
@@ -110,12 +156,15 @@ class AutoHooks:
         if callable(getattr(export, "export", None)):
             self._patch(export, "export", self._wrap_export(export.export))
         is_compiling = self._is_compiling
+        spent, clock = self.spent, _clock
 
         def optimizer_post(optimizer: Any, args: Any, kwargs: Any) -> None:
             if is_compiling():  # first: nothing below may be traced (module docstring)
                 return
             if self._watching():
+                start = clock()
                 self._report(OPTIMIZER_HOOK, self.recorder.optimizer_stepped)
+                spent.ns += clock() - start
 
         self._handles = [register_optimizer_step_post_hook(optimizer_post)]
         self._register_module_hooks()
@@ -126,23 +175,77 @@ class AutoHooks:
         from torch.nn.modules import module as modules
 
         is_compiling = self._is_compiling
+        spent, clock = self.spent, _clock
 
         def forward_pre(module: Any, args: Any) -> None:
             if is_compiling():  # first: nothing below may be traced (module docstring)
                 return
-            self._forward_pre(module)
+            start = clock()
+            if self._forward_pre(module):
+                self._step_aside(module)
+            spent.ns += clock() - start
 
         def forward_post(module: Any, args: Any, output: Any) -> None:
             if is_compiling():
                 return
+            start = clock()
             self._forward_post()
+            spent.ns += clock() - start
 
         self._module_handles = [
             modules.register_module_forward_pre_hook(forward_pre),
             modules.register_module_forward_hook(forward_post, always_call=True),
         ]
+        self._aside = GlobalHooksAside.of(self._module_handles)
+
+    def _step_aside(self, module: Any) -> None:
+        """An outermost forward began: until it returns (or raises), the modules it calls run
+        on torch's fast path, without our global hooks (their forwards are not marked anyway,
+        and while any global hook exists torch runs every module call on its slow hook path,
+        a cost that grows with the model's module count). The end of this forward is marked by
+        an always-called hook of ``module``'s own, which puts the global hooks back.
+
+        Both moves are dictionary entries (the ones ``RemovableHandle`` adds and removes):
+        registering and removing handles each step would cost more than it saves on a small
+        model. A torch whose hook dictionaries are not as expected keeps the global hooks."""
+        aside = self._aside
+        if aside is None or self._outermost is not None:
+            return
+        hooks = getattr(module, "_forward_hooks", None)
+        always = getattr(module, "_forward_hooks_always_called", None)
+        if not isinstance(hooks, dict) or not isinstance(always, dict):
+            return
+        key = aside.key
+        hooks[key] = self._outermost_returned
+        always[key] = True
+        move_to_end = getattr(hooks, "move_to_end", None)
+        if move_to_end is not None:
+            move_to_end(key, last=False)  # first of its hooks, as a global hook runs first
+        self._outermost = module
+        aside.detach()
+
+    def _outermost_returned(self, module: Any, args: Any, output: Any) -> None:
+        if self._is_compiling():
+            return
+        start = _clock()
+        self._back_in_place()
+        self._forward_post()
+        self.spent.ns += _clock() - start
+
+    def _back_in_place(self) -> None:
+        """The global hooks again, and the outermost module without ours (never raises)."""
+        module, self._outermost = self._outermost, None
+        aside = self._aside
+        if module is None or aside is None:
+            return
+        aside.attach()
+        with contextlib.suppress(Exception):
+            module._forward_hooks.pop(aside.key, None)
+            module._forward_hooks_always_called.pop(aside.key, None)
 
     def _remove_module_hooks(self) -> None:
+        self._back_in_place()
+        self._aside = None
         for handle in self._module_handles:
             with contextlib.suppress(Exception):
                 handle.remove()
@@ -177,22 +280,26 @@ class AutoHooks:
     # --- DataLoader, autograd -------------------------------------------------------------
 
     def _wrap_next(self, original: Any) -> Any:
-        recorder = self.recorder
+        recorder, spent, clock = self.recorder, self.spent, _clock
 
         @functools.wraps(original)
         def __next__(iterator: Any) -> Any:
             if self._next_depth or self._is_compiling() or not self._watching():
                 return original(iterator)
+            start = clock()
             self._next_depth += 1
             try:
                 key = id(iterator)
                 self._report(LOADER_HOOK, recorder.next_called, key)  # a stop raises here
+                spent.ns += clock() - start
                 try:
                     batch = original(iterator)
                 except StopIteration:
                     self._report(LOADER_HOOK, recorder.loader_exhausted, key)
                     raise
+                start = clock()
                 self._report(LOADER_HOOK, recorder.next_returned, key, batch)
+                spent.ns += clock() - start
                 return batch
             finally:
                 self._next_depth -= 1
@@ -200,32 +307,39 @@ class AutoHooks:
         return __next__
 
     def _wrap_backward(self, original: Any) -> Any:
-        recorder = self.recorder
+        recorder, spent, clock = self.recorder, self.spent, _clock
 
         @functools.wraps(original)
         def backward(*args: Any, **kwargs: Any) -> Any:
             if self._backward_depth or self._is_compiling() or not self._watching():
                 return original(*args, **kwargs)
+            start = clock()
             self._backward_depth += 1
             self._report(BACKWARD_HOOK, recorder.backward_started)
+            spent.ns += clock() - start
             try:
                 return original(*args, **kwargs)
             finally:
+                start = clock()
                 self._backward_depth -= 1
                 self._report(BACKWARD_HOOK, recorder.backward_returned)
+                spent.ns += clock() - start
 
         return backward
 
     # --- forward --------------------------------------------------------------------------
 
-    def _forward_pre(self, module: Any = None) -> None:
+    def _forward_pre(self, module: Any = None) -> bool:
+        """True when this is an outermost forward (marked here)."""
         if self._backward_depth or not self._watching():
-            return
+            return False
         self._forward_depth += 1
-        if self._forward_depth == 1:
-            self._report(FORWARD_HOOK, self.recorder.forward_started)
-            if module is not None and self.on_outermost is not None:
-                self.on_outermost(module)  # never raises (it guards itself)
+        if self._forward_depth != 1:
+            return False
+        self._report(FORWARD_HOOK, self.recorder.forward_started)
+        if module is not None and self.on_outermost is not None:
+            self.on_outermost(module)  # never raises (it guards itself)
+        return True
 
     def _forward_post(self) -> None:
         if self._backward_depth or not self._watching() or not self._forward_depth:
@@ -254,11 +368,15 @@ class AutoHooks:
         def call(*args: Any, **kwargs: Any) -> Any:
             if is_compiling():  # called from code Dynamo traces: leave it to the outer call
                 return compiled(*args, **kwargs)
+            start = _clock()
             self._forward_pre()
+            self.spent.ns += _clock() - start
             try:
                 return compiled(*args, **kwargs)
             finally:
+                start = _clock()
                 self._forward_post()
+                self.spent.ns += _clock() - start
 
         return call
 

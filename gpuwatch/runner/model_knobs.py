@@ -54,6 +54,8 @@ class ModelKnobs:
         self.device = device
         self.names = {"amp": "amp", "channels_last": "channels_last"}
         self.models: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: Outermost modules seen without parameters (a loss): asked once, not every step.
+        self._stateless: weakref.WeakSet[Any] = weakref.WeakSet()
         self.amp = "off"
         self.channels_last = False
         self.announced = False
@@ -66,10 +68,11 @@ class ModelKnobs:
 
     def saw_outermost(self, module: Any) -> None:
         """An outermost forward starts (step hooks); never raises into the script."""
-        if self._failed or module in self.models:
+        if self._failed or module in self.models or module in self._stateless:
             return
         try:
             if next(iter(module.parameters()), None) is None:
+                self._stateless.add(module)
                 return  # a loss or another stateless module
             convolutions_before = self._has_convolutions()
             self.models.add(module)

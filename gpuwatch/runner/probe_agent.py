@@ -10,10 +10,12 @@ A knob's own ``ValueError`` (declared twice with other settings) is the script's
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from gpuwatch.runner.probe_knobs import ProbeKnobs
+from gpuwatch.runner.step_columns import SpentTime
 from gpuwatch.runner.step_recorder import StepRecorder
 
 PROBE_STEP = "gpuwatch.probe.step()"
@@ -24,9 +26,13 @@ class ProbeAgent:
     """The runner's ``gpuwatch.probe.Agent``: steps and phases go to the recorder, knobs to
     ``ProbeKnobs``."""
 
-    def __init__(self, recorder: StepRecorder, knobs: ProbeKnobs) -> None:
+    def __init__(
+        self, recorder: StepRecorder, knobs: ProbeKnobs, spent: SpentTime | None = None
+    ) -> None:
         self.recorder = recorder
         self.knobs = knobs
+        #: Where the time spent recording steps and phases is added (as the hooks do).
+        self.spent = spent if spent is not None else SpentTime()
         self._main = threading.get_ident()
 
     def step_enter(self, samples: int | None) -> None:
@@ -48,7 +54,9 @@ class ProbeAgent:
         recorder = self.recorder
         if not recorder.detecting or threading.get_ident() != self._main:
             return
+        start = time.perf_counter_ns()
         try:
             call(arg)
         except Exception as exc:
             recorder.switch_off_detection(where, exc)
+        self.spent.ns += time.perf_counter_ns() - start

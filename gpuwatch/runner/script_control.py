@@ -27,6 +27,7 @@ import math
 import queue
 import signal
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +36,7 @@ from gpuwatch.runner.instrument_switch import CONTROLS, KERNEL_CAPTURE, Instrume
 from gpuwatch.runner.kernel_capture import KernelCapture, send_no_kernels
 from gpuwatch.runner.link import Link
 from gpuwatch.runner.probe_knobs import ProbeKnobs
+from gpuwatch.runner.step_columns import SpentTime
 
 #: While paused, how often the boundary re-checks for resume/stop.
 PAUSE_POLL_S = 0.2
@@ -68,6 +70,8 @@ class ScriptControl:
         #: True once the script was interrupted where it was (no step boundary in time).
         self.interrupted = False
         self.flush: Callable[[], None] = lambda: None
+        #: The hooks' own time, shared with them (``script_instruments``).
+        self.spent = SpentTime()
         self._inbox: queue.Queue[dict[str, Any]] = queue.Queue()
         self._lock = threading.Lock()
         self._running = False
@@ -96,7 +100,18 @@ class ScriptControl:
             self.switch.switch_off(KERNEL_CAPTURE, "kernel capture (close)", exc)
 
     def at_boundary(self, next_step: int) -> None:
-        """Between two steps: apply queued controls; may block (pause) or raise (stop)."""
+        """Between two steps: apply queued controls; may block (pause) or raise (stop).
+
+        It runs inside a hook whose whole time counts as the instruments' own (``spent``);
+        its own time is taken off again: a pause is the user's, a knob change the script's
+        reconfiguration, not the hooks' footprint."""
+        start = time.perf_counter_ns()
+        try:
+            self._at_boundary(next_step)
+        finally:
+            self.spent.ns -= time.perf_counter_ns() - start
+
+    def _at_boundary(self, next_step: int) -> None:
         if self.stop_reason is None and self.max_steps is not None and next_step >= self.max_steps:
             self.stop_reason = "max_steps"
         while True:
@@ -104,6 +119,9 @@ class ScriptControl:
                 with self._lock:
                     self._stop_raised = True
                 raise KeyboardInterrupt(f"gpuwatch: {self.stop_reason}")
+            if not self.paused and self._inbox.empty():  # the usual boundary: nothing queued
+                self._capture_at_boundary(next_step)
+                return
             try:
                 message = (
                     self._inbox.get(timeout=PAUSE_POLL_S)

@@ -123,15 +123,8 @@ def _watch(
     max_steps: int | None,
 ) -> int:
     from gpuwatch import probe
-    from gpuwatch.runner.autohooks import AutoHooks
-    from gpuwatch.runner.global_flags import GlobalFlags
-    from gpuwatch.runner.model_knobs import ModelKnobs
-    from gpuwatch.runner.probe_agent import ProbeAgent
-    from gpuwatch.runner.probe_knobs import ProbeKnobs
-    from gpuwatch.runner.script_control import ScriptControl
-    from gpuwatch.runner.script_knobs import ScriptLoaderKnobs, take_preset
+    from gpuwatch.runner.script_instruments import ScriptInstruments
     from gpuwatch.runner.session import device_info, make_script_backend, say, versions
-    from gpuwatch.runner.step_recorder import StepRecorder
 
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # --device cuda:N: the script's default CUDA device
@@ -158,39 +151,19 @@ def _watch(
         instrumentation="auto",
         script={"path": full_path, "args": list(args), "cwd": os.getcwd()},
     )
-    knobs = ProbeKnobs(link, preset=take_preset(link))
-    loader_knobs = ScriptLoaderKnobs(torch, knobs, cuda=device.type == "cuda")
-    flags = GlobalFlags(torch, knobs, device=device)
-    model_knobs = ModelKnobs(torch, knobs, device=device)
-    control = ScriptControl(link, knobs, max_steps=max_steps, device=device.type)
-    recorder = StepRecorder(
-        link, backend, boundary=control.at_boundary, config_id=lambda: knobs.config_id
-    )
-    control.flush = recorder.flush
-    hooks = AutoHooks(torch, recorder)
-    hooks.on_outermost = model_knobs.saw_outermost
-    agent = ProbeAgent(recorder, knobs)
+    watch = ScriptInstruments.build(link, torch, device, backend, max_steps=max_steps)
+    knobs, control, recorder = watch.knobs, watch.control, watch.recorder
     if hasattr(os, "register_at_fork"):  # Windows has none (and no fork)
         os.register_at_fork(after_in_child=lambda: probe.attach_runner(None))
     link.log("info", f"running {path} {' '.join(args)}".rstrip() + f" in {os.getcwd()}")
 
     sys.argv = [path, *args]
     enter_script(full_path)  # sys.path[0] as python PATH sets it (script_environment)
-    probe.attach_runner(agent)
-    flags.install()  # announces the flags as torch has them (a --set value applies now)
-    loader_knobs.install()  # first: the step hooks' DataLoader wrapper calls into its own
-    hooks.install()
-    control.start()
-    recorder.flush_timer.start()
+    watch.install()
     try:
         outcome = _run(path)
     finally:
-        control.script_done()
-        hooks.remove()
-        loader_knobs.remove()
-        flags.remove()
-        model_knobs.remove()
-        probe.attach_runner(None)
+        watch.remove()
     if knobs.preset:
         link.log(
             "warning",

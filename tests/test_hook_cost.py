@@ -1,0 +1,275 @@
+"""The zero-code hook path: what it measures of itself, how that travels, and that its cheaper
+path (inner modules without our global hooks) changes nothing the script computes.
+
+Speed is priced in ``bench/overhead.py --script``; nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.modules import module as torch_modules
+from torch.utils.data import DataLoader, TensorDataset
+
+from gpuwatch import protocol
+from gpuwatch.core.model.store import StepStore
+from gpuwatch.core.run.run_model import RunModel
+from gpuwatch.runner.script_instruments import ScriptInstruments
+from gpuwatch.runner.step_columns import SpentTime, StepColumns
+from gpuwatch.runner.timing import HostBackend
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+class FakeLink:
+    """The runner link as the script's instruments use it, keeping every message."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, dict[str, Any]]] = []
+        self.controls: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.lost = threading.Event()
+
+    def send(self, kind: str, **fields: Any) -> None:
+        self.messages.append((kind, fields))
+
+    def send_batch(self, kind: str, **fields: Any) -> None:
+        self.messages.append((kind, fields))
+
+    def log(self, level: str, text: str) -> None:
+        self.send("log", level=level, text=text)
+
+    def kinds(self, kind: str) -> list[dict[str, Any]]:
+        return [fields for sent, fields in self.messages if sent == kind]
+
+
+def steps_message(n: int, *, step_ns: int, spent: list[int] | None, first: int = 0) -> dict:
+    host = [[first + i * step_ns + k * step_ns // 7 for k in range(6)] for i in range(n)]
+    for i, row in enumerate(host):
+        row.append(first + (i + 1) * step_ns)
+    fields: dict[str, Any] = {
+        "step": list(range(n)),
+        "config": [0] * n,
+        "samples": [1] * n,
+        "host": host,
+    }
+    if spent is not None:
+        fields["instrument_ns"] = spent
+    return fields
+
+
+# --- the wire ---------------------------------------------------------------------------------
+
+
+def test_steps_carry_instrument_ns_and_older_messages_still_decode() -> None:
+    with_column = steps_message(3, step_ns=1_000_000, spent=[10, 20, 30])
+    decoded = protocol.decode(protocol.encode("steps", **with_column))
+    assert decoded["instrument_ns"] == [10, 20, 30]
+    without = steps_message(3, step_ns=1_000_000, spent=None)
+    assert "instrument_ns" not in protocol.decode(protocol.encode("steps", **without))
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"instrument_ns": [1, 2]},  # one short
+        {"instrument_ns": [1, True, 3]},
+        {"instrument_ns": [1.5, 2, 3]},
+        {"instrument_ns": "123"},
+        {"host": [[1] * 6] * 3},
+        {"host": [[1, 2, 3, 4, 5, 6, False]] * 3},
+        {"samples": [1, 2, 3.0]},
+    ],
+)
+def test_malformed_steps_columns_are_refused(bad: dict[str, Any]) -> None:
+    message = {**steps_message(3, step_ns=1_000_000, spent=[1, 2, 3]), **bad}
+    with pytest.raises(protocol.ProtocolError):
+        protocol.encode("steps", **message)
+
+
+# --- the runner's bookkeeping -------------------------------------------------------------------
+
+
+def test_each_step_takes_the_time_spent_since_the_last_one() -> None:
+    columns = StepColumns()
+    columns.add_step(0, 0, 1, [0] * protocol.N_MARKS)  # not measured yet: no column
+    spent = SpentTime()
+    columns.spent = spent
+    link = FakeLink()
+    columns.send(link)
+    assert "instrument_ns" not in link.kinds("steps")[0]
+    spent.ns += 700
+    columns.add_step(1, 0, 1, [0] * protocol.N_MARKS)
+    spent.ns += 50
+    spent.ns += 25
+    columns.add_step(2, 0, 1, [0] * protocol.N_MARKS)
+    columns.add_step(3, 0, 1, [0] * protocol.N_MARKS)
+    columns.send(link)
+    assert link.kinds("steps")[1]["instrument_ns"] == [700, 75, 0]
+
+
+def test_the_boundary_time_is_not_counted() -> None:
+    """The step boundary (controls, pause) runs inside a timed hook: its own time comes off."""
+    watch = ScriptInstruments.build(
+        FakeLink(), torch, torch.device("cpu"), HostBackend(), max_steps=None
+    )
+    spent = watch.hooks.spent
+    assert watch.control.spent is spent and watch.recorder.columns.spent is spent
+    watch.control.at_boundary(0)
+    assert spent.ns < 0  # taken off, to be added back by the hook that called it
+    assert spent.take() == 0 and spent.ns == 0
+
+
+# --- the GUI side -------------------------------------------------------------------------------
+
+
+def test_share_of_step_time_over_the_recent_past() -> None:
+    store = StepStore(capacity=64)
+    assert store.instrument_share(10**10) is None
+    store.append(**steps_message(4, step_ns=1_000_000, spent=None))
+    assert store.instrument_share(10**10) is None  # a runner that does not measure
+    later = steps_message(4, step_ns=1_000_000, spent=[10_000] * 4, first=4_000_000)
+    later["step"] = [4, 5, 6, 7]
+    store.append(**later)
+    assert store.instrument_share(10**10) == pytest.approx(0.01)
+    # only the steps ending in the window count: the newest one, at 2 % of its step
+    last = steps_message(1, step_ns=1_000_000, spent=[20_000], first=8_000_000)
+    last["step"] = [8]
+    store.append(**last)
+    assert store.instrument_share(1) == pytest.approx(0.02)
+
+
+def test_run_model_and_its_owners_expose_the_share() -> None:
+    model = RunModel()
+    assert model.instrumentation_share() is None
+    model.fold({"kind": "steps", **steps_message(5, step_ns=2_000_000, spent=[50_000] * 5)})
+    assert model.instrumentation_share() == pytest.approx(0.025)
+    replayed = RunModel()  # a recording's steps carry no such column
+    replayed.fold({"kind": "steps", **steps_message(5, step_ns=2_000_000, spent=None)})
+    assert replayed.instrumentation_share() is None
+
+
+# --- a script's loop under the real instruments --------------------------------------------------
+
+
+class Net(nn.Module):
+    """A model with inner modules that record whether our global hooks were in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+        self.global_hooks_inside: list[int] = []
+        self.fail_next = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.global_hooks_inside.append(
+            len(torch_modules._global_forward_pre_hooks) + len(torch_modules._global_forward_hooks)
+        )
+        if self.fail_next:
+            self.fail_next = False
+            raise ValueError("the script's own error")
+        return self.body(x)
+
+
+def train(steps: int, *, link: FakeLink | None) -> tuple[Net, ScriptInstruments | None]:
+    """``steps`` batches of a seeded loop, watched by the real instruments when ``link``."""
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    data = TensorDataset(torch.randn(64, 4), torch.randint(0, 3, (64,)))
+    loader = DataLoader(
+        data, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(1)
+    )
+    watch = None
+    if link is not None:
+        watch = ScriptInstruments.build(
+            link, torch, torch.device("cpu"), HostBackend(), max_steps=None
+        )
+        watch.install()
+    try:
+        done = 0
+        while done < steps:
+            for x, y in loader:
+                if done == steps // 2:  # a forward that raises, caught by the script
+                    model.fail_next = True
+                    with pytest.raises(ValueError):
+                        model(x)
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                done += 1
+                if done == steps:
+                    break
+        if watch is not None:
+            watch.recorder.finish()
+    finally:
+        if watch is not None:
+            watch.remove()
+    return model, watch
+
+
+def test_watched_loop_computes_the_same_weights_and_measures_its_hooks() -> None:
+    plain, _ = train(30, link=None)
+    link = FakeLink()
+    watched, watch = train(30, link=link)
+    assert watch is not None
+    for a, b in zip(plain.parameters(), watched.parameters(), strict=True):
+        assert torch.equal(a, b)
+    # inside each outermost forward our global hooks stood aside; outside they are back
+    assert set(watched.global_hooks_inside) == {0}
+    assert not torch_modules._global_forward_pre_hooks and not torch_modules._global_forward_hooks
+    assert not watched._forward_hooks and not watched._forward_hooks_always_called
+    batches = link.kinds("steps")
+    spent = [ns for batch in batches for ns in batch["instrument_ns"]]
+    steps = [step for batch in batches for step in batch["step"]]
+    assert len(spent) == len(steps) >= 25  # the raised forward did not end step detection
+    assert all(ns >= 0 for ns in spent) and sum(1 for ns in spent if ns > 0) >= len(spent) - 1
+    model = RunModel()
+    for batch in batches:
+        model.fold({"kind": "steps", **protocol.decode(protocol.encode("steps", **batch))})
+    share = model.instrumentation_share()
+    assert share is not None and 0 < share < 1
+
+
+def test_hooks_mark_each_outermost_forward_with_a_model_of_many_modules() -> None:
+    """Inner modules run without our hooks, yet every step still gets its forward marks."""
+    link = FakeLink()
+    train(12, link=link)
+    rows = [row for batch in link.kinds("steps") for row in batch["host"]]
+    start, data_end, h2d_end, forward_end = 0, 1, 2, 3
+    assert rows and all(row[h2d_end] >= row[data_end] >= row[start] for row in rows)
+    assert all(row[forward_end] > row[h2d_end] for row in rows)
+
+
+# --- the bench's parsing and report -----------------------------------------------------------
+
+
+def test_bench_reads_the_scripts_own_figures() -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import script_overhead
+    finally:
+        sys.path.remove(str(BENCH))
+    line = 'HOOK_SCRIPT {"mean_ns": 5000000.0, "median_ns": 4900000, "weights": 1.5}'
+    run = script_overhead.parse_report("noise\n" + line + "\nmore noise")
+    assert run == script_overhead.ScriptRun(5_000_000.0, 4_900_000.0, 1.5)
+    with pytest.raises(ValueError):
+        script_overhead.parse_report("no figures here")
+    plain = [script_overhead.ScriptRun(5e6, 5e6, 1.0), script_overhead.ScriptRun(4e6, 4e6, 1.0)]
+    watched = [
+        script_overhead.ScriptRun(5.05e6, 5e6, 1.0),
+        script_overhead.ScriptRun(4e6, 4e6, 2.0),
+    ]
+    pairs = script_overhead.ScriptPairs("map", plain, watched)
+    summary = script_overhead.summary(pairs)
+    assert summary["ratio_median"] == pytest.approx(1.005)
+    assert summary["added_us_per_step_median"] == pytest.approx(25.0)
+    assert summary["same_weights"] is False
