@@ -37,7 +37,7 @@ from gpuwatch.qt.headline_bar import HeadlineBar
 from gpuwatch.qt.help_view import HelpDialog, open_help, section_under_cursor
 from gpuwatch.qt.interpreter_picker import InterpreterChoice, needs_choice
 from gpuwatch.qt.kernel_lane import KernelCaptureControls
-from gpuwatch.qt.plots_redraw import PlotsRedraw
+from gpuwatch.qt.plots_redraw import PlotsRedraw, SteadyHeight
 from gpuwatch.qt.presentation import PresentationMode
 from gpuwatch.qt.record_control import RecordControl
 from gpuwatch.qt.replay_mode import ReplayMode
@@ -147,7 +147,7 @@ class MainWindow(QMainWindow):
         layout.addWidget(self.tour.caption)
         self.headline = HeadlineBar()
         self.presentation = PresentationMode(self, self.headline)  # its sentence: a top dock
-        layout.addWidget(self.headline)
+        layout.addWidget(SteadyHeight(self.headline))  # new figures never re-lay-out the window
         frame = self.frame = PlotsRedraw(
             session, layout, self.headline, lambda: self.presentation.active
         )

@@ -14,8 +14,9 @@ import math
 import time
 from collections.abc import Callable
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QBoxLayout, QLabel, QSplitter
+from PySide6.QtCore import QEvent, QObject, QSize, Qt
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QBoxLayout, QLabel, QSizePolicy, QSplitter, QWidget
 
 from gpuwatch.core.figures.frame import (
     NEW_STEPS_FRAME_S,
@@ -34,6 +35,63 @@ from gpuwatch.qt.headline_bar import HeadlineBar
 from gpuwatch.qt.run_session import RunSession
 from gpuwatch.qt.timeline_view import TimelineView, settle_before_paint
 from gpuwatch.qt.utilization_view import UtilizationView
+
+
+class SteadyHeight(QWidget):
+    """Holds one widget (the headline bar) at the tallest height it has needed, without a
+    layout of its own.
+
+    A label whose text changes asks for a new layout, and Qt passes that request up through
+    every layout to the window (``QLayout::activate`` ends in ``updateGeometry``): a new
+    number re-laid-out the whole window a few times a second, repainting its dock separators
+    and, when a wrapped figure took a line more or less, moving the caption and plots below.
+    A parent without a layout ends that climb; this box grows when the widget needs more room
+    (one layout), never shrinks while it is shown, and hides and shows with it.
+    """
+
+    def __init__(self, child: QWidget) -> None:
+        super().__init__()
+        self.child = child
+        child.setParent(self)
+        child.installEventFilter(self)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        self._held = 0
+        self._fit()
+
+    def sizeHint(self) -> QSize:
+        return QSize(self.child.sizeHint().width(), self._held)
+
+    def _fit(self) -> None:
+        child = self.child
+        width = max(self.width(), child.minimumSizeHint().width())
+        needed = max(child.sizeHint().height(), child.minimumSizeHint().height())
+        if child.hasHeightForWidth():
+            needed = max(needed, child.heightForWidth(width))
+        if child.minimumSizeHint().width() != self.minimumWidth():
+            self.setMinimumWidth(child.minimumSizeHint().width())
+        if needed > self._held:
+            self._held = needed
+            self.setFixedHeight(needed)
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.LayoutRequest:  # the child asks for room: only here
+            self._fit()
+            return True
+        return super().event(event)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        self.child.setGeometry(self.rect())
+        self._fit()
+        super().resizeEvent(event)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.child:
+            kind = event.type()
+            if kind == QEvent.Type.HideToParent:
+                self.hide()
+            elif kind == QEvent.Type.ShowToParent:
+                self.show()
+        return False
 
 
 class PlotsRedraw:
