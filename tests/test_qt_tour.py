@@ -228,6 +228,13 @@ def test_a_reverted_stage_and_the_closing_sentence_are_in_the_caption(tour, qtbo
     assert "Tour done</b> — 2.4× from compile; workers did not help on this CPU" in text
     assert "skipped: pinned memory: needs CUDA" in text
     assert lines[-1] == ("info", f"tour done: {conductor.summary}")
+    # The final configuration goes on measuring: the caption follows its speedup.
+    conductor.summary = "2.5× from compile; workers did not help on this CPU and was reverted"
+    controller.sync()
+    assert "Tour done</b> — 2.5× from compile" in controller.caption.text()
+    session.new_run(session.knobs)  # a new run: the closing words go
+    controller.sync()
+    assert not controller.caption.isVisible()
 
 
 def test_real_conductor_reverts_a_slower_stage_in_the_window(tour):

@@ -600,6 +600,11 @@ def test_the_tour_reverts_slower_stages_and_builds_on_the_kept_configuration() -
         "AMP and channels_last did not help on this CPU and were reverted"
     )
     assert conductor.tick().message == f"done: {conductor.summary}"
+    # The final row goes on measuring: the sentence's speedup is the scoreboard's, its
+    # verdicts stay those of the tour.
+    final = conductor.results()[-1].config_id
+    session.measure(final, steps=90, steady_s=6.0, rates=(250.0,) * 3)
+    assert (conductor.summary or "").startswith("2.5× from workers and compile; ")
 
 
 def test_a_reverted_last_stage_ends_the_tour_on_the_best_configuration() -> None:

@@ -29,6 +29,8 @@ from gpuwatch.qt.run_session import RunSession
 #: Steady seconds each stage is held for at least (docs/knobs.md §4).
 TOUR_STEADY_S = 10.0
 TICK_MS = 200
+#: How often the closing caption re-reads its speedup from the scoreboard after the tour.
+CLOSING_REFRESH_S = 1.0
 
 LogFn = Callable[[str, str], None]  # (level, text)
 
@@ -64,6 +66,9 @@ class TourController(QObject):
         self._hello: Any = None
         self._stage_index: int | None = None
         self._skipped: list[Skipped] = []
+        #: The finished tour whose closing sentence the caption shows (kept up to date).
+        self._closing: Any = None
+        self._closing_due = 0.0
         self.action = QAction("Tour", parent)
         self.action.setToolTip(
             f"Walk the run through the well-known fixes one by one (workers, pinned memory, "
@@ -114,6 +119,7 @@ class TourController(QObject):
         self._hello = hello
         self._stage_index = None
         self._skipped = list(skipped)
+        self._closing = None
         self._tick_due = time.monotonic() + self._tick_s
         self._log(
             "info", f"tour: {len(stages)} stage(s): " + ", ".join(stage.label for stage in stages)
@@ -166,11 +172,8 @@ class TourController(QObject):
             if progress.note:
                 self._log("info", f"tour: {progress.note}")
             if summary:
-                closing = f"<b>Tour done</b> — {_escape(summary)}."
-                if self._skipped and not self.compact:
-                    skipped = "; ".join(f"{s.label}: {s.reason}" for s in self._skipped)
-                    closing += f"<br><small>skipped: {_escape(skipped)}</small>"
-                self._end(f"tour done: {summary}", "info", closing, rich=True)
+                self._end(f"tour done: {summary}", "info", self._closing_text(summary), rich=True)
+                self._closing = conductor
                 return
             self._end(
                 f"tour done: {progress.n_stages} stage(s) measured",
@@ -182,12 +185,29 @@ class TourController(QObject):
         self._show_progress(progress)
 
     def sync(self) -> None:
-        """Follow the session (call a few times a second): action state, stale caption."""
+        """Follow the session (call a few times a second): action state, stale caption, and
+        the closing sentence's speedup kept equal to the scoreboard's final row."""
         running = self.session.state is SessionState.RUNNING and bool(self.session.knobs)
         self.action.setText("Stop tour" if self.active else "Tour")
         self.action.setEnabled(self.active or running)
         if not self.active and self.caption.isVisible() and self.session.hello is not self._hello:
             self.caption.hide()  # a new run: the last tour's closing words are stale
+            self._closing = None
+        now = time.monotonic()
+        if self._closing is not None and self.caption.isVisible() and now >= self._closing_due:
+            self._closing_due = now + CLOSING_REFRESH_S
+            summary = self._closing.summary
+            text = self._closing_text(summary) if summary else self.caption.text()
+            if text != self.caption.text():
+                self.caption.setText(text)
+
+    def _closing_text(self, summary: str) -> str:
+        """The closing caption: the tour's story, then (at the desk) what it skipped."""
+        text = f"<b>Tour done</b> — {_escape(summary)}."
+        if self._skipped and not self.compact:
+            skipped = "; ".join(f"{s.label}: {s.reason}" for s in self._skipped)
+            text += f"<br><small>skipped: {_escape(skipped)}</small>"
+        return text
 
     def _show_progress(self, progress: TourProgress) -> None:
         stage = progress.stage

@@ -437,11 +437,12 @@ class Conductor:
         self._compile_allowance_s = compile_allowance_s
         self._stall_timeout_s = stall_timeout_s
         self._revert_slower = revert_slower
-        #: The fastest kept row so far, what each stage is judged against.
-        self._best_row: SegmentStats | None = None
+        #: The config id of the fastest kept configuration so far, what each stage is judged
+        #: against (by its row as the scoreboard shows it at the time of the verdict).
+        self._best_id: int | None = None
         self._kept_values: dict[str, Any] | None = None
         self._best_added = False
-        self._summary: str | None = None
+        self._finished = False
         self._index = 0
         self._state = APPLYING
         self._sent = False
@@ -485,8 +486,20 @@ class Conductor:
 
     @property
     def summary(self) -> str | None:
-        """The closing sentence once the tour is done (``closing_sentence``), else None."""
-        return None if self.stopped else self._summary
+        """The closing sentence once the tour has finished (``closing_sentence``), else None.
+
+        Its verdicts are those made during the tour; its speedup is read from the scoreboard's
+        rows each time, so it stays the figure the scoreboard shows for the final configuration
+        while that row goes on measuring.
+        """
+        if not self._finished or not self._revert_slower:
+            return None
+        rates = {row.config_id: row.samples_per_s for row in self._session.scoreboard()}
+        results = [
+            dataclasses.replace(r, samples_per_s=rates.get(r.config_id) or r.samples_per_s)
+            for r in self._held
+        ]
+        return closing_sentence(results, where_of(self._session.hello))
 
     def stop(self) -> None:
         """End the tour where it is (the run itself goes on; its owner stops it)."""
@@ -640,7 +653,8 @@ class Conductor:
         assert self._config_id is not None and self._row is not None
         stage, row = self._stages[self._index], self._row
         final_best = self._best_added and self._index == len(self._stages) - 1
-        best = self._best_row
+        rows = {r.config_id: r for r in self._session.scoreboard()}
+        best = rows.get(self._best_id) if self._best_id is not None else None
         if best is None:
             result = StageResult(stage, self._config_id, row.samples_per_s, kept=True)
         else:
@@ -650,20 +664,10 @@ class Conductor:
         if result.kept:
             self._kept_values = dict(stage.values)
             if best is None or (row.samples_per_s or 0.0) > (best.samples_per_s or 0.0):
-                self._best_row = row
+                self._best_id = self._config_id
         else:
             self._session.label_segment(self._config_id, result.label)
         return result
-
-    def _closing(self) -> str | None:
-        """The closing sentence, its speedup from the scoreboard's current rows (the figures
-        the scoreboard shows), its verdicts as they were made."""
-        rates = {row.config_id: row.samples_per_s for row in self._session.scoreboard()}
-        results = [
-            dataclasses.replace(r, samples_per_s=rates.get(r.config_id) or r.samples_per_s)
-            for r in self._held
-        ]
-        return closing_sentence(results, where_of(self._session.hello))
 
     def _next_stage(self, now: int) -> None:
         assert self._config_id is not None
@@ -675,7 +679,7 @@ class Conductor:
         if self._index + 1 >= len(self._stages):
             if result.kept is not False or self._best_added or self._kept_values is None:
                 self._state = DONE
-                self._summary = self._closing() if self._revert_slower else None
+                self._finished = True
                 return
             self._best_added = True
             self._stages.append(
