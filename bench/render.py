@@ -239,7 +239,11 @@ def spin(seconds: float) -> None:
     """Run the Qt event loop for ``seconds``, as the app does (no polling loop of ours that
     would cost CPU itself)."""
     loop = QEventLoop()
-    QTimer.singleShot(int(seconds * 1e3), Qt.TimerType.PreciseTimer, loop.quit)
+    timer = QTimer()
+    timer.setSingleShot(True)
+    timer.setTimerType(Qt.TimerType.PreciseTimer)
+    timer.timeout.connect(loop.quit)
+    timer.start(int(seconds * 1e3))
     loop.exec()
 
 
