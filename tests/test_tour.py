@@ -650,9 +650,22 @@ def test_closing_sentence_when_nothing_helped_and_when_not_measured() -> None:
         StageResult(Stage(BEST_LABEL, {}, ""), 2, 101.0, 1.01, kept=True),
     ]
     assert closing_sentence(results, "on this CPU") == (
-        "no stage beat the baseline beyond noise on this CPU (1.01×); "
+        "no stage beat the baseline beyond noise on this CPU (1.01× at best); "
         "workers did not help on this CPU and was reverted"
     )
+    # The best configuration measured again at the end, slower (the machine's other load):
+    # the speedup is the best row's, and the sentence says what the final row measured.
+    remeasured = [
+        StageResult(base, 0, 100.0, kept=True),
+        StageResult(Stage("workers", {}, ""), 1, 140.0, 1.4, kept=True),
+        StageResult(Stage("compile", {}, ""), 2, 90.0, 0.64, kept=False),
+        StageResult(Stage(BEST_LABEL, {}, ""), 3, 101.0, 0.72, kept=True),
+    ]
+    assert closing_sentence(remeasured, "on this CPU") == (
+        "1.40× from workers; compile did not help on this CPU and was reverted; "
+        "the final configuration measured 1.01×"
+    )
+    assert remeasured[-1].verdict == "best found: 0.72× the best so far, measured again"
     assert closing_sentence(results[:1], "here") is None
     assert closing_sentence([*results[:2], StageResult(base, 2, None)], "here") is None
 

@@ -109,6 +109,8 @@ class StageResult:
         """One line for people: ``AMP: 0.28× the best so far — reverted``."""
         if self.ratio is None:
             return f"{self.stage.label}: the reference"
+        if self.stage.label == BEST_LABEL:
+            return f"{BEST_LABEL}: {times(self.ratio)} the best so far, measured again"
         if self.kept is False:
             outcome = REVERTED
         elif self.helped:
@@ -327,14 +329,21 @@ def _joined(labels: Sequence[str]) -> str:
 
 def closing_sentence(results: Sequence[StageResult], where: str) -> str | None:
     """The tour's story in one line, from its judged stages: ``2.4× from workers and compile;
-    AMP and channels_last did not help on this CPU``. None if the first or the final
-    configuration was never measured."""
+    AMP and channels_last did not help on this CPU and were reverted``.
+
+    The speedup is that of the fastest kept configuration's row (a figure the scoreboard
+    shows); when the final row, the same configuration or one within noise of it, measured
+    slower beyond noise, the sentence says so rather than hide it. None if the baseline or
+    the final configuration was never measured.
+    """
     if len(results) < 2 or not results[0].samples_per_s:
         return None
-    final = results[-1]
+    base, final = results[0].samples_per_s, results[-1]
     if final.kept is not True or final.samples_per_s is None:
         return None
-    speedup = final.samples_per_s / results[0].samples_per_s
+    kept = [r for r in results if r.kept and r.samples_per_s is not None]
+    best = max(kept, key=lambda r: r.samples_per_s or 0.0)
+    speedup = (best.samples_per_s or 0.0) / base
     judged = [r for r in results[1:] if r.stage.label != BEST_LABEL]
     helped = [r.stage.label for r in judged if r.helped]
     neutral = [r.stage.label for r in judged if r.kept and not r.helped]
@@ -342,11 +351,13 @@ def closing_sentence(results: Sequence[StageResult], where: str) -> str | None:
     if helped:
         parts = [f"{times(speedup)} from {_joined(helped)}"]
     else:
-        parts = [f"no stage beat the baseline beyond noise {where} ({times(speedup)})"]
+        parts = [f"no stage beat the baseline beyond noise {where} ({times(speedup)} at best)"]
     if neutral:
         parts.append(f"{_joined(neutral)} made no difference beyond noise")
     if reverted:
         parts.append(f"{_joined(reverted)} did not help {where} and {_were(reverted)} reverted")
+    if final is not best and final.samples_per_s < (best.samples_per_s or 0.0) * (1 - MIN_NOISE):
+        parts.append(f"the final configuration measured {times(final.samples_per_s / base)}")
     return "; ".join(parts)
 
 
