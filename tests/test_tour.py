@@ -605,6 +605,11 @@ def test_the_tour_reverts_slower_stages_and_builds_on_the_kept_configuration() -
     final = conductor.results()[-1].config_id
     session.measure(final, steps=90, steady_s=6.0, rates=(250.0,) * 3)
     assert (conductor.summary or "").startswith("2.5× from workers and compile; ")
+    # A row judged early that settled lower: kept (the tour did keep it), no longer "helped".
+    session.measure(final, steps=200, steady_s=20.0, rates=(195.0,) * 3)
+    assert (conductor.summary or "").startswith(
+        "1.95× from workers; batched logging and compile made no difference beyond noise; "
+    )
 
 
 def test_a_reverted_last_stage_ends_the_tour_on_the_best_configuration() -> None:

@@ -331,10 +331,12 @@ def closing_sentence(results: Sequence[StageResult], where: str) -> str | None:
     """The tour's story in one line, from its judged stages: ``2.4× from workers and compile;
     AMP and channels_last did not help on this CPU and were reverted``.
 
-    The speedup is that of the fastest kept configuration's row (a figure the scoreboard
-    shows); when the final row, the same configuration or one within noise of it, measured
-    slower beyond noise, the sentence says so rather than hide it. None if the baseline or
-    the final configuration was never measured.
+    Kept and reverted are what the tour did. Which kept stages *helped* is read from the rows
+    as ``results`` carry them now (a stage faster than every kept one before it beyond its
+    noise band), as is the speedup, that of the fastest kept row: so the sentence agrees with
+    the scoreboard even after a row judged early settled elsewhere. When the final row measured
+    slower than the fastest beyond ``MIN_NOISE``, the sentence says so rather than hide it.
+    None if the baseline or the final configuration was never measured.
     """
     if len(results) < 2 or not results[0].samples_per_s:
         return None
@@ -344,10 +346,17 @@ def closing_sentence(results: Sequence[StageResult], where: str) -> str | None:
     kept = [r for r in results if r.kept and r.samples_per_s is not None]
     best = max(kept, key=lambda r: r.samples_per_s or 0.0)
     speedup = (best.samples_per_s or 0.0) / base
-    judged = [r for r in results[1:] if r.stage.label != BEST_LABEL]
-    helped = [r.stage.label for r in judged if r.helped]
-    neutral = [r.stage.label for r in judged if r.kept and not r.helped]
-    reverted = [r.stage.label for r in judged if r.kept is False]
+    helped, neutral, reverted = [], [], []
+    fastest_before = base
+    for r in results[1:]:
+        if r.stage.label == BEST_LABEL:
+            continue
+        if r.kept is False:
+            reverted.append(r.stage.label)
+            continue
+        rate = r.samples_per_s or 0.0
+        (helped if rate > fastest_before * (1 + r.noise) else neutral).append(r.stage.label)
+        fastest_before = max(fastest_before, rate)
     if helped:
         parts = [f"{times(speedup)} from {_joined(helped)}"]
     else:
