@@ -211,16 +211,16 @@ class AutoHooks:
         aside = self._aside
         if aside is None or self._outermost is not None:
             return
-        hooks = getattr(module, "_forward_hooks", None)
-        always = getattr(module, "_forward_hooks_always_called", None)
-        if not isinstance(hooks, dict) or not isinstance(always, dict):
-            return
         key = aside.key
-        hooks[key] = self._outermost_returned
-        always[key] = True
-        move_to_end = getattr(hooks, "move_to_end", None)
-        if move_to_end is not None:
-            move_to_end(key, last=False)  # first of its hooks, as a global hook runs first
+        try:
+            hooks = module._forward_hooks
+            module._forward_hooks_always_called[key] = True
+            hooks[key] = self._outermost_returned
+            if len(hooks) > 1:
+                hooks.move_to_end(key, last=False)  # first of its hooks, as a global one runs
+        except Exception:  # not torch's module as expected: the global hooks stay
+            self._forget_outermost(module, key)
+            return
         self._outermost = module
         aside.detach()
 
@@ -239,9 +239,15 @@ class AutoHooks:
         if module is None or aside is None:
             return
         aside.attach()
-        with contextlib.suppress(Exception):
-            module._forward_hooks.pop(aside.key, None)
-            module._forward_hooks_always_called.pop(aside.key, None)
+        self._forget_outermost(module, aside.key)
+
+    @staticmethod
+    def _forget_outermost(module: Any, key: int) -> None:
+        try:
+            module._forward_hooks.pop(key, None)
+            module._forward_hooks_always_called.pop(key, None)
+        except Exception:
+            pass
 
     def _remove_module_hooks(self) -> None:
         self._back_in_place()
