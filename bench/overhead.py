@@ -16,12 +16,17 @@ instrumentation itself in ns per step (the part a ratio over a noisy step cannot
 
 Then: device synchronizations added by the instrumentation, counted (must be 0), and the probe
 API's no-GUI cost per call (``bench/probe_noop.py``).
+
+``--script`` prices the zero-code hooks instead: a user's script run through ``gpuwatch run``
+against plain ``python``, in interleaved pairs (``bench/script_overhead.py``), beside the
+built-in loop's instrumentation alone; ``--json`` prints those figures as one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -35,6 +40,7 @@ from typing import Any
 
 import machine
 import probe_noop
+import script_overhead
 import torch
 
 from gpuwatch.protocol import AUTHKEY_ENV
@@ -337,8 +343,24 @@ def main(argv: list[str] | None = None) -> int:
         "other processes changes little within one on/off pair",
     )
     parser.add_argument("--workloads", default="mlp,vision")
+    parser.add_argument(
+        "--script",
+        action="store_true",
+        help="the zero-code hooks on a user script: gpuwatch run vs plain python, in pairs",
+    )
+    parser.add_argument("--pairs", type=int, default=6, help="--script: interleaved pairs")
+    parser.add_argument("--batches", type=int, default=600, help="--script: batches per run")
+    parser.add_argument(
+        "--datasets", default=",".join(script_overhead.DATASETS), help="--script: which scripts"
+    )
+    parser.add_argument("--json", action="store_true", help="--script: one JSON object")
+    parser.add_argument(
+        "--profile", action="store_true", help="--script: cProfile's top entries of the hook path"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.script:
+        return script_main(args)
     print(
         machine.header(
             "gpuwatch instrumentation overhead (bench/overhead.py)",
@@ -397,6 +419,61 @@ def main(argv: list[str] | None = None) -> int:
     ):
         print(f"{label:28s} {probe_noop.per_call(body) - floor:7.0f} ns/call")
     print(f"\n# load average at the end: {machine.load_average()}")
+    return 0
+
+
+def script_main(args: argparse.Namespace) -> int:
+    """``--script``: the user script's pairs, the hook path alone in one process (a tiny step
+    of the same shape, instruments on/off), and the built-in loop's instrumentation alone."""
+    if not args.json:
+        print(
+            machine.header(
+                "gpuwatch zero-code hook cost (bench/overhead.py --script)",
+                [
+                    f"{args.pairs} interleaved pairs of python vs gpuwatch run --headless, "
+                    f"{args.batches} batches a run; the script's own clock"
+                ],
+            )
+        )
+    load_before = machine.load_average()
+    datasets = args.datasets.split(",")
+    results = [
+        script_overhead.measure_pairs(name, pairs=args.pairs, batches=args.batches)
+        for name in datasets
+    ]
+    alone = []
+    for name in datasets:
+        sink = Sink()
+        alone.append(script_overhead.hook_path_cost(name, sink.link, reps=10, steps=1000))
+        sink.close()
+    profile = ""
+    if args.profile:
+        sink = Sink()
+        profile = script_overhead.hook_path_profile(datasets[-1], sink.link, steps=3000)
+        sink.close()
+    _, state, schema = prepared("mlp", 1)
+    on_ns, off_ns = instrumentation_ns(schema, state.values, reps=5)
+    loop_ns = [a - b for a, b in zip(on_ns, off_ns, strict=True)]
+    load_after = machine.load_average()
+    if args.json:
+        report = {
+            "scripts": [script_overhead.summary(result) for result in results],
+            "hook_path_alone": [script_overhead.alone_summary(cost) for cost in alone],
+            "builtin_loop_added_ns_per_step": machine.percentile(loop_ns, 50),
+            "load_average_before": load_before,
+            "load_average_after": load_after,
+        }
+        print(json.dumps(report, indent=2))
+        return 0
+    for result in results:
+        script_overhead.print_table(result)
+    for cost in alone:
+        script_overhead.print_alone(cost)
+    if profile:
+        print(f"\n## profile of the hook path ({datasets[-1]}, tiny step, 3000 steps)\n{profile}")
+    print("\n## built-in loop, instrumentation alone (no-op step, real loop + link vs bare)")
+    print(f"added ns/step        {machine.spread(loop_ns, '{:.0f}')}")
+    print(f"\n# load average before {load_before}, at the end {load_after}")
     return 0
 
 

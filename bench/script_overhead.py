@@ -1,0 +1,291 @@
+"""What the zero-code hooks cost a user's script (``python bench/overhead.py --script``).
+
+Two figures. **End to end**: interleaved pairs of the same script, same seed: ``python
+bench/hook_script.py`` and ``gpuwatch run --headless bench/hook_script.py`` (which of the two
+runs first alternates from pair to pair, so a change in the machine's load hits both sides
+alike). Each run's figure is the script's *own* mean time per batch (it times its loop itself:
+gpuwatch is not judged by its own figures); a pair gives the ratio watched/plain and the added
+µs per batch (a batch is a step to gpuwatch, or a micro-batch of one when the script accumulates
+gradients). Both scripts of issue 20: an ``IterableDataset`` with gradient accumulation every 4
+batches, and a plain shuffled map-style ``DataLoader``. Each pair also checks that the watched
+run computed the same weights. On a shared 2-core machine a pair's noise is about a millisecond,
+far above the budget, so **the hook path alone** resolves it: one process trains a tiny step of
+the same shape (the same module calls, loader, backward and optimizer steps, little arithmetic)
+in alternating blocks with the runner's real instruments installed and removed
+(``ScriptInstruments``, a real link to a sink process), in wall and CPU time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import machine
+
+HOOK_SCRIPT = Path(__file__).with_name("hook_script.py")
+#: The prefix of the one line ``hook_script.py`` prints with its figures.
+REPORT_PREFIX = "HOOK_SCRIPT "
+DATASETS = ("iterable", "map")
+
+
+@dataclass(frozen=True)
+class ScriptRun:
+    """One run of ``hook_script.py``, as the script itself measured it."""
+
+    mean_ns: float
+    median_ns: float
+    weights: float
+
+
+@dataclass(frozen=True)
+class ScriptPairs:
+    """The interleaved pairs of one script: per pair, plain and watched."""
+
+    dataset: str
+    plain: list[ScriptRun]
+    watched: list[ScriptRun]
+
+    @property
+    def ratios(self) -> list[float]:
+        return [w.mean_ns / p.mean_ns for p, w in zip(self.plain, self.watched, strict=True)]
+
+    @property
+    def median_ratios(self) -> list[float]:
+        """The same ratio from each run's median batch, which the machine's load spikes (a
+        run descheduled for a while) move less than the mean."""
+        return [w.median_ns / p.median_ns for p, w in zip(self.plain, self.watched, strict=True)]
+
+    @property
+    def added_us(self) -> list[float]:
+        return [
+            (w.mean_ns - p.mean_ns) / 1e3 for p, w in zip(self.plain, self.watched, strict=True)
+        ]
+
+    @property
+    def same_weights(self) -> bool:
+        return all(p.weights == w.weights for p, w in zip(self.plain, self.watched, strict=True))
+
+
+def parse_report(output: str) -> ScriptRun:
+    """The figures of the ``HOOK_SCRIPT`` line in a run's output (stdout and stderr joined)."""
+    for line in output.splitlines():
+        if line.startswith(REPORT_PREFIX):
+            data = json.loads(line[len(REPORT_PREFIX) :])
+            return ScriptRun(
+                float(data["mean_ns"]), float(data["median_ns"]), float(data["weights"])
+            )
+    raise ValueError(f"no {REPORT_PREFIX.strip()} line in the run's output:\n{output[-2000:]}")
+
+
+def commands(dataset: str, batches: int) -> dict[str, list[str]]:
+    """The plain and the watched command line of one run."""
+    script = [str(HOOK_SCRIPT), "--dataset", dataset, "--batches", str(batches)]
+    return {
+        "plain": [sys.executable, *script],
+        "watched": [
+            sys.executable,
+            "-m",
+            "gpuwatch",
+            "run",
+            "--headless",
+            "--device",
+            "cpu",
+            *script,
+        ],
+    }
+
+
+def run_once(command: list[str]) -> ScriptRun:
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, env=os.environ.copy(), check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{command} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    return parse_report(done.stdout + "\n" + done.stderr)
+
+
+def measure_pairs(dataset: str, *, pairs: int, batches: int) -> ScriptPairs:
+    """``pairs`` interleaved plain/watched runs of the script (the first run of each is a
+    warm-up of the file cache and is not kept)."""
+    lines = commands(dataset, batches)
+    run_once(lines["plain"])
+    plain: list[ScriptRun] = []
+    watched: list[ScriptRun] = []
+    for index in range(pairs):
+        order = ("plain", "watched") if index % 2 == 0 else ("watched", "plain")
+        for side in order:
+            (plain if side == "plain" else watched).append(run_once(lines[side]))
+    return ScriptPairs(dataset, plain, watched)
+
+
+def summary(result: ScriptPairs) -> dict[str, object]:
+    """The JSON figures of one script (``--json``)."""
+    ratios, added = result.ratios, result.added_us
+
+    def quartiles(values: list[float]) -> list[float]:
+        if len(values) < 2:
+            return [values[0], values[0]] if values else []
+        q1, _, q3 = statistics.quantiles(values, n=4)
+        return [q1, q3]
+
+    return {
+        "dataset": result.dataset,
+        "pairs": len(ratios),
+        "plain_ms_per_step": statistics.median(r.mean_ns for r in result.plain) / 1e6,
+        "watched_ms_per_step": statistics.median(r.mean_ns for r in result.watched) / 1e6,
+        "ratio_median": statistics.median(ratios),
+        "ratio_iqr": quartiles(ratios),
+        "median_batch_ratio_median": statistics.median(result.median_ratios),
+        "added_us_per_step_median": statistics.median(added),
+        "added_us_per_step_iqr": quartiles(added),
+        "same_weights": result.same_weights,
+        "runs": {
+            "plain": [asdict(r) for r in result.plain],
+            "watched": [asdict(r) for r in result.watched],
+        },
+    }
+
+
+def print_table(result: ScriptPairs) -> None:
+    """The human-readable figures of one script."""
+    plain_ms = [r.mean_ns / 1e6 for r in result.plain]
+    watched_ms = [r.mean_ns / 1e6 for r in result.watched]
+    print(f"\n## user script through gpuwatch run: {result.dataset} ({len(plain_ms)} pairs)")
+    print(f"ms/step plain        {machine.spread(plain_ms, '{:.3f}')}")
+    print(f"ms/step watched      {machine.spread(watched_ms, '{:.3f}')}")
+    print(f"ratio watched/plain  {machine.spread(result.ratios, '{:.3f}')}   (mean batch)")
+    print(f"ratio of medians     {machine.spread(result.median_ratios, '{:.3f}')}   (median batch)")
+    print(
+        f"added us/step        {machine.spread(result.added_us, '{:.0f}')}"
+        "   (budget <= 100 us, <= 2 % of a 5 ms step)"
+    )
+    print(f"same weights         {'yes' if result.same_weights else 'NO'}")
+
+
+# ---- the hook path alone, in one process ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HookPathCost:
+    """ns per step of a tiny step of the same shape, the runner's instruments installed (on)
+    and removed (off), in alternating blocks of one process: wall time, and the process's
+    CPU time (all its threads: the link's sender too), which other processes on a busy
+    machine disturb less."""
+
+    dataset: str
+    on_ns: list[float]
+    off_ns: list[float]
+    on_cpu_ns: list[float]
+    off_cpu_ns: list[float]
+
+    @property
+    def added_ns(self) -> list[float]:
+        return [on - off for on, off in zip(self.on_ns, self.off_ns, strict=True)]
+
+    @property
+    def added_cpu_ns(self) -> list[float]:
+        return [on - off for on, off in zip(self.on_cpu_ns, self.off_cpu_ns, strict=True)]
+
+
+def alone_summary(cost: HookPathCost) -> dict[str, object]:
+    """The JSON figures of the hook path alone (``--json``)."""
+    return {
+        "dataset": cost.dataset,
+        "blocks": len(cost.added_ns),
+        "step_us_off": statistics.median(cost.off_ns) / 1e3,
+        "added_us_per_step_median": statistics.median(cost.added_ns) / 1e3,
+        "added_cpu_us_per_step_median": statistics.median(cost.added_cpu_ns) / 1e3,
+    }
+
+
+def print_alone(cost: HookPathCost) -> None:
+    """The human-readable figures of the hook path alone."""
+    print(
+        f"\n## the hook path alone: {cost.dataset}, tiny step of the same shape, "
+        f"instruments on/off in one process ({len(cost.added_ns)} pairs of blocks)"
+    )
+    print(f"us/step off          {machine.spread([ns / 1e3 for ns in cost.off_ns], '{:.1f}')}")
+    print(f"us/step on           {machine.spread([ns / 1e3 for ns in cost.on_ns], '{:.1f}')}")
+    print(
+        f"added us/step        {machine.spread([ns / 1e3 for ns in cost.added_ns], '{:.1f}')}"
+        "   (budget <= 100 us)"
+    )
+    print(
+        f"added CPU us/step    {machine.spread([ns / 1e3 for ns in cost.added_cpu_ns], '{:.1f}')}"
+    )
+
+
+def tiny_training(dataset: str) -> Any:
+    """``hook_script.Training`` with 8 hidden units and 2 samples a batch: the same module
+    calls, loader, backward and optimizer steps, each costing little."""
+    import hook_script
+
+    return hook_script.Training(
+        dataset, batches=1_000_000, batch_size=2, accumulate=4, seed=0, hidden=8
+    )
+
+
+def installed(link: Any) -> Any:
+    """The runner's ``ScriptInstruments`` for a CPU script on ``link``, installed."""
+    import torch
+
+    from gpuwatch.runner.script_instruments import ScriptInstruments
+    from gpuwatch.runner.timing import HostBackend
+
+    watch = ScriptInstruments.build(link, torch, torch.device("cpu"), HostBackend(), max_steps=None)
+    watch.install()
+    return watch
+
+
+def hook_path_cost(dataset: str, link: Any, *, reps: int, steps: int) -> HookPathCost:
+    """Blocks of ``steps`` tiny steps with the step hooks and loader hooks on, then off
+    (removed), in rotating order; the controls, flush timer and link stay up throughout."""
+    training = tiny_training(dataset)
+    watch = installed(link)
+    wall: dict[str, list[float]] = {"on": [], "off": []}
+    cpu: dict[str, list[float]] = {"on": [], "off": []}
+    try:
+        training.batches(200)  # warm: first step, allocator, the loader's announcement
+        for rep in range(reps):
+            for side in ("on", "off") if rep % 2 == 0 else ("off", "on"):
+                if side == "off":
+                    watch.hooks.remove()
+                    watch.loader_knobs.remove()
+                cpu_start = time.process_time_ns()
+                times = training.batches(steps)
+                cpu[side].append((time.process_time_ns() - cpu_start) / len(times))
+                wall[side].append(sum(times) / len(times))
+                if side == "off":
+                    watch.loader_knobs.install()
+                    watch.hooks.install()
+    finally:
+        watch.remove()
+    return HookPathCost(dataset, wall["on"], wall["off"], cpu["on"], cpu["off"])
+
+
+def hook_path_profile(dataset: str, link: Any, *, steps: int, top: int = 14) -> str:
+    """cProfile of ``steps`` tiny steps with the instruments on: the top entries by own time."""
+    import cProfile
+    import io
+    import pstats
+
+    training = tiny_training(dataset)
+    watch = installed(link)
+    try:
+        training.batches(200)
+        profile = cProfile.Profile()
+        profile.enable()
+        training.batches(steps)
+        profile.disable()
+    finally:
+        watch.remove()
+    out = io.StringIO()
+    pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
