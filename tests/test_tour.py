@@ -667,10 +667,16 @@ def test_closing_sentence_when_nothing_helped_and_when_not_measured() -> None:
         StageResult(Stage(BEST_LABEL, {}, ""), 3, 101.0, 0.72, kept=True),
     ]
     assert closing_sentence(remeasured, "on this CPU") == (
-        "1.40× from workers; compile did not help on this CPU and was reverted; "
-        "the final configuration measured 1.01×"
+        "1.40× from workers; compile did not help on this CPU and was reverted; the same "
+        "settings measured again at the end ran at 1.01×: the machine's other load changed "
+        "during the tour"
     )
     assert remeasured[-1].verdict == "best found: 0.72× the best so far, measured again"
+    # Other settings than the fastest row's: no claim about the machine.
+    remeasured[-1] = StageResult(Stage(BEST_LABEL, {"log_every": 50}, ""), 3, 101.0, kept=True)
+    assert (closing_sentence(remeasured, "on this CPU") or "").endswith(
+        "; the final configuration measured 1.01×"
+    )
     assert closing_sentence(results[:1], "here") is None
     assert closing_sentence([*results[:2], StageResult(base, 2, None)], "here") is None
 

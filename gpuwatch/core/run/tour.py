@@ -335,7 +335,8 @@ def closing_sentence(results: Sequence[StageResult], where: str) -> str | None:
     as ``results`` carry them now (a stage faster than every kept one before it beyond its
     noise band), as is the speedup, that of the fastest kept row: so the sentence agrees with
     the scoreboard even after a row judged early settled elsewhere. When the final row measured
-    slower than the fastest beyond ``MIN_NOISE``, the sentence says so rather than hide it.
+    slower than the fastest beyond ``MIN_NOISE``, the sentence says so rather than hide it:
+    when it has the fastest row's very settings, only the machine can have changed.
     None if the baseline or the final configuration was never measured.
     """
     if len(results) < 2 or not results[0].samples_per_s:
@@ -366,7 +367,14 @@ def closing_sentence(results: Sequence[StageResult], where: str) -> str | None:
     if reverted:
         parts.append(f"{_joined(reverted)} did not help {where} and {_were(reverted)} reverted")
     if final is not best and final.samples_per_s < (best.samples_per_s or 0.0) * (1 - MIN_NOISE):
-        parts.append(f"the final configuration measured {times(final.samples_per_s / base)}")
+        final_speedup = times(final.samples_per_s / base)
+        if final.stage.values == best.stage.values:
+            parts.append(
+                f"the same settings measured again at the end ran at {final_speedup}: "
+                "the machine's other load changed during the tour"
+            )
+        else:
+            parts.append(f"the final configuration measured {final_speedup}")
     return "; ".join(parts)
 
 
