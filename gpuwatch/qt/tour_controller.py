@@ -29,8 +29,9 @@ from gpuwatch.qt.run_session import RunSession
 #: Steady seconds each stage is held for at least (docs/knobs.md §4).
 TOUR_STEADY_S = 10.0
 TICK_MS = 200
-#: How often the closing caption re-reads its speedup from the scoreboard after the tour.
-CLOSING_REFRESH_S = 1.0
+#: How often the closing caption re-reads its figures from the scoreboard after the tour (as
+#: often as the window redraws the scoreboard).
+CLOSING_REFRESH_S = 0.5
 
 LogFn = Callable[[str, str], None]  # (level, text)
 
