@@ -370,7 +370,7 @@ def test_the_tour_reverts_a_slower_stage_and_every_format_says_so() -> None:
     assert segments[4]["changed"] == {"amp": "off", "channels_last": True}
     assert segments[-1]["settings"]["amp"] == "off"
     summary = (
-        "3.0× from workers; batched logging, channels_last and compile made no difference "
+        "3.00× from workers; batched logging, channels_last and compile made no difference "
         "beyond noise; AMP did not help on this CPU and was reverted"
     )
     assert outcome.report.summary == summary

@@ -534,7 +534,7 @@ def test_median_noise_and_the_noise_rule() -> None:
     assert slower.kept is False and slower.label == "AMP — reverted"
     assert slower.verdict == "AMP: 0.28× the best so far — reverted"
     assert judge(stage, 2, steady_row(2, (480.0,) * 3), kept).verdict == (
-        "AMP: 2.4× the best so far — kept"
+        "AMP: 2.40× the best so far — kept"
     )
 
 
@@ -596,7 +596,7 @@ def test_the_tour_reverts_slower_stages_and_builds_on_the_kept_configuration() -
     assert [c.label for c in session.changes][3:5] == ["AMP — reverted", "channels_last — reverted"]
     assert results[3].ratio == pytest.approx(55 / 192)
     assert conductor.summary == (
-        "2.4× from workers and compile; batched logging made no difference beyond noise; "
+        "2.40× from workers and compile; batched logging made no difference beyond noise; "
         "AMP and channels_last did not help on this CPU and were reverted"
     )
     assert conductor.tick().message == f"done: {conductor.summary}"
@@ -604,7 +604,7 @@ def test_the_tour_reverts_slower_stages_and_builds_on_the_kept_configuration() -
     # verdicts stay those of the tour.
     final = conductor.results()[-1].config_id
     session.measure(final, steps=90, steady_s=6.0, rates=(250.0,) * 3)
-    assert (conductor.summary or "").startswith("2.5× from workers and compile; ")
+    assert (conductor.summary or "").startswith("2.50× from workers and compile; ")
     # A row judged early that settled lower: kept (the tour did keep it), no longer "helped".
     session.measure(final, steps=200, steady_s=20.0, rates=(195.0,) * 3)
     assert (conductor.summary or "").startswith(
@@ -628,7 +628,7 @@ def test_a_reverted_last_stage_ends_the_tour_on_the_best_configuration() -> None
     progress = conductor.tick()
     assert progress.n_stages == 7 and progress.note.startswith("best found: ")
     assert conductor.summary == (
-        "2.0× from workers; batched logging and AMP made no difference beyond noise; "
+        "2.03× from workers; batched logging and AMP made no difference beyond noise; "
         "channels_last and compile did not help on this CPU and were reverted"
     )
 

@@ -290,8 +290,9 @@ def _knob_caption(knob: Mapping[str, Any]) -> str:
 
 
 def times(ratio: float) -> str:
-    """A speed ratio for people: ``2.4×`` from 2 up, ``0.28×`` / ``1.05×`` below."""
-    return f"{ratio:.1f}×" if ratio >= 2 else f"{ratio:.2f}×"
+    """A speed ratio as the scoreboard's speedup column writes it (``2.38×``, ``0.28×``), so
+    the caption and the row beside it show the same figure."""
+    return f"{ratio:.2f}×"
 
 
 def median_noise(rates: Sequence[float]) -> float:
@@ -328,7 +329,7 @@ def _joined(labels: Sequence[str]) -> str:
 
 
 def closing_sentence(results: Sequence[StageResult], where: str) -> str | None:
-    """The tour's story in one line, from its judged stages: ``2.4× from workers and compile;
+    """The tour's story in one line, from its judged stages: ``2.40× from workers and compile;
     AMP and channels_last did not help on this CPU and were reverted``.
 
     Kept and reverted are what the tour did. Which kept stages *helped* is read from the rows
