@@ -144,3 +144,14 @@ def test_too_few_steady_steps_say_how_many_and_the_step_definition_is_named() ->
     lines = summary_lines(session, "done")
     assert _line(lines, "steady steps (2 of 5").endswith(": n/a (only 2 of 3 steady steps)")
     assert _line(lines, "steps: 5 · a step = one optimizer.step() over 4 DataLoader batches")
+
+
+def test_the_instrumentation_share_is_printed_when_the_runner_timed_its_hooks() -> None:
+    steps, _ = _steps(0, [50] * 20, [1] * 20, T0)
+    session = _session(_hello(), steps)
+    assert not [line for line in summary_lines(session, "done") if "instrumentation" in line]
+    timed, _ = _steps(0, [50] * 20, [1] * 20, T0)
+    timed["instrument_ns"] = [100_000] * 20  # 0.1 ms of each 50 ms step
+    session = _session(_hello(), timed)
+    line = _line(summary_lines(session, "done"), "gpuwatch's instrumentation: ")
+    assert line.startswith("gpuwatch's instrumentation: 0.20 % of step time")
