@@ -4,9 +4,9 @@ A window following a steady 10 steps/s run must not cost the run's machine more 
 percent of a core, so its widgets are counted, not timed: paint events per widget and per
 second of data, over a few seconds of a live-looking run fed from a thread as the session's
 link reader feeds it. Text (the headline, status bar, docks, tables) may repaint a few times a
-second; the plots no more often than the frame pacing allows; the window itself (a relayout
-repaints its dock separators) hardly ever. Bounds are per second of *data*, so a loaded machine
-that runs the window late can only lower the counts.
+second; the plots no more often than the frame pacing allows; the window never repaints
+whole, and lays itself out again (repainting its dock separators) hardly ever. Bounds are per
+second of *data*, so a loaded machine that runs the window late can only lower the counts.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 from PySide6.QtCore import QEvent, QObject
+from PySide6.QtGui import QPaintEvent
 from PySide6.QtWidgets import QApplication, QWidget
 
 from gpuwatch.core.figures.frame import NEW_STEPS_FRAME_S
@@ -36,6 +37,9 @@ COUNTED_S = 4.0
 TEXT_PAINTS_PER_S = 4.0
 #: The plots: at most one frame per new-steps interval (scrolling alone is paced slower).
 PLOT_PAINTS_PER_S = 1.0 / NEW_STEPS_FRAME_S + 1.0
+#: The window lays itself out again (repainting its dock separators, maybe moving the plots)
+#: only when something really changes size, not for new numbers.
+WINDOW_LAYOUTS_PER_S = 1.0
 WAIT_MS = 120_000
 
 
@@ -78,9 +82,12 @@ class SteadyRun:
 
 @dataclass
 class PaintCounter(QObject):
-    """Paint events per widget while ``on``."""
+    """While ``on``: per widget, the paint events that repaint a quarter of it or more (a
+    window painting the background under one small label is not a window repaint), and the
+    layout requests each widget receives."""
 
     counts: Counter[int] = field(default_factory=Counter)
+    layouts: Counter[int] = field(default_factory=Counter)
     widgets: dict[int, QWidget] = field(default_factory=dict)
     on: bool = False
 
@@ -88,9 +95,18 @@ class PaintCounter(QObject):
         QObject.__init__(self)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if self.on and event.type() == QEvent.Type.Paint and isinstance(watched, QWidget):
-            self.counts[id(watched)] += 1
+        if not self.on or not isinstance(watched, QWidget):
+            return False
+        kind = event.type()
+        if kind == QEvent.Type.LayoutRequest:
+            self.layouts[id(watched)] += 1
             self.widgets[id(watched)] = watched
+        elif kind == QEvent.Type.Paint:
+            assert isinstance(event, QPaintEvent)
+            painted = sum(r.width() * r.height() for r in event.region())
+            if 4 * painted >= watched.width() * watched.height():
+                self.counts[id(watched)] += 1
+                self.widgets[id(watched)] = watched
         return False
 
 
@@ -151,4 +167,6 @@ def test_a_steady_slow_run_repaints_text_a_few_times_a_second_and_plots_per_fram
     assert not too_often, f"repainted more than {TEXT_PAINTS_PER_S}/s: {too_often}"
     plots_too_often = {k: round(r, 1) for k, r in plot_paints.items() if r > PLOT_PAINTS_PER_S}
     assert not plots_too_often, f"plots above {PLOT_PAINTS_PER_S:.1f}/s: {plots_too_often}"
+    relayouts = counter.layouts[id(window)] / data_s
+    assert relayouts <= WINDOW_LAYOUTS_PER_S, f"the window laid itself out {relayouts:.1f}/s"
     assert window.frame.frames_drawn > 0

@@ -65,9 +65,12 @@ IDLE_REDRAW_MS = 250
 AWAKE_S = 1.0
 #: Width of the visible window while following "now".
 WINDOW_S = 30.0
+#: The toolbar, banner and status fields follow the run this often (seconds); a change of
+#: the run's state also arrives as a signal and is shown at once.
+STATE_PERIOD_S = 0.25
 #: The headline figures are refreshed this often at most (seconds), and only after a frame
 #: was drawn: readable, not flickering, and no new text while nothing changes.
-HEADLINE_PERIOD_S = 0.3
+HEADLINE_PERIOD_S = 0.5
 #: The knob panel and kernel capture follow answers and values this often (seconds; a
 #: refused change snaps back within it)...
 KNOBS_PERIOD_S = 0.25
@@ -93,6 +96,7 @@ class MainWindow(QMainWindow):
         self._ticks = 0
         self._tick_cost_ms = 0.0
         self._awake_until = 0.0
+        self._state_due = 0.0
         self._headline_due = 0.0
         self._drawn_since_headline = True
         #: What the scoreboard was last computed from (None: recompute at the next refresh).
@@ -331,7 +335,10 @@ class MainWindow(QMainWindow):
         if lines:
             self.log_pane.append_lines(lines, self.session.t0_ns)
         self.recording.check()
-        self._sync_state()
+        now = time.monotonic()
+        if now >= self._state_due:  # state changes come as signals; notices are polled
+            self._state_due = now + STATE_PERIOD_S
+            self._sync_state()
         live = self.session.state in ACTIVE_STATES
         now_ns = self._now_ns(live)
         lo_s, hi_s = self.frame.visible_window(now_ns, self.follow, self.window_s)

@@ -149,16 +149,23 @@ class PlotsRedraw:
         visible step; a sparse window draws its few steps span by span. A sparse view that
         only scrolled on with "now" is moved: its spans are in data coordinates already.
         """
+        now = time.monotonic()
+        since_drawn = now - self.drawn_at
+        # Scrolling with "now" is paced; a view the user moves is followed at once.
+        scroll_gap = SCROLL_FRAME_S if live and follow else NEW_STEPS_FRAME_S
+        drawn = self.last_key
+        if drawn is not None and (
+            since_drawn < NEW_STEPS_FRAME_S
+            or (since_drawn < scroll_gap and self.session.steps.count == drawn.steps_count)
+        ):
+            return False  # no frame can be due yet: not even its revision is worth reading
         t0 = self.session.t0_ns
         lo_ns, hi_ns = t0 + int(lo_s * 1e9), t0 + int(hi_s * 1e9)
         run = RunData.of(self.session)
         width = self.timeline.width_px()
         revised = self.presenter.revision(run, lo_ns, hi_ns, width)
-        revision, drawn = revised[0], self.last_key
-        now = time.monotonic()
-        # Scrolling with "now" is paced; a view the user moves is followed at once.
-        scroll_gap = SCROLL_FRAME_S if live and follow else NEW_STEPS_FRAME_S
-        if not frame_due(revision, drawn, now - self.drawn_at, scroll_gap):
+        revision = revised[0]
+        if not frame_due(revision, drawn, since_drawn, scroll_gap):
             return False  # nothing new, or not yet worth a frame: an idle window costs ~nothing
         if follow:
             self.timeline.getPlotItem().getViewBox().setXRange(lo_s, hi_s, padding=0)
