@@ -352,7 +352,7 @@ class MainWindow(QMainWindow):
             self._headline_due = now + HEADLINE_PERIOD_S
             self._drawn_since_headline = False
             self.frame.headline(now_ns)
-        self.status_line.show_cpu(now)
+        self.status_line.show_cpu(now, self.session.instrumentation_share)
         self.tour.on_frame()
         self.presentation.on_frame()
         self._redraw_knobs_and_scoreboard(now_ns)

@@ -1,5 +1,6 @@
-"""The status bar's fixed fields: run state, device, timing source, the window's own CPU
-share and the visible window.
+"""The status bar's fixed fields: run state, device, timing source, gpuwatch's own footprint
+(the window's CPU share and the runner's instrumentation share of step time) and the visible
+window.
 
 Every field has a fixed size (wide enough for its longest usual text), so a new number
 repaints that label alone and never lays the status bar, or the window, out again.
@@ -8,6 +9,7 @@ repaints that label alone and never lays the status bar, or the window, out agai
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import psutil
 from PySide6.QtWidgets import QLabel, QStatusBar
@@ -74,14 +76,24 @@ class StatusLine:
             "CPU time of the gpuwatch window's process (all its threads) over the last "
             f"{CPU_WINDOW_S:g} s, in % of one core. The training run is another process."
         )
+        #: "· instrumentation 0.3 % of step time": what the runner's hooks cost the run
+        #: (shown once the runner measures it: a watched script).
+        self.instrument_label = QLabel()
+        self.instrument_label.setToolTip(
+            "Share of step time the runner's hooks and step recording spent over the last "
+            "seconds, as the runner measured it around its own hook bodies."
+        )
+        self.instrument_label.hide()
         self.window_label = QLabel()
         for label in (self.state_label, self.device_label, self.timing_label):
             status.addWidget(label)
         status.addPermanentWidget(self.cpu_label)
+        status.addPermanentWidget(self.instrument_label)
         status.addPermanentWidget(self.window_label)
         fix_width(self.state_label, "  stopping…  ")
         fix_width(self.timing_label, f"  timing: {TIMING_TEXT['cpu']}  ")
         fix_width(self.cpu_label, "gpuwatch: 100 % CPU  ")
+        fix_width(self.instrument_label, "· instrumentation 10.0 % of step time  ")
         fix_width(self.window_label, "showing 100,000.0–100,000.0 s (30 s)  ")
         self._cpu = CpuShare()
         self._cpu_due = 0.0
@@ -108,8 +120,11 @@ class StatusLine:
         )
         _set_text(self.window_label, text)
 
-    def show_cpu(self, now: float | None = None) -> None:
-        """The window's own CPU share, re-read at most every ``CPU_PERIOD_S``."""
+    def show_cpu(
+        self, now: float | None = None, instrumentation: Callable[[], float | None] | None = None
+    ) -> None:
+        """The window's own CPU share and, when ``instrumentation()`` knows it, the runner's
+        instruments' share of step time (0..1), re-read at most every ``CPU_PERIOD_S``."""
         now = time.monotonic() if now is None else now
         if now < self._cpu_due:
             return
@@ -117,6 +132,11 @@ class StatusLine:
         share = self._cpu.sample(now)
         if share is not None:
             _set_text(self.cpu_label, f"gpuwatch: {share:.0f} % CPU  ")
+        step_share = instrumentation() if instrumentation is not None else None
+        if step_share is not None:
+            text = f"· instrumentation {100 * step_share:.1f} % of step time  "
+            _set_text(self.instrument_label, text)
+        self.instrument_label.setVisible(step_share is not None)
 
 
 def _set_text(label: QLabel, text: str) -> None:
