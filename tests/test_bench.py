@@ -382,7 +382,7 @@ def test_the_tour_reverts_a_slower_stage_and_every_format_says_so() -> None:
     markdown = render(outcome.report, "md")
     assert "| AMP — reverted | amp=bf16 |" in markdown
     assert f"- tour: {summary}" in markdown
-    assert "stages build on the last kept one): AMP — reverted" in markdown
+    assert "stages build on the last kept one): AMP\n" in markdown
     rows = list(csv.reader(line for line in render(outcome.report, "csv").splitlines()))
     table = [r for r in rows if r and not r[0].startswith("#")]
     assert [(r[0], r[-1]) for r in table[1:]][3] == ("AMP — reverted", "no")

@@ -20,6 +20,7 @@ from gpuwatch import __version__
 from gpuwatch.core.figures.gap_causes import CAUSES
 from gpuwatch.core.figures.step_breakdown import CATEGORIES, idle_summary, summary
 from gpuwatch.core.model.messages import Hello, describe_change
+from gpuwatch.core.run.tour import REVERTED
 
 #: Bumped on any incompatible change of the JSON output.
 SCHEMA_VERSION = 1
@@ -204,7 +205,11 @@ def note_lines(report: BenchReport) -> list[str]:
     lines = []
     if report.summary:
         lines.append(f"tour: {report.summary}")
-    reverted = [str(s["label"]) for s in report.segments if s.get("kept") is False]
+    reverted = [
+        str(s["label"]).removesuffix(f" — {REVERTED}")
+        for s in report.segments
+        if s.get("kept") is False
+    ]
     if reverted:
         lines.append(
             "reverted (slower than the best configuration before them beyond noise; later "
