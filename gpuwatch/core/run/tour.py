@@ -348,7 +348,9 @@ def closing_sentence(results: Sequence[StageResult], where: str) -> str | None:
     kept = [r for r in results if r.kept and r.samples_per_s is not None]
     best = max(kept, key=lambda r: r.samples_per_s or 0.0)
     speedup = (best.samples_per_s or 0.0) / base
-    helped, neutral, reverted = [], [], []
+    helped: list[str] = []
+    neutral: list[str] = []
+    reverted: list[str] = []
     fastest_before = base
     for r in results[1:]:
         if r.stage.label == BEST_LABEL:
