@@ -10,7 +10,7 @@ so the theme machinery, which re-colours those, re-colours this too.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,3 +86,80 @@ class DenseLanesItem(pg.ImageItem):
         self.setImage(rgba_rows, autoLevels=False, levels=None)
         self.setRect(QRectF(x0_s, -0.5, max(x1_s - x0_s, 1e-12), n_lanes))
         self.setVisible(True)
+
+
+#: Two columns' inputs closer than this are the same (the visible range's edges move by a
+#: nanosecond of rounding as it scrolls, which moves a share by ~1e-7: far below a pixel).
+SAME_INPUT = 1e-6
+#: A column grid shifted by less than this share of a column is the same grid.
+SAME_GRID = 1e-3
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    key: tuple[object, ...]
+    c0_ns: float  # where the first column starts
+    col_ns: float  # the columns' width
+    inputs: np.ndarray  # (n_inputs, n_columns): what each column's pixels were drawn from
+    pixels: np.ndarray
+
+
+class ScrollingColumns:
+    """Dense pixels kept from frame to frame: a view that scrolled by whole columns keeps the
+    pixels of every column whose inputs did not change and renders only the others (the
+    newest few while following a run), instead of every column of the view each frame.
+
+    A column's pixels depend on that column's inputs alone (``render`` works column by
+    column), so the result equals a fresh render of the whole view.
+    """
+
+    def __init__(self) -> None:
+        self._drawn: _Drawn | None = None
+        #: Columns rendered by the last call (for tests and the bench).
+        self.last_rendered = 0
+
+    def pixels(
+        self,
+        key: tuple[object, ...],
+        c0_ns: float,
+        col_ns: float,
+        inputs: np.ndarray,
+        render_columns: Callable[[np.ndarray], np.ndarray],
+    ) -> np.ndarray:
+        """The pixels of ``n`` columns from ``c0_ns`` on, ``col_ns`` wide each.
+
+        ``key``: everything else the pixels depend on (sizes, colours, lanes); ``inputs``:
+        per column, what its pixels are drawn from; ``render_columns(index)`` renders the
+        columns at ``index`` (an int array) into ``(rows, len(index))`` pixels.
+        """
+        n = inputs.shape[1]
+        keep = np.zeros(n, bool)
+        old_index = np.zeros(n, np.int64)
+        drawn = self._drawn
+        if (
+            drawn is not None
+            and drawn.key == key
+            and drawn.inputs.shape[0] == inputs.shape[0]
+            and col_ns > 0
+            and abs(drawn.col_ns - col_ns) <= SAME_GRID * col_ns / max(n, 1)
+        ):
+            shift = round((c0_ns - drawn.c0_ns) / col_ns)
+            if abs(c0_ns - drawn.c0_ns - shift * col_ns) <= SAME_GRID * col_ns:
+                a = max(0, -shift)
+                b = min(n, drawn.inputs.shape[1] - shift)
+                if b > a:
+                    old = drawn.inputs[:, a + shift : b + shift]
+                    keep[a:b] = np.all(np.abs(inputs[:, a:b] - old) <= SAME_INPUT, axis=0)
+                    old_index[a:b] = np.arange(a + shift, b + shift)
+        fresh = np.flatnonzero(~keep)
+        if not keep.any():
+            out = render_columns(fresh)
+        else:
+            assert drawn is not None
+            out = np.empty((drawn.pixels.shape[0], n), np.uint32)
+            out[:, keep] = drawn.pixels[:, old_index[keep]]
+            if len(fresh):
+                out[:, fresh] = render_columns(fresh)
+        self.last_rendered = len(fresh)
+        self._drawn = _Drawn(key, c0_ns, col_ns, inputs, out)
+        return out

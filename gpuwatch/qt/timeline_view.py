@@ -27,12 +27,19 @@ from gpuwatch.core.figures.frame import (
     steps_frame,
 )
 from gpuwatch.core.figures.gap_causes import CAUSES, CausedIdle
-from gpuwatch.core.figures.timeline_bins import Columns
+from gpuwatch.core.figures.timeline_bins import ROW, Columns
 from gpuwatch.core.model.messages import ConfigChange
 from gpuwatch.core.model.store import StepsView
 from gpuwatch.protocol import ALL_PHASES
 from gpuwatch.qt import palette
-from gpuwatch.qt.dense_lanes import CLEAR, DenseLanesItem, Lane, render, rgba
+from gpuwatch.qt.dense_lanes import (
+    CLEAR,
+    DenseLanesItem,
+    Lane,
+    ScrollingColumns,
+    render,
+    rgba,
+)
 from gpuwatch.qt.gap_tint import CAUSE_COLORS
 
 #: Host lanes as (name, phases drawn in it), top to bottom, above the device lane (which sits
@@ -151,6 +158,8 @@ class TimelineView(pg.PlotWidget):
         self.dense_lanes.setZValue(1)
         self.dense_lanes.setVisible(False)
         self.addItem(self.dense_lanes)
+        #: The dense image's pixels, kept while the view scrolls (only new columns rendered).
+        self.dense_pixels = ScrollingColumns()
         self.causes_shown: tuple[str, ...] = ()  # for the legend, most visible first
         self.dense = False  # last redraw aggregated per pixel column
         self._device_kind: str | None = "unset"
@@ -270,7 +279,9 @@ class TimelineView(pg.PlotWidget):
 
         Phases sharing a lane stack, over the pale colour of the lane's first phase present;
         the device lane's idle columns are tinted by their main cause. All of it is one
-        image (``DenseLanesItem``): far cheaper to paint than a bar per column.
+        image (``DenseLanesItem``): far cheaper to paint than a bar per column. Its columns
+        are kept from the frame before where their inputs did not change
+        (``ScrollingColumns``): following a run renders only the newest few.
         """
         self.dense = True
         self.shade_lanes(t0_ns, lo_ns, hi_ns)
@@ -285,38 +296,69 @@ class TimelineView(pg.PlotWidget):
             bars.set_spans(empty, empty, 0.0, BAR_HEIGHT)
         cols = lanes.columns
         n = len(cols.c0)
+        rows = max(int(self.plot_item.getViewBox().height() / (self.n_lanes + 0.2)), 4)
+        host = [
+            (
+                [_color(self.phase_bars[name]) for name in phases],
+                [_color(self.phase_backing[name]) for name in phases],
+            )
+            for _, phases in self.host_lanes
+        ]
+        tints = (
+            _color(self.gap_bars),
+            _color(self.device_bars),
+            tuple(_color(self.cause_bars[c]) for c in CAUSES),
+        )
+        key = (rows, self.host_lanes, repr(host), tints)
+        # Step counts are not drawn: a column is drawn from its time shares and idle flags.
+        inputs = np.vstack([cols.share[: ROW["steps"]], lanes.device_idle, lanes.idle_cause])
+
+        def render_columns(index: np.ndarray) -> np.ndarray:
+            return render(self._image_lanes(lanes, index), len(index), rows, BAR_HEIGHT)
+
+        col_ns = float(cols.c1[0] - cols.c0[0]) if n else 0.0
+        pixels = self.dense_pixels.pixels(
+            key, float(cols.c0[0]) if n else 0.0, col_ns, inputs, render_columns
+        )
+        self.dense_lanes.show_pixels(
+            pixels,
+            (cols.c0[0] - t0_ns) / 1e9 if n else 0.0,
+            (cols.c1[-1] - t0_ns) / 1e9 if n else 0.0,
+            self.n_lanes,
+        )
+
+    def _image_lanes(self, lanes: DenseLanes, index: np.ndarray) -> list[Lane]:
+        """The dense image's lanes for the columns at ``index``, top to bottom."""
+        cols = lanes.columns
         image_lanes = []
         for _, phases in self.host_lanes:
-            backing = np.full(n, CLEAR, np.uint32)
+            backing = np.full(len(index), CLEAR, np.uint32)
             for name in reversed(phases):  # the first phase present wins
                 backing = np.where(
-                    cols[name] > 0, np.uint32(_color(self.phase_backing[name])), backing
+                    cols[name][index] > 0, np.uint32(_color(self.phase_backing[name])), backing
                 )
             image_lanes.append(
                 Lane(
-                    [cols[name] for name in phases],
+                    [cols[name][index] for name in phases],
                     [_color(self.phase_bars[name]) for name in phases],
                     backing,
                 )
             )
-        tint = np.where(lanes.device_idle, np.uint32(_color(self.gap_bars)), np.uint32(CLEAR))
+        idle_cause = lanes.idle_cause[index]
+        tint = np.where(
+            lanes.device_idle[index], np.uint32(_color(self.gap_bars)), np.uint32(CLEAR)
+        )
         for i, cause in enumerate(CAUSES):
-            tint = np.where(lanes.idle_cause == i, np.uint32(_color(self.cause_bars[cause])), tint)
+            tint = np.where(idle_cause == i, np.uint32(_color(self.cause_bars[cause])), tint)
         image_lanes.append(
             Lane(
-                [cols["active"]],
+                [cols["active"][index]],
                 [_color(self.device_bars)],
                 tint,
                 backing_pad=(1 - BAR_HEIGHT) / 4,
             )
         )
-        rows = max(int(self.plot_item.getViewBox().height() / (self.n_lanes + 0.2)), 4)
-        self.dense_lanes.show_pixels(
-            render(image_lanes, n, rows, BAR_HEIGHT),
-            (cols.c0[0] - t0_ns) / 1e9 if n else 0.0,
-            (cols.c1[-1] - t0_ns) / 1e9 if n else 0.0,
-            self.n_lanes,
-        )
+        return image_lanes
 
     def _tint(self, spans: dict[str, Spans], t0_ns: int, px_ns: float) -> None:
         """Cause bars at the gap tint's place (each at least ``px_ns`` wide); the plain gap

@@ -1,0 +1,112 @@
+"""A cheaper frame, same picture: what a frame keeps from the one before is what a fresh
+drawing of the same data would draw.
+
+Steps here are SIMULATED (jittered synthetic marks, as in ``tests/test_timeline_bins.py``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gpuwatch.core.figures.frame import TimelineFrame, dense_lanes
+from gpuwatch.core.figures.timeline_bins import TimelineBins
+from gpuwatch.core.model.store import StepStore
+from gpuwatch.protocol import N_MARKS
+from gpuwatch.qt.dense_lanes import ScrollingColumns
+
+MS = 1_000_000
+ORIGIN = 10_000 * MS
+SHARES = np.array([0.30, 0.05, 0.20, 0.30, 0.10, 0.04, 0.01])
+
+
+def marks(n: int, step_ns: float, seed: int = 0) -> np.ndarray:
+    """Host marks of ``n`` consecutive jittered steps from ``ORIGIN``."""
+    rng = np.random.default_rng(seed)
+    lengths = np.maximum((step_ns * SHARES * rng.uniform(0.5, 1.5, (n, 7))).astype(np.int64), 1)
+    ends = ORIGIN + np.cumsum(lengths.sum(axis=1))
+    starts = np.concatenate(([ORIGIN], ends[:-1]))
+    out = np.empty((n, N_MARKS), np.int64)
+    out[:, 0] = starts
+    out[:, 1:] = starts[:, None] + np.cumsum(lengths[:, :-1], axis=1)
+    return out
+
+
+def timeline(qtbot):
+    from gpuwatch.qt.timeline_view import TimelineView
+
+    view = TimelineView()
+    qtbot.addWidget(view)
+    view.resize(700, 360)
+    view.show()
+    qtbot.waitExposed(view)
+    return view
+
+
+def test_a_followed_dense_view_renders_only_new_columns_and_matches_a_fresh_drawing(qtbot):
+    """Following a 1,000 steps/s run (2 s visible, the right edge on a whole pixel as the
+    window puts it): each frame renders only the columns whose data changed, and its pixels
+    are those of a fresh view drawing the same frame."""
+    followed, fresh = timeline(qtbot), timeline(qtbot)
+    width = followed.width_px()
+    assert width == fresh.width_px()
+    store = StepStore()
+    store.set_device_is_host(True)
+    bins = TimelineBins()
+    host = marks(6000, 1 * MS)
+    window_s = 2.0
+    px_s = window_s / width
+    rendered = []
+    for frame, lo in enumerate(range(0, len(host), 60)):  # a batch per frame
+        ids = list(range(lo, lo + 60))
+        store.append(ids, [0] * 60, [8] * 60, host[ids].tolist())
+        hi_s = math.ceil(((int(host[ids[-1], -1]) - ORIGIN) / 1e9) / px_s) * px_s
+        lo_ns, hi_ns = ORIGIN + int((hi_s - window_s) * 1e9), ORIGIN + int(hi_s * 1e9)
+        bins.update(store, (), ORIGIN, lo_ns=lo_ns, hi_ns=hi_ns, px_ns=(hi_ns - lo_ns) / width)
+        lanes, shown = dense_lanes(bins.columns(lo_ns, hi_ns, int(np.ceil(width))))
+        shown_frame = TimelineFrame(
+            ORIGIN, lo_ns, hi_ns, width, "cpu", dense=lanes, causes_shown=shown
+        )
+        followed.show_frame(shown_frame)
+        if hi_s <= window_s or frame % 10:
+            continue  # the view is full from here on; compare every 10th frame
+        rendered.append(followed.dense_pixels.last_rendered)
+        fresh.dense_pixels = ScrollingColumns()  # nothing kept: every column rendered
+        fresh.show_frame(shown_frame)
+        assert fresh.dense_pixels.last_rendered == followed.dense_lanes.pixels.shape[1]
+        np.testing.assert_array_equal(followed.dense_lanes.pixels, fresh.dense_lanes.pixels)
+    assert len(rendered) >= 5
+    # A batch of 60 ms is ~21 columns of ~2.9 ms: a few more re-rendered, never the view.
+    assert max(rendered) < 0.1 * width, rendered
+
+
+def test_scrolling_columns_keep_only_unchanged_columns_on_the_same_grid() -> None:
+    """Kept: a column whose inputs are the same at the same place in time. Rendered: a
+    changed or new column, and every column after a move off the column grid."""
+    calls: list[list[int]] = []
+
+    def render_columns(index: np.ndarray) -> np.ndarray:
+        calls.append(index.tolist())
+        return np.tile(np.asarray(index, np.uint32) + 100 * len(calls), (3, 1))
+
+    cache = ScrollingColumns()
+    inputs = np.arange(12, dtype=np.float64).reshape(2, 6)
+    first = cache.pixels(("k",), 1000.0, 10.0, inputs, render_columns)
+    assert calls == [[0, 1, 2, 3, 4, 5]]
+    # Two columns on, the last two new and one old column changed.
+    moved = np.hstack([inputs[:, 2:], [[50.0, 51.0], [60.0, 61.0]]])
+    moved[1, 1] += 0.5
+    second = cache.pixels(("k",), 1020.0, 10.0, moved, render_columns)
+    assert calls[-1] == [1, 4, 5]
+    np.testing.assert_array_equal(second[:, [0, 2, 3]], first[:, [2, 4, 5]])
+    # Half a column off the grid, or another key: everything again.
+    cache.pixels(("k",), 1025.0, 10.0, moved, render_columns)
+    assert calls[-1] == list(range(6))
+    cache.pixels(("other",), 1025.0, 10.0, moved, render_columns)
+    assert calls[-1] == list(range(6)) and cache.last_rendered == 6
+    # Panned back left by one column: the overlap is kept, the new first column rendered.
+    cache.pixels(
+        ("other",), 1015.0, 10.0, np.hstack([[[9.0], [9.0]], moved[:, :-1]]), render_columns
+    )
+    assert calls[-1] == [0]
