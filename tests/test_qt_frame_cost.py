@@ -110,3 +110,56 @@ def test_scrolling_columns_keep_only_unchanged_columns_on_the_same_grid() -> Non
         ("other",), 1015.0, 10.0, np.hstack([[[9.0], [9.0]], moved[:, :-1]]), render_columns
     )
     assert calls[-1] == [0]
+
+
+def _pixels(widget) -> np.ndarray:
+    """The widget as drawn: (rows, columns) of packed pixels."""
+    image = widget.grab().toImage()
+    bits = np.frombuffer(image.constBits(), np.uint32)[: image.sizeInBytes() // 4]
+    return bits.reshape(image.height(), image.bytesPerLine() // 4)[:, : image.width()].copy()
+
+
+def assert_same_within_a_column(ours: np.ndarray, theirs: np.ndarray, what: str) -> None:
+    """Every pixel of ``ours`` is in ``theirs`` at the same place or one column aside: a
+    line on a pixel boundary falls on either side of it by a rounding error of the range."""
+    assert ours.shape == theirs.shape
+    rows, cols = np.nonzero(ours != theirs)
+    for r, c in zip(rows, cols, strict=True):
+        near = theirs[r, max(c - 1, 0) : c + 2]
+        assert (near == ours[r, c]).any(), f"{what}: pixel ({r}, {c}) not within a column"
+    assert len(rows) <= 0.001 * ours.size, f"{what}: {len(rows)} pixels differ"
+
+
+def test_the_scrolling_time_axis_draws_what_pyqtgraphs_axis_draws(qtbot):
+    """Scrolled by whole pixels, the time axis moves its recorded ticks instead of laying
+    them out and recording them anew, and looks exactly like pyqtgraph's own axis; a zoom
+    records them again."""
+    import pyqtgraph as pg
+
+    from gpuwatch.qt.timeline_view import TimeAxis, style_plot
+
+    ours = pg.PlotWidget(axisItems={"bottom": TimeAxis()})
+    theirs = pg.PlotWidget()
+    for plot in (ours, theirs):
+        qtbot.addWidget(plot)
+        style_plot(plot)
+        plot.resize(900, 200)
+        plot.show()
+        qtbot.waitExposed(plot)
+    axis = ours.getPlotItem().getAxis("bottom")
+    assert isinstance(axis, TimeAxis)
+    frames = 40
+    for frame in range(frames):
+        width = ours.getPlotItem().getViewBox().width()
+        px_s = 30.0 / width
+        lo = 100 * px_s + frame * 5 * px_s  # five whole pixels a frame
+        for plot in (ours, theirs):
+            plot.getPlotItem().getViewBox().setXRange(lo, lo + 30.0, padding=0)
+        assert_same_within_a_column(_pixels(ours), _pixels(theirs), f"frame {frame}")
+    # A tick every ~25 px, five pixels a frame: one comes or goes every few frames only.
+    assert 1 <= axis.recorded <= frames // 2, axis.recorded
+    before = axis.recorded
+    for plot in (ours, theirs):
+        plot.getPlotItem().getViewBox().setXRange(0.0, 7.0, padding=0)
+    assert_same_within_a_column(_pixels(ours), _pixels(theirs), "zoomed")
+    assert axis.recorded == before + 1

@@ -20,7 +20,7 @@ from gpuwatch.core.model.store import SeriesView
 from gpuwatch.qt import palette
 from gpuwatch.qt.spans import step_series
 from gpuwatch.qt.theme import theme_manager
-from gpuwatch.qt.timeline_view import style_plot
+from gpuwatch.qt.timeline_view import TimeAxis, style_plot
 
 
 class UtilizationView(QWidget):
@@ -48,7 +48,8 @@ class UtilizationView(QWidget):
         self.note_label.setWordWrap(True)
         self.note_label.hide()
         layout.addWidget(self.note_label)
-        self.plot = pg.PlotWidget(background=palette.BACKGROUND)
+        # The shared time axis of both plots, redrawn by moving its ticks as it scrolls.
+        self.plot = pg.PlotWidget(background=palette.BACKGROUND, axisItems={"bottom": TimeAxis()})
         style_plot(self.plot)
         layout.addWidget(self.plot, 1)
         item = self.plot.getPlotItem()
