@@ -113,12 +113,17 @@ def test_compare_shows_both_scoreboards_and_breakdowns_that_sum_to_the_step(
 ):
     other = make_recording(tmp_path / "second.gpuwatch", n_batches=12)
     win = show_window(ReplaySession(open_recording(recording)))
-    view = win.files.compare_with(other)
-    assert isinstance(view, CompareView)
-    qtbot.addWidget(view)
+    mode = win.files.compare_with(other)
+    assert mode is not None
+    view = mode.view
+    assert isinstance(view, CompareView) and view.window() is win  # in the window, not beside
     assert [b.model.rowCount() for b in view.scoreboards] == [2, 2]
-    names = {view.table.item(r, 0).text() for r in range(view.table.rowCount())}
-    assert names == {"first.gpuwatch", "second.gpuwatch"}
+    runs = [view.table.item(r, 0).text() for r in range(view.table.rowCount())]
+    assert runs == ["A", "A", "B", "B"]
+    assert [view.sessions[0].recording.path.name, view.sessions[1].recording.path.name] == [
+        "first.gpuwatch",
+        "second.gpuwatch",
+    ]
     for session in view.sessions:
         rows = {r.config_id: r for r in session.scoreboard()}
         for part in breakdown(session):

@@ -128,7 +128,8 @@ def run_window(options: WindowOptions) -> int:
 
     ``gpuwatch run`` gives a script and perhaps a file the run is recorded to from its
     start; ``gpuwatch replay`` gives ``recording`` (shown instead of a live run) and
-    ``compare`` (a second one, side by side), both already opened.
+    ``compare`` (a second one, shown beside it in this window: ``compare_mode``), both
+    already opened.
     """
     app = create_app()
     previous_handler = _install_quiet_handler()
@@ -162,7 +163,7 @@ def run_window(options: WindowOptions) -> int:
                 error = save_screenshot(window, shot)
                 if error:
                     problems.append(error)
-            app.closeAllWindows()  # with any compare or replay window opened from this one
+            app.closeAllWindows()  # with any replay window opened from this one
 
         QTimer.singleShot(int(demo_seconds * 1000), finish_demo)
 

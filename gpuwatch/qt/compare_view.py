@@ -1,4 +1,5 @@
-"""Two recordings side by side: their scoreboards, and where each segment's step time goes.
+"""Two recordings side by side: their scoreboards, and where each segment's step time goes
+(the bottom dock of a window in compare mode, ``compare_mode``).
 
 The breakdown is the mean host time per phase over a segment's steady steps (the same steps
 the scoreboard measures), so a row's phases add up to its mean step time: "input wait fell
@@ -25,6 +26,7 @@ from gpuwatch.core.figures.analysis import phase_durations
 from gpuwatch.core.files.replay import ReplaySession
 from gpuwatch.core.model.store import StepsView
 from gpuwatch.protocol import ALL_PHASES
+from gpuwatch.qt.compare_summary import describe
 from gpuwatch.qt.scoreboard_view import ScoreboardView
 
 
@@ -66,50 +68,64 @@ def breakdown(session: ReplaySession) -> list[SegmentBreakdown]:
 
 
 class CompareView(QWidget):
-    """Scoreboards of two recordings, labelled by file name, over their per-phase breakdown."""
+    """Scoreboards of two whole recordings (A, B), each titled by ``describe``, beside their
+    per-phase breakdown."""
 
     def __init__(self, left: ReplaySession, right: ReplaySession) -> None:
+        """``left`` and ``right`` are shown as recorded to the end (their play positions are
+        not followed: the comparison is of the two runs, not of two moments)."""
         super().__init__()
         self.sessions = (left, right)
-        self.setWindowTitle(f"gpuwatch — compare {_name(left)} with {_name(right)}")
         layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 2, 4, 2)
         boards = QHBoxLayout()
+        boards.setContentsMargins(0, 0, 0, 0)
         self.scoreboards: list[ScoreboardView] = []
-        for session in self.sessions:
+        self.titles: list[QLabel] = []
+        for letter, session in zip("AB", self.sessions, strict=True):
             column = QVBoxLayout()
-            title = QLabel(f"<b>{_name(session)}</b>")
+            title = QLabel(f"<b>{letter}</b> · {describe(session)}")
             title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             column.addWidget(title)
+            self.titles.append(title)
             board = ScoreboardView(session)
             board.show_rows(session.scoreboard())
+            # Two boards and the breakdown share the window's width: the hint wraps, and a
+            # recording's baseline is pinned in its own replay window, not here.
+            board.hint.setWordWrap(True)
+            board.pin_button.hide()
             column.addWidget(board, 1)
             self.scoreboards.append(board)
             boards.addLayout(column, 1)
-        top = QWidget()
-        top.setLayout(boards)
-        caption = QLabel(
-            "<b>Step time per phase</b> — mean ms per steady step of each "
-            "segment (transition steps excluded); the phases add up to the step "
-            "time, the share of it in brackets"
+        boards_box = QWidget()
+        boards_box.setLayout(boards)
+        caption = QLabel("<b>Step time per phase</b> (ms per steady step, share)")
+        caption.setToolTip(
+            "Mean ms per steady step of each segment (transition steps excluded); the phases "
+            "add up to the step time, the share of it in brackets"
         )
-        caption.setWordWrap(True)
         self.table = QTableWidget()
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().hide()
-        bottom = QWidget()
-        bottom_layout = QVBoxLayout(bottom)
-        bottom_layout.setContentsMargins(0, 0, 0, 0)
-        bottom_layout.addWidget(caption)
-        bottom_layout.addWidget(self.table, 1)
-        splitter = QSplitter(Qt.Orientation.Vertical)
-        splitter.addWidget(top)
-        splitter.addWidget(bottom)
+        self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 6)
+        breakdown_box = QWidget()
+        breakdown_layout = QVBoxLayout(breakdown_box)
+        breakdown_layout.setContentsMargins(0, 0, 0, 0)
+        breakdown_layout.addWidget(caption)
+        breakdown_layout.addWidget(self.table, 1)
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(boards_box)
+        splitter.addWidget(breakdown_box)
+        splitter.setStretchFactor(0, 2)
+        splitter.setStretchFactor(1, 1)
         layout.addWidget(splitter, 1)
         self._fill_table()
 
     def _fill_table(self) -> None:
-        headers = ["recording", "segment", "steady steps", *ALL_PHASES, "step (mean)"]
-        rows = [(_name(s), b) for s in self.sessions for b in breakdown(s)]
+        headers = ["run", "segment", "steady steps", *ALL_PHASES, "step (mean)"]
+        rows = [
+            (letter, b) for letter, s in zip("AB", self.sessions, strict=True) for b in breakdown(s)
+        ]
         self.table.setColumnCount(len(headers))
         self.table.setHorizontalHeaderLabels(headers)
         self.table.setRowCount(len(rows))
@@ -128,7 +144,3 @@ class CompareView(QWidget):
                     )
                 self.table.setItem(r, c, item)
         self.table.resizeColumnsToContents()
-
-
-def _name(session: ReplaySession) -> str:
-    return session.recording.path.name

@@ -1,23 +1,36 @@
 """File → Open recording, Compare with, Export: the dialogs and what each choice does.
 
 Every failure is a message (a bad file, nothing to export, a folder that cannot be written)
-and the window stays as it was. Recordings and comparisons open in windows of their own,
-kept here so they live as long as the window they were opened from.
+and the window stays as it was. Recordings open in windows of their own, kept here so they
+live as long as the window they were opened from; a comparison is shown in this window
+(``compare_mode``), one at a time, until it is closed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import platformdirs
-from PySide6.QtWidgets import QFileDialog, QStatusBar, QWidget
+from PySide6.QtWidgets import QFileDialog, QPushButton, QStatusBar, QWidget
 
 from gpuwatch.core.files.recording import SUFFIX, RecordingError
 from gpuwatch.core.files.recording_reader import open_recording
 from gpuwatch.core.files.replay import ReplaySession
 from gpuwatch.qt.screenshot import save_screenshot
-from gpuwatch.qt.theme import theme_manager
+
+
+class ShownComparison(Protocol):
+    """A comparison shown in the window (``compare_mode.CompareMode``)."""
+
+    close_button: QPushButton
+
+    def close(self) -> None: ...
+
+
+#: Shows the window's recording and another one side by side in the window.
+CompareFn = Callable[[ReplaySession], ShownComparison]
 
 RECORDING_FILTER = f"gpuwatch recordings (*{SUFFIX});;All files (*)"
 #: Shows a non-blocking message: (title, text).
@@ -41,16 +54,21 @@ class FileDialogs:
         open_window: Callable[[ReplaySession], QWidget],
         status: QStatusBar,
         show_error: ErrorFn,
+        compare_in_window: CompareFn | None = None,
     ) -> None:
         """``replay`` is the window's recording (None: a live window, whose exports come
-        from ``last_recording()``); ``open_window`` makes a window for a recording."""
+        from ``last_recording()``); ``open_window`` makes a window for a recording;
+        ``compare_in_window`` shows ``replay`` and another recording in the window."""
         self.parent = parent
+        self._compare_in_window = compare_in_window
+        #: The comparison shown in this window, if any.
+        self.comparison: ShownComparison | None = None
         self.replay = replay
         self._last_recording = last_recording
         self._open_window = open_window
         self.status = status
         self._show_error = show_error
-        #: Replay and compare windows opened from here.
+        #: Replay windows opened from here.
         self.windows: list[QWidget] = []
 
     # ---- Open and compare ------------------------------------------------------------
@@ -82,7 +100,7 @@ class FileDialogs:
         if path:
             self.compare_with(path)
 
-    def compare_with(self, path: str | Path) -> QWidget | None:
+    def compare_with(self, path: str | Path) -> ShownComparison | None:
         """This recording and ``path`` side by side (in a live window: ask for both files)."""
         try:
             other = ReplaySession(open_recording(path))
@@ -97,17 +115,21 @@ class FileDialogs:
             return None
         return self.show_compare(other)
 
-    def show_compare(self, other: ReplaySession) -> QWidget:
-        """A window with this window's recording and ``other`` side by side."""
-        from gpuwatch.qt.compare_view import CompareView
-
+    def show_compare(self, other: ReplaySession) -> ShownComparison:
+        """This window's recording (A) and ``other`` (B) side by side in this window,
+        instead of a comparison shown before."""
         assert self.replay is not None, "compare needs a recording in this window"
-        view = CompareView(self.replay, other)
-        view.resize(self.parent.size())
-        view.show()
-        theme_manager().attach(view)  # follows View → Theme and the desktop's scheme too
-        self.windows.append(view)
-        return view
+        assert self._compare_in_window is not None, "this window cannot show a comparison"
+        self.close_compare()
+        self.comparison = self._compare_in_window(other)
+        self.comparison.close_button.clicked.connect(self.close_compare)
+        return self.comparison
+
+    def close_compare(self) -> None:
+        """Back to the plain replay (nothing happens if no comparison is shown)."""
+        if self.comparison is not None:
+            self.comparison.close()
+            self.comparison = None
 
     # ---- Export -----------------------------------------------------------------------
 

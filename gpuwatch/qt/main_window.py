@@ -31,6 +31,7 @@ from gpuwatch.core.run.session import ACTIVE_STATES, LaunchSpec, LogLine, Sessio
 from gpuwatch.qt import palette
 from gpuwatch.qt.about_dialog import AboutDialog
 from gpuwatch.qt.actions import build_actions, build_menus
+from gpuwatch.qt.compare_mode import CompareMode
 from gpuwatch.qt.docks import WindowDocks
 from gpuwatch.qt.file_dialogs import FileDialogs
 from gpuwatch.qt.headline_bar import HeadlineBar
@@ -182,6 +183,7 @@ class MainWindow(QMainWindow):
             open_window=MainWindow,
             status=self.statusBar(),
             show_error=self.show_error,
+            compare_in_window=self._compare_in_window,
         )
         self.run_bar.addAction(self.record_action)
         self.run_bar.addSeparator()
@@ -265,6 +267,11 @@ class MainWindow(QMainWindow):
     def show_about(self) -> None:
         self.about_dialog = AboutDialog(self.session.hello, self)
         self.about_dialog.show()
+
+    def _compare_in_window(self, other: ReplaySession) -> CompareMode:
+        """Replay mode only: this recording and ``other`` side by side in this window."""
+        assert self.replay is not None
+        return CompareMode(self, self.frame, self.replay, other)
 
     def show_error(self, title: str, text: str) -> None:
         """A message box that does not block (the run and the redraw go on)."""

@@ -1,0 +1,154 @@
+"""Compare mode: a replay window showing a second recording (B) beside its own (A).
+
+Everything is in the window a user screenshots or projects: one sentence stating B relative
+to A above the plots, B's timeline under A's plots with the x axes linked, and a bottom dock
+with both scoreboards and the per-phase breakdown. ``close`` takes all of it out again and
+leaves the plain replay.
+"""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gpuwatch.core.files.replay import ReplaySession
+from gpuwatch.qt.compare_summary import REFERENCE_ROW, RunComparison, compare_rows, describe
+from gpuwatch.qt.compare_timeline import CompareTimeline
+from gpuwatch.qt.compare_view import CompareView
+from gpuwatch.qt.docks import dock
+from gpuwatch.qt.plots_redraw import PlotsRedraw
+from gpuwatch.qt.theme import theme_manager
+
+#: Height of the comparison dock (px): two scoreboards of a tour's rows and the breakdown.
+DOCK_HEIGHT = 200
+#: The plots' titles (A's and B's names): small, left, so the lanes keep their height.
+TITLE_STYLE: dict[str, str] = {"size": "9pt", "justify": "left"}
+
+
+class CompareMode:
+    """Installs the comparison of ``a`` (the window's replay) with ``b`` into ``window``."""
+
+    def __init__(
+        self, window: QMainWindow, plots: PlotsRedraw, a: ReplaySession, b: ReplaySession
+    ) -> None:
+        self.window = window
+        self.plots = plots
+        self.a, self.b = a, b
+        # The comparison is of the two whole runs, wherever A's play position is.
+        whole_a = a if a.at_end else ReplaySession(a.recording)
+        self.result = compare_rows(whole_a.scoreboard(), b.scoreboard())
+        self._title_before = window.windowTitle()
+        window.setWindowTitle(
+            f"gpuwatch — {a.recording.path.name} vs {b.recording.path.name} (replay)"
+        )
+        self.header = self._header()
+        column = plots.timeline_caption.parentWidget()
+        layout = column.layout() if column is not None else None
+        assert isinstance(layout, QVBoxLayout), "the caption sits in the window's column"
+        layout.insertWidget(layout.indexOf(plots.timeline_caption), self.header)
+        self.header.show()  # at once: a widget added to a shown window appears only later
+        plots.timeline.plot_item.setTitle(f"A · {describe(a)}", **TITLE_STYLE)
+        self.timeline = CompareTimeline(b, plots.timeline)
+        self.timeline.plot_item.setTitle(f"B · {describe(b)}", **TITLE_STYLE)
+        self._place_timeline(plots.splitter, plots.utilization)
+        self.view = CompareView(whole_a, b)
+        # Scrolls rather than widening the window (on stage, beside the plots, it is narrow).
+        scroll = QScrollArea()
+        scroll.setWidget(self.view)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.dock = dock(window, "Compare A · B", "compare", scroll)
+        window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.dock)
+        scoreboard = window.findChild(QDockWidget, "scoreboard")
+        if scoreboard is not None:  # A's scoreboard at the play position stays one tab away
+            window.tabifyDockWidget(scoreboard, self.dock)
+        # The log gives its width to the comparison while it is shown (back on close).
+        self._log = window.findChild(QDockWidget, "log")
+        self._log_was_shown = self._log is not None and self._log.isVisible()
+        if self._log is not None:
+            self._log.hide()
+        self.dock.show()
+        self.dock.raise_()
+        window.resizeDocks([self.dock], [DOCK_HEIGHT], Qt.Orientation.Vertical)
+        theme_manager().style(window)  # B's plot and the new panels in the window's look
+        self.timeline.redraw()
+
+    def _place_timeline(self, splitter: QSplitter, utilization: QWidget) -> None:
+        """B's timeline under A's utilization plot, A's and B's lanes given the same height."""
+        self._sizes_before = splitter.sizes()
+        splitter.insertWidget(splitter.indexOf(utilization) + 1, self.timeline)
+        self.timeline.show()
+        sizes = splitter.sizes()
+        total = sum(self._sizes_before)
+        a_index, u_index = splitter.indexOf(self.plots.timeline), splitter.indexOf(utilization)
+        b_index = splitter.indexOf(self.timeline)
+        shares = {a_index: 0.4, u_index: 0.2, b_index: 0.4}
+        others = sum(size for i, size in enumerate(sizes) if i not in shares)
+        splitter.setSizes(
+            [
+                int((total - others) * shares[i]) if i in shares else size
+                for i, size in enumerate(sizes)
+            ]
+        )
+
+    @property
+    def comparison(self) -> RunComparison | None:
+        return self.result if isinstance(self.result, RunComparison) else None
+
+    def statement(self) -> str:
+        """The sentence on screen: B relative to A, and which rows it compares."""
+        if isinstance(self.result, str):
+            return self.result
+        return (
+            f"{self.result.sentence()} — {REFERENCE_ROW} "
+            f"(A: {self.result.a.label}; B: {self.result.b.label})"
+        )
+
+    def _header(self) -> QWidget:
+        header = QWidget()
+        row = QHBoxLayout(header)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.statement_label = QLabel(f"<b>{html.escape(self.statement(), quote=False)}</b>")
+        self.statement_label.setWordWrap(True)
+        self.statement_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.statement_label.setToolTip(
+            f"A: {describe(self.a)}\nB: {describe(self.b)}\n"
+            "Each recording's own scoreboard (the Compare dock) has its own 1.00× baseline; "
+            "this line compares the two runs with each other."
+        )
+        row.addWidget(self.statement_label, 1)
+        self.close_button = QPushButton("Close comparison")
+        self.close_button.setToolTip("Back to the plain replay of A")
+        row.addWidget(self.close_button, 0, Qt.AlignmentFlag.AlignTop)
+        return header
+
+    def close(self) -> None:
+        """Take the comparison out of the window: the plain replay of A remains."""
+        window = self.window
+        self.timeline.setXLink(None)
+        for widget in (self.header, self.timeline):
+            widget.hide()
+            widget.setParent(None)
+            widget.deleteLater()
+        window.removeDockWidget(self.dock)
+        self.dock.setParent(None)  # out of the window now, deleted at the next event loop
+        self.dock.deleteLater()
+        if self._log is not None and self._log_was_shown:
+            self._log.show()
+        if len(self._sizes_before) == self.plots.splitter.count():
+            self.plots.splitter.setSizes(self._sizes_before)
+        self.plots.timeline.plot_item.setTitle(None)
+        window.setWindowTitle(self._title_before)
