@@ -1,7 +1,8 @@
 """Compare mode: ``replay A --compare B`` and File → Compare with… show B beside A in the
 main window (the sentence B vs A, B's timeline with linked x, both scoreboards), it closes
 back to the plain replay, and a bad B changes nothing. Recordings are made with the real
-Recorder from a fed session (``test_qt_replay``)."""
+Recorder from a fed session (``test_qt_replay``, whose CLI test pictures
+``replay A --compare B --screenshot`` at the window's size)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtWidgets import QDockWidget
-from test_qt_replay import make_recording, no_documents, run_cli  # noqa: F401 - no_documents: a fixture
+from test_qt_replay import make_recording, no_documents  # noqa: F401 - no_documents: a fixture
 from test_replay import S, SteppedClock, script
 
 from gpuwatch.core.files.recording import Recorder
@@ -168,24 +169,6 @@ def test_the_window_picture_holds_the_comparison_at_the_window_size(
     assert save_screenshot(win, shot) is None
     assert png_size(shot) == (win.width(), win.height())
     assert mode.dock.geometry().bottom() < win.height()  # the dock is part of the picture
-
-
-def test_cli_replay_compare_screenshot_is_the_window_size(tmp_path, pair):
-    shot = tmp_path / "replay.png"
-    done = run_cli(
-        "replay",
-        str(pair[0]),
-        "--compare",
-        str(pair[1]),
-        "--window-size",
-        "1280x800",
-        "--demo-seconds",
-        "1",
-        "--screenshot",
-        str(shot),
-    )
-    assert done.returncode == 0, done.stderr
-    assert png_size(shot) == (1280, 800)
 
 
 def png_size(path: Path) -> tuple[int, int]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from gpuwatch.core.files.replay import READ_ONLY, ReplaySession
 from gpuwatch.core.run import session as session_module
 from gpuwatch.core.run.session import Session, SessionState
 from gpuwatch.qt import file_dialogs, record_control
+from gpuwatch.qt.app import DEFAULT_SIZE
 from gpuwatch.qt.compare_view import CompareView, breakdown
 from gpuwatch.qt.main_window import MainWindow
 from gpuwatch.qt.window_options import WindowOptions
@@ -202,7 +204,10 @@ def test_cli_replay_opens_compares_and_screenshots_without_torch(tmp_path, recor
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "no torch"
-    assert shot.read_bytes()[:4] == b"\x89PNG"
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    # The comparison is in the window and did not widen it: the picture is the window's size.
+    assert struct.unpack(">II", data[16:24]) == DEFAULT_SIZE
 
 
 @pytest.mark.parametrize(
