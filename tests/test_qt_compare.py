@@ -177,3 +177,17 @@ def png_size(path: Path) -> tuple[int, int]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", data[16:24])
     return width, height
+
+
+def test_without_steady_figures_the_sentence_says_which_run_lacks_them(pair):
+    rows = ReplaySession(open_recording(pair[1])).scoreboard()
+    waiting = [r for r in rows if not r.steady]
+    assert compare_rows(waiting, rows) == (
+        "no comparison: A has no configuration with steady figures"
+    )
+    assert compare_rows([], []) == (
+        "no comparison: A and B have no configuration with steady figures"
+    )
+    same = compare_rows(rows, rows)
+    assert not isinstance(same, str) and same.speed_ratio == pytest.approx(1.0)
+    assert same.sentence().startswith("B: 1.00× A's samples/s (2,400 → 2,400/s), input wait ")

@@ -83,7 +83,8 @@ def compare_rows(
     a, b = reference_row(a_rows), reference_row(b_rows)
     missing = [name for name, row in (("A", a), ("B", b)) if row is None]
     if a is None or b is None:
-        return f"no comparison: {' and '.join(missing)} has no configuration with steady figures"
+        verb = "has" if len(missing) == 1 else "have"
+        return f"no comparison: {' and '.join(missing)} {verb} no configuration with steady figures"
     return RunComparison(a, b)
 
 
