@@ -136,7 +136,8 @@ def test_the_scrolling_time_axis_draws_what_pyqtgraphs_axis_draws(qtbot):
     records them again."""
     import pyqtgraph as pg
 
-    from gpuwatch.qt.timeline_view import TimeAxis, style_plot
+    from gpuwatch.qt.time_axis import TimeAxis
+    from gpuwatch.qt.timeline_view import style_plot
 
     ours = pg.PlotWidget(axisItems={"bottom": TimeAxis()})
     theirs = pg.PlotWidget()

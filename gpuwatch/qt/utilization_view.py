@@ -20,7 +20,8 @@ from gpuwatch.core.model.store import SeriesView
 from gpuwatch.qt import palette
 from gpuwatch.qt.spans import step_series
 from gpuwatch.qt.theme import theme_manager
-from gpuwatch.qt.timeline_view import TimeAxis, style_plot
+from gpuwatch.qt.time_axis import TimeAxis
+from gpuwatch.qt.timeline_view import style_plot
 
 
 class UtilizationView(QWidget):
