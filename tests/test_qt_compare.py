@@ -23,6 +23,7 @@ from gpuwatch.core.run.session import Session, SessionState
 from gpuwatch.qt.compare_mode import CompareMode
 from gpuwatch.qt.compare_summary import compare_rows, reference_row
 from gpuwatch.qt.screenshot import save_screenshot
+from gpuwatch.qt.timeline_view import MERGED_LANES, PHASE_LANES
 
 #: The file dialogs' folder is a temporary one, never the user's documents.
 pytestmark = pytest.mark.usefixtures("no_documents")
@@ -102,6 +103,11 @@ def test_the_comparison_is_in_the_main_window_with_names_and_b_relative_to_a(
     # B's lanes sit in the window, drawn, under A's plots.
     assert mode.timeline.window() is win and mode.timeline.isVisible()
     assert mode.timeline.frames_drawn >= 1
+    # Both timelines' lanes grouped (4 lanes each), equally tall whatever the layout did.
+    assert win.timeline.host_lanes is mode.timeline.host_lanes is MERGED_LANES
+    boxes = [plot.getPlotItem().getViewBox() for plot in (win.timeline, mode.timeline)]
+    qtbot.waitUntil(lambda: abs(boxes[0].height() - boxes[1].height()) <= 2, timeout=5000)
+    assert win.timeline.height() >= win.timeline.minimumSizeHint().height() + 10
     assert sum(bars.count() for bars in mode.timeline.phase_bars.values()) > 0
 
 
@@ -136,6 +142,7 @@ def test_closing_the_comparison_returns_to_the_plain_replay(show_window, qtbot, 
     assert win.files.comparison is None
     assert splitter.count() == plots_before
     assert win.windowTitle() == title and log.isVisible()
+    assert win.timeline.host_lanes is PHASE_LANES  # one lane per phase again, as at the desk
     assert not win.timeline.getPlotItem().titleLabel.isVisible()
     assert not again.header.isVisible()
     qtbot.waitUntil(lambda: win.findChild(QDockWidget, "compare") is None, timeout=5000)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtWidgets import (
     QDockWidget,
     QFrame,
@@ -31,19 +31,23 @@ from gpuwatch.qt.compare_view import CompareView
 from gpuwatch.qt.docks import dock
 from gpuwatch.qt.plots_redraw import PlotsRedraw
 from gpuwatch.qt.theme import theme_manager
+from gpuwatch.qt.timeline_view import MERGED_LANES, TimelineView
 
-#: Height of the comparison dock (px): two scoreboards of a tour's rows and the breakdown.
-DOCK_HEIGHT = 200
+#: The comparison dock's height around the scoreboards' rows (titles, hint, header, scroll
+#: bar), and its most: two scoreboards of a whole tour.
+DOCK_CHROME_PX = 135
+MAX_DOCK_HEIGHT = 240
 #: The plots' titles (A's and B's names): small, left, so the lanes keep their height.
 TITLE_STYLE: dict[str, str] = {"size": "9pt", "justify": "left"}
 
 
-class CompareMode:
+class CompareMode(QObject):
     """Installs the comparison of ``a`` (the window's replay) with ``b`` into ``window``."""
 
     def __init__(
         self, window: QMainWindow, plots: PlotsRedraw, a: ReplaySession, b: ReplaySession
     ) -> None:
+        super().__init__(window)
         self.window = window
         self.plots = plots
         self.a, self.b = a, b
@@ -61,6 +65,11 @@ class CompareMode:
         layout.insertWidget(layout.indexOf(plots.timeline_caption), self.header)
         self.header.show()  # at once: a widget added to a shown window appears only later
         plots.timeline.plot_item.setTitle(f"A · {describe(a)}", **TITLE_STYLE)
+        # Two timelines share the plots' height: lanes grouped by what the loop waits on (as
+        # on stage), so each lane stays readable at 1280×800.
+        self._a_was_merged = plots.timeline.host_lanes is MERGED_LANES
+        plots.timeline.set_merged(True)
+        plots.last_key = None  # A is drawn again with its lanes grouped at the next frame
         self.timeline = CompareTimeline(b, plots.timeline)
         self.timeline.plot_item.setTitle(f"B · {describe(b)}", **TITLE_STYLE)
         self._place_timeline(plots.splitter, plots.utilization)
@@ -82,27 +91,51 @@ class CompareMode:
             self._log.hide()
         self.dock.show()
         self.dock.raise_()
-        window.resizeDocks([self.dock], [DOCK_HEIGHT], Qt.Orientation.Vertical)
+        window.resizeDocks([self.dock], [self._dock_height()], Qt.Orientation.Vertical)
         theme_manager().style(window)  # B's plot and the new panels in the window's look
+        self._share_the_height()
+        # Whenever the plots' height changes (the new panels laid out, a resized window):
+        # the splitter takes the room from its first plot first, squeezing A's lanes.
+        plots.splitter.installEventFilter(self)
         self.timeline.redraw()
 
     def _place_timeline(self, splitter: QSplitter, utilization: QWidget) -> None:
-        """B's timeline under A's utilization plot, A's and B's lanes given the same height."""
+        """B's timeline under A's utilization plot."""
         self._sizes_before = splitter.sizes()
         splitter.insertWidget(splitter.indexOf(utilization) + 1, self.timeline)
         self.timeline.show()
+
+    def _share_the_height(self) -> None:
+        """A's and B's lanes the same height; the utilization plot between them a fifth of
+        the room, or as little as it can have."""
+        splitter = self.plots.splitter
+        lanes = [splitter.indexOf(self.plots.timeline), splitter.indexOf(self.timeline)]
+        middle = splitter.indexOf(self.plots.utilization)
+        if min(*lanes, middle) < 0:
+            return  # closed before this deferred call
         sizes = splitter.sizes()
-        total = sum(self._sizes_before)
-        a_index, u_index = splitter.indexOf(self.plots.timeline), splitter.indexOf(utilization)
-        b_index = splitter.indexOf(self.timeline)
-        shares = {a_index: 0.4, u_index: 0.2, b_index: 0.4}
-        others = sum(size for i, size in enumerate(sizes) if i not in shares)
-        splitter.setSizes(
-            [
-                int((total - others) * shares[i]) if i in shares else size
-                for i, size in enumerate(sizes)
-            ]
-        )
+        room = sizes[lanes[0]] + sizes[lanes[1]] + sizes[middle]
+        utilization = self.plots.utilization
+        floor = max(utilization.minimumSizeHint().height(), utilization.minimumHeight())
+        sizes[middle] = max(floor, room // 5)
+        # Equal lanes, not equal widgets: B's plot also carries the time axis under it.
+        a_extra, b_extra = (_around_lanes(plot) for plot in (self.plots.timeline, self.timeline))
+        both = room - sizes[middle]
+        sizes[lanes[0]] = (both + a_extra - b_extra) // 2
+        sizes[lanes[1]] = both - sizes[lanes[0]]
+        splitter.setSizes(sizes)
+
+    def _dock_height(self) -> int:
+        """Room for the longer scoreboard's rows (a tour's seven at most), no more: the rest
+        goes to the two timelines."""
+        rows = max(board.model.rowCount() for board in self.view.scoreboards)
+        row_px = self.view.scoreboards[0].table.verticalHeader().defaultSectionSize()
+        return min(MAX_DOCK_HEIGHT, DOCK_CHROME_PX + max(rows, 2) * row_px)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.plots.splitter and event.type() == QEvent.Type.Resize:
+            QTimer.singleShot(0, self._share_the_height)
+        return False
 
     @property
     def comparison(self) -> RunComparison | None:
@@ -138,6 +171,7 @@ class CompareMode:
     def close(self) -> None:
         """Take the comparison out of the window: the plain replay of A remains."""
         window = self.window
+        self.plots.splitter.removeEventFilter(self)
         self.timeline.setXLink(None)
         for widget in (self.header, self.timeline):
             widget.hide()
@@ -151,4 +185,12 @@ class CompareMode:
         if len(self._sizes_before) == self.plots.splitter.count():
             self.plots.splitter.setSizes(self._sizes_before)
         self.plots.timeline.plot_item.setTitle(None)
+        if not self._a_was_merged:
+            self.plots.timeline.set_merged(False)
+            self.plots.last_key = None
         window.setWindowTitle(self._title_before)
+
+
+def _around_lanes(plot: TimelineView) -> int:
+    """Pixels of ``plot`` outside its lanes (title, axis)."""
+    return max(0, plot.height() - round(plot.plot_item.getViewBox().height()))
