@@ -245,8 +245,9 @@ def test_a_theme_picked_while_presenting_restyles_the_stage(light, show_window):
     assert _plot_background(win.timeline) == DARK[Role.PLOT_BACKGROUND].lower()
 
 
-def test_a_comparison_window_follows_the_theme(light, show_window, qtbot, tmp_path):
-    """The side-by-side window opened from a replay re-themes with the rest (its hint text)."""
+def test_a_comparison_follows_the_theme(light, show_window, qtbot, tmp_path):
+    """The comparison shown in a replay window re-themes with the rest (a scoreboard's hint
+    text, B's timeline)."""
     from test_qt_replay import make_recording
 
     from gpuwatch.core.files.recording_reader import open_recording
@@ -255,11 +256,11 @@ def test_a_comparison_window_follows_the_theme(light, show_window, qtbot, tmp_pa
     first = make_recording(tmp_path / "first.gpuwatch", n_batches=12)
     other = make_recording(tmp_path / "second.gpuwatch", n_batches=12)
     win = show_window(ReplaySession(open_recording(first)))
-    view = win.files.compare_with(other)
-    qtbot.addWidget(view)
-    hint = view.scoreboards[0].hint
+    mode = win.files.compare_with(other)
+    hint = mode.view.scoreboards[0].hint
     assert "#b4b4b4" not in hint.styleSheet().lower()
     win.theme_actions["dark"].trigger()
     assert "#b4b4b4" in hint.styleSheet().lower()  # NOTE_TEXT's dark twin
+    assert _plot_background(mode.timeline) == _plot_background(win.timeline) != "#ffffff"
     win.theme_actions["light"].trigger()
     assert "#b4b4b4" not in hint.styleSheet().lower()
