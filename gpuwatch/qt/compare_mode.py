@@ -189,6 +189,7 @@ class CompareMode(QObject):
             self.plots.timeline.set_merged(False)
             self.plots.last_key = None
         window.setWindowTitle(self._title_before)
+        self.setParent(None)  # the window no longer keeps this comparison alive
 
 
 def _around_lanes(plot: TimelineView) -> int:
