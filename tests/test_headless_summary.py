@@ -17,8 +17,12 @@ from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.run.session import Session
 
 MS = 1_000_000
-#: After the hello is folded (its configuration starts when it arrives, on this clock).
-T0 = time.perf_counter_ns() + 60_000 * MS
+
+
+def _t0() -> int:
+    """A first step's start after the hello the test folds next (a configuration starts when
+    its hello arrives, on this clock): taken when the test runs, not when it was collected."""
+    return time.perf_counter_ns() + 60_000 * MS
 
 
 def _hello(warmup: int = 3) -> dict:
@@ -90,7 +94,7 @@ def _line(lines: list[str], start: str) -> str:
 
 
 def test_the_summary_figures_are_the_scoreboards_and_all_steps_are_labelled() -> None:
-    warm, end = _steps(0, [2000] * 3, [1800] * 3, T0)  # workers starting: input-bound
+    warm, end = _steps(0, [2000] * 3, [1800] * 3, _t0())  # workers starting: input-bound
     steady, _ = _steps(3, [50] * 200, [1] * 200, end)
     session = _session(_hello(), warm, steady)
     lines = summary_lines(session, "train.py finished after 203 steps (trained on the CPU)")
@@ -107,7 +111,7 @@ def test_the_summary_figures_are_the_scoreboards_and_all_steps_are_labelled() ->
 
 
 def test_several_configurations_go_to_the_table_and_the_all_steps_line_says_so() -> None:
-    base, end = _steps(0, [2000] * 3 + [50] * 100, [1800] * 3 + [20] * 100, T0)
+    base, end = _steps(0, [2000] * 3 + [50] * 100, [1800] * 3 + [20] * 100, _t0())
     config = {
         "kind": "config",
         "id": 1,
@@ -131,7 +135,7 @@ def test_several_configurations_go_to_the_table_and_the_all_steps_line_says_so()
 
 
 def test_too_few_steady_steps_say_how_many_and_the_step_definition_is_named() -> None:
-    warm, end = _steps(0, [6000] * 3, [500] * 3, T0)
+    warm, end = _steps(0, [6000] * 3, [500] * 3, _t0())
     steady, _ = _steps(3, [6000] * 2, [500] * 2, end)
     bye = {
         "kind": "bye",
@@ -147,10 +151,10 @@ def test_too_few_steady_steps_say_how_many_and_the_step_definition_is_named() ->
 
 
 def test_the_instrumentation_share_is_printed_when_the_runner_timed_its_hooks() -> None:
-    steps, _ = _steps(0, [50] * 20, [1] * 20, T0)
+    steps, _ = _steps(0, [50] * 20, [1] * 20, _t0())
     session = _session(_hello(), steps)
     assert not [line for line in summary_lines(session, "done") if "instrumentation" in line]
-    timed, _ = _steps(0, [50] * 20, [1] * 20, T0)
+    timed, _ = _steps(0, [50] * 20, [1] * 20, _t0())
     timed["instrument_ns"] = [100_000] * 20  # 0.1 ms of each 50 ms step
     session = _session(_hello(), timed)
     line = _line(summary_lines(session, "done"), "gpuwatch's instrumentation: ")
