@@ -103,7 +103,10 @@ def test_headless_with_sigint_ignored_interrupts_a_stuck_script_after_the_grace(
     )
     first_step_at: list[float] = []  # just after hello, from which --seconds counts
     err_lines: list[str] = []
+    out_parts: list[str] = []
 
+    # One reader per pipe and nobody else: communicate() would read stderr too, and a line it
+    # took (the first step's) would never reach read_err.
     def read_err() -> None:
         assert proc.stderr is not None
         for line in proc.stderr:
@@ -111,18 +114,25 @@ def test_headless_with_sigint_ignored_interrupts_a_stuck_script_after_the_grace(
             if line.startswith("step 0 done") and not first_step_at:
                 first_step_at.append(time.monotonic())
 
-    reader = threading.Thread(target=read_err, daemon=True)
-    reader.start()
+    def read_out() -> None:
+        assert proc.stdout is not None
+        out_parts.append(proc.stdout.read())
+
+    readers = [threading.Thread(target=f, daemon=True) for f in (read_err, read_out)]
+    for reader in readers:
+        reader.start()
     try:
         wait_until(lambda: _cmdline(proc.pid)[1:3] == [b"-m", b"gpuwatch"], 30, "the exec")
         assert _sigint_ignored(proc.pid), "the precondition: gpuwatch runs with SIGINT ignored"
-        stdout, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
+        proc.wait(timeout=RUN_TIMEOUT_S)
         ended_at = time.monotonic()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    reader.join(10)
+    for reader in readers:
+        reader.join(10)
+    stdout = "".join(out_parts)
     err = "".join(err_lines)
 
     assert proc.returncode == EXIT_HUNG, stdout + err
