@@ -164,3 +164,94 @@ def test_the_scrolling_time_axis_draws_what_pyqtgraphs_axis_draws(qtbot):
         plot.getPlotItem().getViewBox().setXRange(0.0, 7.0, padding=0)
     assert_same_within_a_column(_pixels(ours), _pixels(theirs), "zoomed")
     assert axis.recorded == before + 1
+
+
+def unrasterized(view) -> None:
+    """``view`` painting its bars one item at a time, as pyqtgraph does (the reference)."""
+    from PySide6.QtWidgets import QGraphicsItem
+
+    for bars in view.lane_raster.bars:
+        bars.raster = None
+        bars.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents, False)
+    view.removeItem(view.lane_raster)
+
+
+def assert_close_within_a_column(ours: np.ndarray, theirs: np.ndarray, what: str) -> None:
+    """As ``assert_same_within_a_column``, each colour channel within 2 levels (translucent
+    bars blended in an image first, then over the background, round differently)."""
+
+    def channels(a: np.ndarray) -> np.ndarray:
+        return a.view(np.uint8).reshape(*a.shape, 4).astype(np.int16)
+
+    a, b = channels(ours), channels(theirs)
+    bad = (np.abs(a - b) > 2).any(axis=-1)
+    for r, c in zip(*np.nonzero(bad), strict=True):
+        near = b[r, max(c - 1, 0) : c + 2]
+        assert (np.abs(near - a[r, c]) <= 2).all(axis=-1).any(), f"{what}: ({r}, {c})"
+    assert bad.sum() <= 0.002 * bad.size, f"{what}: {bad.sum()} pixels differ"
+
+
+def test_a_followed_sparse_view_paints_only_new_columns_and_looks_the_same(qtbot):
+    """Following a ~7 steps/s CUDA-like run (device marks a batch late, idle tinted by
+    cause), the lane raster paints the columns that came into view or changed, and the
+    timeline looks as it does with every bar painted by pyqtgraph."""
+    from gpuwatch.core.figures.frame import steps_frame
+
+    ours, theirs = timeline(qtbot), timeline(qtbot)
+    unrasterized(theirs)
+    width = ours.width_px()
+    store = StepStore()
+    store.set_device_is_host(False)
+    host = marks(400, 150 * MS, seed=3)  # ~200 steps in view: sparse
+    window_s = 30.0
+    px_s = window_s / width
+    painted = []
+    for frame in range(len(host)):
+        store.append([frame], [0], [8], host[[frame]].tolist())
+        if frame:
+            store.set_device_marks([frame - 1], (host[[frame - 1]] + 300_000).tolist())
+        hi_s = max(((int(host[frame, -1]) - ORIGIN) / 1e9), window_s)
+        hi_s = math.ceil(hi_s / px_s) * px_s
+        lo_ns, hi_ns = ORIGIN + int((hi_s - window_s) * 1e9), ORIGIN + int(hi_s * 1e9)
+        shown = steps_frame(
+            store.snapshot(since_ns=lo_ns),
+            (),
+            t0_ns=ORIGIN,
+            lo_ns=lo_ns,
+            hi_ns=hi_ns,
+            width_px=width,
+            device_kind="cuda",
+            tint=True,
+        )
+        tinted = ours.gap_bars.isVisible()
+        for view in (ours, theirs):
+            view.getPlotItem().getViewBox().setXRange(hi_s - window_s, hi_s, padding=0)
+            view.show_frame(shown)
+        got = _pixels(ours)  # a paint a frame, as the window's
+        if frame > 20 and tinted == ours.gap_bars.isVisible():
+            painted.append(ours.lane_raster.painted_columns)  # (a new tint: all columns)
+        if frame % 7 == 0 or frame == len(host) - 1:
+            assert_close_within_a_column(got, _pixels(theirs), f"frame {frame}")
+    assert not ours.dense and len(painted) > 100
+    # ~3 px of new columns a frame, the newest step's and the late device marks' columns,
+    # and the few where a step left the view on the left.
+    assert max(painted) < 0.1 * width, painted
+
+
+def test_changed_between_finds_what_left_and_what_changed_or_came() -> None:
+    from gpuwatch.qt.spans import changed_between
+
+    def spans(*pairs: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+        return np.array([a for a, _ in pairs]), np.array([b for _, b in pairs])
+
+    old = spans((1, 2), (3, 4), (5, 6), (7, 8))
+    assert changed_between(old, old) == []
+    # One left on the left, the last one grew, one came.
+    got = changed_between(old, spans((3, 4), (5, 6), (7, 9), (10, 11)))
+    assert got == [(1.0, 2.0), (7.0, np.inf)]
+    # The first span cut differently by the view's new start: it and what left.
+    got = changed_between(old, spans((3.5, 4), (5, 6), (7, 8)))
+    assert got == [(1.0, 4.0)]
+    # Nothing in common, or all gone: everything they cover.
+    assert changed_between(old, spans((20, 21))) == [(1.0, np.inf)]
+    assert changed_between(old, spans()) == [(1.0, 8.0)]

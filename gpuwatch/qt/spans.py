@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+#: A view's first spans may be cut differently as its start moves: this many are tried to
+#: find where the previous frame's spans go on.
+LEFT_EDGE_SPANS = 4
+
 
 def step_series(
     t0: np.ndarray, t1: np.ndarray, value: np.ndarray, tolerance: float
@@ -32,3 +36,40 @@ def step_series(
     if n > 1:
         connect[1:-1:2] = np.abs(t0[1:] - t1[:-1]) <= tolerance
     return x, y, connect
+
+
+def changed_between(
+    old: tuple[np.ndarray, np.ndarray], new: tuple[np.ndarray, np.ndarray]
+) -> list[tuple[float, float]]:
+    """Where drawing ``new`` spans ``(x0, x1)`` instead of ``old`` ones can change a pixel:
+    x intervals (``inf`` ends for "from here on").
+
+    A followed view's spans are the previous ones minus some that left on the left (the
+    first one or two may be cut differently by the view's new start), with the newest ones
+    changed or added on the right: the old run is found by one of the first new spans, and
+    only the spans before it and everything from the first difference on are changed.
+    """
+    (o0, o1), (n0, n1) = old, new
+    if len(o0) == 0 and len(n0) == 0:
+        return []
+    if len(o0) == 0 or len(n0) == 0:
+        both0, both1 = np.concatenate([o0, n0]), np.concatenate([o1, n1])
+        return [(float(both0.min()), float(both1.max()))]
+    for k in range(min(LEFT_EDGE_SPANS, len(n0))):
+        found = np.flatnonzero(o0 == n0[k])
+        if len(found):
+            break
+    else:
+        return [(min(float(o0.min()), float(n0.min())), np.inf)]
+    i0 = int(found[0])
+    out: list[tuple[float, float]] = []
+    left = [(a[:i], b[:i]) for a, b, i in ((o0, o1, i0), (n0, n1, k)) if i]
+    if left:
+        out.append((min(float(a.min()) for a, _ in left), max(float(b.max()) for _, b in left)))
+    m = min(len(n0) - k, len(o0) - i0)
+    differ = np.flatnonzero((o0[i0 : i0 + m] != n0[k : k + m]) | (o1[i0 : i0 + m] != n1[k : k + m]))
+    j = int(differ[0]) if len(differ) else m
+    rest = [a[i:] for a, i in ((o0, i0 + j), (n0, k + j)) if len(a) > i]
+    if rest:
+        out.append((float(min(r.min() for r in rest)), np.inf))
+    return out

@@ -41,6 +41,8 @@ from gpuwatch.qt.dense_lanes import (
     rgba,
 )
 from gpuwatch.qt.gap_tint import CAUSE_COLORS
+from gpuwatch.qt.lane_raster import LaneRaster
+from gpuwatch.qt.spans import changed_between
 
 #: Host lanes as (name, phases drawn in it), top to bottom, above the device lane (which sits
 #: next to the utilization plot below): one lane per phase at the desk...
@@ -73,6 +75,9 @@ class SpanBars(pg.BarGraphItem):
     def __init__(self, **opts: object) -> None:
         empty = np.empty(0)
         self._bounds = QRectF()
+        self._x0, self._x1 = empty, empty
+        #: Paints these bars when set (``LaneRaster``): they are then told what changed.
+        self.raster: LaneRaster | None = None
         super().__init__(x0=empty, x1=empty, y0=0.0, height=BAR_HEIGHT, pen=None, **opts)
 
     def shape(self) -> QPainterPath:
@@ -91,6 +96,18 @@ class SpanBars(pg.BarGraphItem):
     ) -> None:
         if np.size(x0) == 0 and self.count() == 0:
             return  # empty stays empty (dense views empty ~20 bar items every frame)
+        x0, x1 = np.asarray(x0, np.float64), np.asarray(x1, np.float64)
+        raster = self.raster
+        if raster is not None:
+            if not (
+                np.array_equal(np.asarray(self.opts["y0"]), np.asarray(y0))
+                and np.array_equal(np.asarray(self.opts["height"]), np.asarray(height))
+            ):
+                changed = [(-np.inf, np.inf)]
+            else:
+                changed = changed_between((self._x0, self._x1), (x0, x1))
+                if not changed:
+                    return  # the same bars: nothing to lay out or paint
         self.prepareGeometryChange()
         if np.size(x0):
             bottom = np.asarray(y0) + np.minimum(np.asarray(height), 0)
@@ -100,7 +117,23 @@ class SpanBars(pg.BarGraphItem):
             self._bounds = QRectF(left, low, right - left, high - low)
         else:
             self._bounds = QRectF()
+        self._x0, self._x1 = x0, x1
         self.setOpts(x0=x0, x1=x1, y0=y0, height=height)
+        if raster is not None:
+            raster.changed(changed)
+
+    def setOpts(self, **opts: object) -> None:
+        """As pyqtgraph's; a new look (a theme's brush) repaints the lane raster's bars."""
+        super().setOpts(**opts)
+        if self.raster is not None and not opts.keys() <= {"x0", "x1", "y0", "height"}:
+            self.raster.changed_everywhere()
+
+    def setVisible(self, visible: bool) -> None:
+        if visible != self.isVisible() and self.raster is not None:
+            super().setVisible(visible)
+            self.raster.changed_everywhere()
+        else:
+            super().setVisible(visible)
 
     def count(self) -> int:
         x0 = self.opts.get("x0")
@@ -153,6 +186,22 @@ class TimelineView(pg.PlotWidget):
             bars.setZValue(1.5)
             self.cause_bars[cause] = bars
             self.addItem(bars)
+        #: Every lane's bars (not the shade, under the change markers' shading) painted
+        #: through one image that scrolls with the view.
+        self.lane_raster = LaneRaster(
+            [
+                *(
+                    b
+                    for name in ALL_PHASES
+                    for b in (self.phase_backing[name], self.phase_bars[name])
+                ),
+                self.gap_bars,
+                self.device_bars,
+                *self.cause_bars.values(),
+            ]
+        )
+        self.lane_raster.setZValue(1)
+        self.addItem(self.lane_raster)
         #: Dense windows: every lane as one image (``show_columns``).
         self.dense_lanes = DenseLanesItem()
         self.dense_lanes.setZValue(1)

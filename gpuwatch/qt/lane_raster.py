@@ -1,0 +1,180 @@
+"""The sparse timeline's bars drawn through one image that scrolls with the view.
+
+Following a run, a 30 s view moves a few pixels a frame and gains a step or two, yet
+pyqtgraph paints every bar of every lane again (thousands of ``drawRects`` rectangles a
+frame). ``LaneRaster`` keeps the bars' pixels in an image in device pixels: a frame that
+scrolled by whole pixels shifts the image, paints only the columns that came into view and
+those where a bar changed (``SpanBars`` reports where), and draws the image once. Anything
+else (a zoom, a resize, a new theme colour, a hidden lane) paints the whole image again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRect, QRectF
+from PySide6.QtGui import QColor, QImage, QPainter, QRegion, QTransform
+
+if TYPE_CHECKING:
+    from gpuwatch.qt.timeline_view import SpanBars
+
+#: A move within this much of a whole device pixel is a whole-pixel move.
+WHOLE_PIXEL = 1e-3
+#: Columns painted again either side of a changed stretch (an aliased edge rounds either way).
+EDGE_PX = 2
+#: More changed stretches than this before a paint: paint everything then.
+MAX_DIRTY = 256
+
+
+def _aligned(rect: QRectF) -> QRect:
+    """The whole pixels ``rect`` touches, ignoring a rounding error of the mapping (the same
+    view box must not come out a pixel wider every other frame)."""
+    left, top = math.floor(rect.left() + WHOLE_PIXEL), math.floor(rect.top() + WHOLE_PIXEL)
+    right = math.ceil(rect.right() - WHOLE_PIXEL)
+    bottom = math.ceil(rect.bottom() - WHOLE_PIXEL)
+    return QRect(left, top, right - left, bottom - top)
+
+
+def _merge(strips: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Overlapping or touching column ranges joined, left to right."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(strips):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+class LaneRaster(pg.GraphicsObject):
+    """Paints ``bars`` (their own ``paint``, in z order) into a cached image of the view."""
+
+    def __init__(self, bars: Sequence[SpanBars]) -> None:
+        super().__init__()
+        order = {id(b): i for i, b in enumerate(bars)}
+        #: Stacking order as the scene's: z value, then the order the bars were added.
+        self.bars = sorted(bars, key=lambda b: (b.zValue(), order[id(b)]))
+        for bars_item in self.bars:
+            bars_item.raster = self
+            bars_item.setFlag(pg.QtWidgets.QGraphicsItem.GraphicsItemFlag.ItemHasNoContents)
+        self._bounds = QRectF()
+        self._image: QImage | None = None
+        self._key: tuple[object, ...] | None = None
+        self._m11 = 0.0
+        self._dx = 0.0
+        self._dirty: list[tuple[float, float]] = []
+        #: Device columns painted by the last paint (for tests and the bench).
+        self.painted_columns = 0
+
+    def changed(self, intervals: Sequence[tuple[float, float]]) -> None:
+        """Bars changed over ``intervals`` (x in data units; ``inf`` ends allowed: no bar
+        reaches past the bars' bounds before or after the change)."""
+        if not intervals:
+            return
+        bounds = QRectF()
+        for bars in self.bars:
+            if bars.isVisible() and bars.count():
+                bounds = bounds.united(bars.boundingRect())
+        both = bounds.united(self._bounds)
+        lo, hi = both.left(), both.right()
+        self._dirty.extend((max(a, lo), min(b, hi)) for a, b in intervals)
+        if len(self._dirty) > MAX_DIRTY:  # not painted for a while: all of it, once
+            self._dirty = [(-math.inf, math.inf)]
+        if bounds != self._bounds:
+            self.prepareGeometryChange()
+            self._bounds = bounds
+        self.update()
+
+    def changed_everywhere(self) -> None:
+        self.changed([(-math.inf, math.inf)])
+
+    def boundingRect(self) -> QRectF:
+        return QRectF(self._bounds)
+
+    def paint(self, p: QPainter, *args: object) -> None:
+        view_box = self.getViewBox()
+        if view_box is None or self._bounds.isEmpty():
+            return
+        t = p.transform()
+        # The view box's whole rectangle (what it clips its items to), in device pixels.
+        area = _aligned(t.mapRect(self.mapRectFromItem(view_box, view_box.boundingRect())))
+        if area.isEmpty():
+            return
+        dpr = p.device().devicePixelRatioF()
+        looks = tuple(
+            (
+                bars.isVisible(),
+                bars.opts.get("brush") and pg.mkBrush(bars.opts["brush"]).color().rgba(),
+            )
+            for bars in self.bars
+        )
+        key = (area.y(), area.width(), area.height(), t.m22(), t.dy(), dpr, looks)
+        m11, dx = t.m11(), t.dx() - area.x()
+        old = self._image
+        shift = dx - self._dx
+        reuse = (
+            old is not None
+            and key == self._key
+            and abs(m11 - self._m11) * area.width() <= WHOLE_PIXEL
+            and abs(shift - round(shift)) <= WHOLE_PIXEL
+            and abs(shift) < area.width()
+        )
+        width, height = area.width(), area.height()
+        image = QImage(
+            round(width * dpr), round(height * dpr), QImage.Format.Format_ARGB32_Premultiplied
+        )
+        image.setDevicePixelRatio(dpr)
+        image.fill(0)
+        strips: list[tuple[int, int]] = []
+        if reuse:
+            assert old is not None
+            s = round(shift)
+            painter = QPainter(image)
+            painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_Source)
+            painter.drawImage(QPointF(s, 0), old)
+            painter.end()
+            if s < 0:  # scrolled on: new columns on the right
+                strips.append((width + s - EDGE_PX, width))
+            elif s > 0:
+                strips.append((0, s + EDGE_PX))
+            for a, b in self._dirty:
+                left = -EDGE_PX if a == -math.inf else math.floor(m11 * a + dx) - EDGE_PX
+                right = width if b == math.inf else math.ceil(m11 * b + dx) + EDGE_PX
+                strips.append((left, right))
+        else:
+            strips.append((0, width))
+        self._dirty = []
+        merged = _merge([(max(a, 0), min(b, width)) for a, b in strips if b > a])
+        if merged:
+            transform = t * QTransform.fromTranslate(-area.x(), -area.y())
+            self._paint_bars(image, merged, height, transform)
+        self.painted_columns = sum(b - a for a, b in merged)
+        self._image, self._key, self._m11, self._dx = image, key, m11, dx
+        p.save()
+        p.resetTransform()
+        p.drawImage(QPointF(area.x(), area.y()), image)
+        p.restore()
+
+    def _paint_bars(
+        self, image: QImage, strips: list[tuple[int, int]], height: int, transform: QTransform
+    ) -> None:
+        """Paint every bar into the columns ``strips`` of ``image`` (cleared first)."""
+        region = QRegion()
+        for a, b in strips:
+            region += QRect(a, 0, b - a, height)
+        painter = QPainter(image)
+        try:
+            painter.setClipRegion(region)
+            painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_Source)
+            for a, b in strips:
+                painter.fillRect(QRect(a, 0, b - a, height), QColor(0, 0, 0, 0))
+            painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_SourceOver)
+            painter.setTransform(transform)
+            for bars in self.bars:
+                if bars.isVisible() and bars.count():
+                    bars.paint(painter)
+        finally:
+            painter.end()
