@@ -38,6 +38,18 @@ def _aligned(rect: QRectF) -> QRect:
     return QRect(left, top, right - left, bottom - top)
 
 
+def _shifted(image: QImage, columns: int) -> QImage:
+    """A copy of ``image`` moved right by ``columns`` (logical) pixels, clear where it left."""
+    out = QImage(image.size(), image.format())
+    out.setDevicePixelRatio(image.devicePixelRatio())
+    out.fill(0)
+    painter = QPainter(out)
+    painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_Source)
+    painter.drawImage(QPointF(columns, 0), image)
+    painter.end()
+    return out
+
+
 def _merge(strips: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Overlapping or touching column ranges joined, left to right."""
     out: list[tuple[int, int]] = []
@@ -123,19 +135,11 @@ class LaneRaster(pg.GraphicsObject):
             and abs(shift) < area.width()
         )
         width, height = area.width(), area.height()
-        image = QImage(
-            round(width * dpr), round(height * dpr), QImage.Format.Format_ARGB32_Premultiplied
-        )
-        image.setDevicePixelRatio(dpr)
-        image.fill(0)
         strips: list[tuple[int, int]] = []
         if reuse:
             assert old is not None
             s = round(shift)
-            painter = QPainter(image)
-            painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_Source)
-            painter.drawImage(QPointF(s, 0), old)
-            painter.end()
+            image = old if s == 0 else _shifted(old, s)
             if s < 0:  # scrolled on: new columns on the right
                 strips.append((width + s - EDGE_PX, width))
             elif s > 0:
@@ -145,6 +149,11 @@ class LaneRaster(pg.GraphicsObject):
                 right = width if b == math.inf else math.ceil(m11 * b + dx) + EDGE_PX
                 strips.append((left, right))
         else:
+            image = QImage(
+                round(width * dpr), round(height * dpr), QImage.Format.Format_ARGB32_Premultiplied
+            )
+            image.setDevicePixelRatio(dpr)
+            image.fill(0)
             strips.append((0, width))
         self._dirty = []
         merged = _merge([(max(a, 0), min(b, width)) for a, b in strips if b > a])
