@@ -170,7 +170,7 @@ def unrasterized(view) -> None:
     """``view`` painting its bars one item at a time, as pyqtgraph does (the reference)."""
     from PySide6.QtWidgets import QGraphicsItem
 
-    for bars in view.lane_raster.bars:
+    for bars in view.lane_raster.items:
         bars.raster = None
         bars.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents, False)
     view.removeItem(view.lane_raster)

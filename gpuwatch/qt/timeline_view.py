@@ -41,7 +41,7 @@ from gpuwatch.qt.dense_lanes import (
     rgba,
 )
 from gpuwatch.qt.gap_tint import CAUSE_COLORS
-from gpuwatch.qt.lane_raster import LaneRaster
+from gpuwatch.qt.scrolling_raster import ScrollingRaster
 from gpuwatch.qt.spans import changed_between
 
 #: Host lanes as (name, phases drawn in it), top to bottom, above the device lane (which sits
@@ -76,8 +76,8 @@ class SpanBars(pg.BarGraphItem):
         empty = np.empty(0)
         self._bounds = QRectF()
         self._x0, self._x1 = empty, empty
-        #: Paints these bars when set (``LaneRaster``): they are then told what changed.
-        self.raster: LaneRaster | None = None
+        #: Paints these bars when set (``ScrollingRaster``): they are then told what changed.
+        self.raster: ScrollingRaster | None = None
         super().__init__(x0=empty, x1=empty, y0=0.0, height=BAR_HEIGHT, pen=None, **opts)
 
     def shape(self) -> QPainterPath:
@@ -135,6 +135,12 @@ class SpanBars(pg.BarGraphItem):
         else:
             super().setVisible(visible)
 
+    def raster_extent(self) -> QRectF:
+        return QRectF(self._bounds) if self.count() else QRectF()
+
+    def raster_look(self) -> tuple[object, ...]:
+        return (pg.mkBrush(self.opts["brush"]).color().rgba(),)
+
     def count(self) -> int:
         x0 = self.opts.get("x0")
         return 0 if x0 is None else int(np.size(x0))
@@ -188,7 +194,7 @@ class TimelineView(pg.PlotWidget):
             self.addItem(bars)
         #: Every lane's bars (not the shade, under the change markers' shading) painted
         #: through one image that scrolls with the view.
-        self.lane_raster = LaneRaster(
+        self.lane_raster = ScrollingRaster(
             [
                 *(
                     b

@@ -1,25 +1,24 @@
-"""The sparse timeline's bars drawn through one image that scrolls with the view.
+"""Plot items drawn through one image that scrolls with the view: the sparse timeline's
+bars, the utilization curves.
 
-Following a run, a 30 s view moves a few pixels a frame and gains a step or two, yet
-pyqtgraph paints every bar of every lane again (thousands of ``drawRects`` rectangles a
-frame). ``LaneRaster`` keeps the bars' pixels in an image in device pixels: a frame that
-scrolled by whole pixels shifts the image, paints only the columns that came into view and
-those where a bar changed (``SpanBars`` reports where), and draws the image once. Anything
-else (a zoom, a resize, a new theme colour, a hidden lane) paints the whole image again.
+Following a run, a 30 s view moves a few pixels a frame and gains a step or a sample, yet
+pyqtgraph paints every item again (thousands of ``drawRects`` rectangles and the curves'
+lines a frame). ``ScrollingRaster`` keeps its items' pixels in an image in device pixels: a
+frame that scrolled by whole pixels shifts the image, paints only the columns that came into
+view and those where an item changed (the items report where), and draws the image once.
+Anything else (a zoom, a resize, a new theme colour, a hidden item) paints it all again.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRect, QRectF
 from PySide6.QtGui import QColor, QImage, QPainter, QRegion, QTransform
-
-if TYPE_CHECKING:
-    from gpuwatch.qt.timeline_view import SpanBars
+from PySide6.QtWidgets import QGraphicsItem
 
 #: A move within this much of a whole device pixel is a whole-pixel move.
 WHOLE_PIXEL = 1e-3
@@ -61,17 +60,40 @@ def _merge(strips: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-class LaneRaster(pg.GraphicsObject):
-    """Paints ``bars`` (their own ``paint``, in z order) into a cached image of the view."""
+class Rastered(Protocol):
+    """A plot item a ``ScrollingRaster`` paints: it says what it covers and how it looks,
+    and tells its raster where it changed (``ScrollingRaster.changed``)."""
 
-    def __init__(self, bars: Sequence[SpanBars]) -> None:
+    raster: ScrollingRaster | None
+
+    def raster_extent(self) -> QRectF:
+        """What it draws covers this (data coordinates; empty: nothing)."""
+        ...
+
+    def raster_look(self) -> tuple[object, ...]:
+        """Everything but its data its pixels depend on (colours, widths)."""
+        ...
+
+    def isVisible(self) -> bool: ...
+
+    def zValue(self) -> float: ...
+
+    def setFlag(self, flag: QGraphicsItem.GraphicsItemFlag, enabled: bool = True) -> None: ...
+
+    def paint(self, p: QPainter, opt: object, widget: object) -> None: ...
+
+
+class ScrollingRaster(pg.GraphicsObject):
+    """Paints ``items`` (their own ``paint``, in z order) into a cached image of the view."""
+
+    def __init__(self, items: Sequence[Rastered]) -> None:
         super().__init__()
-        order = {id(b): i for i, b in enumerate(bars)}
-        #: Stacking order as the scene's: z value, then the order the bars were added.
-        self.bars = sorted(bars, key=lambda b: (b.zValue(), order[id(b)]))
-        for bars_item in self.bars:
-            bars_item.raster = self
-            bars_item.setFlag(pg.QtWidgets.QGraphicsItem.GraphicsItemFlag.ItemHasNoContents)
+        order = {id(item): i for i, item in enumerate(items)}
+        #: Stacking order as the scene's: z value, then the order the items were added.
+        self.items = sorted(items, key=lambda item: (item.zValue(), order[id(item)]))
+        for item in self.items:
+            item.raster = self
+            item.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents)
         self._bounds = QRectF()
         self._image: QImage | None = None
         self._key: tuple[object, ...] | None = None
@@ -82,14 +104,15 @@ class LaneRaster(pg.GraphicsObject):
         self.painted_columns = 0
 
     def changed(self, intervals: Sequence[tuple[float, float]]) -> None:
-        """Bars changed over ``intervals`` (x in data units; ``inf`` ends allowed: no bar
-        reaches past the bars' bounds before or after the change)."""
+        """Items changed over ``intervals`` (x in data units; ``inf`` ends allowed: nothing
+        reaches past the items' extents before or after the change)."""
         if not intervals:
             return
         bounds = QRectF()
-        for bars in self.bars:
-            if bars.isVisible() and bars.count():
-                bounds = bounds.united(bars.boundingRect())
+        for item in self.items:
+            extent = item.raster_extent()
+            if item.isVisible() and not extent.isEmpty():
+                bounds = bounds.united(extent)
         both = bounds.united(self._bounds)
         lo, hi = both.left(), both.right()
         self._dirty.extend((max(a, lo), min(b, hi)) for a, b in intervals)
@@ -116,13 +139,7 @@ class LaneRaster(pg.GraphicsObject):
         if area.isEmpty():
             return
         dpr = p.device().devicePixelRatioF()
-        looks = tuple(
-            (
-                bars.isVisible(),
-                bars.opts.get("brush") and pg.mkBrush(bars.opts["brush"]).color().rgba(),
-            )
-            for bars in self.bars
-        )
+        looks = tuple((item.isVisible(), item.raster_look()) for item in self.items)
         key = (area.y(), area.width(), area.height(), t.m22(), t.dy(), dpr, looks)
         m11, dx = t.m11(), t.dx() - area.x()
         old = self._image
@@ -159,7 +176,7 @@ class LaneRaster(pg.GraphicsObject):
         merged = _merge([(max(a, 0), min(b, width)) for a, b in strips if b > a])
         if merged:
             transform = t * QTransform.fromTranslate(-area.x(), -area.y())
-            self._paint_bars(image, merged, height, transform)
+            self._paint_items(image, merged, height, transform)
         self.painted_columns = sum(b - a for a, b in merged)
         self._image, self._key, self._m11, self._dx = image, key, m11, dx
         p.save()
@@ -167,10 +184,10 @@ class LaneRaster(pg.GraphicsObject):
         p.drawImage(QPointF(area.x(), area.y()), image)
         p.restore()
 
-    def _paint_bars(
+    def _paint_items(
         self, image: QImage, strips: list[tuple[int, int]], height: int, transform: QTransform
     ) -> None:
-        """Paint every bar into the columns ``strips`` of ``image`` (cleared first)."""
+        """Paint every item into the columns ``strips`` of ``image`` (cleared first)."""
         region = QRegion()
         for a, b in strips:
             region += QRect(a, 0, b - a, height)
@@ -182,8 +199,10 @@ class LaneRaster(pg.GraphicsObject):
                 painter.fillRect(QRect(a, 0, b - a, height), QColor(0, 0, 0, 0))
             painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_SourceOver)
             painter.setTransform(transform)
-            for bars in self.bars:
-                if bars.isVisible() and bars.count():
-                    bars.paint(painter)
+            for item in self.items:
+                if item.isVisible() and not item.raster_extent().isEmpty():
+                    painter.save()
+                    item.paint(painter, None, None)
+                    painter.restore()
         finally:
             painter.end()
