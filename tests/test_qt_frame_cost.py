@@ -255,3 +255,52 @@ def test_changed_between_finds_what_left_and_what_changed_or_came() -> None:
     # Nothing in common, or all gone: everything they cover.
     assert changed_between(old, spans((20, 21))) == [(1.0, np.inf)]
     assert changed_between(old, spans()) == [(1.0, 8.0)]
+
+
+def test_followed_utilization_curves_paint_only_new_columns_and_look_the_same(qtbot):
+    """NVML-like samples every 1/6 s and a busy % known a few samples late (NaN until
+    then), followed over 30 s: the curves' raster paints the columns that came into view or
+    changed, and the plot looks as it does with pyqtgraph painting each curve."""
+    from PySide6.QtWidgets import QGraphicsItem
+
+    from gpuwatch.core.figures.frame import choose_coarse
+    from gpuwatch.core.model.metrics import NVML_GPU_UTIL
+    from gpuwatch.core.model.store import MetricStatus, SeriesView
+    from gpuwatch.qt.utilization_view import UtilizationView
+
+    views = []
+    for _ in range(2):
+        view = UtilizationView()
+        qtbot.addWidget(view)
+        view.resize(700, 240)
+        view.show()
+        qtbot.waitExposed(view)
+        views.append(view)
+    ours, theirs = views
+    for curve in (theirs.coarse_curve, theirs.busy_curve):
+        curve.raster = None
+        curve.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents, False)
+    theirs.plot.removeItem(theirs.curve_raster)
+    choice = choose_coarse({NVML_GPU_UTIL: MetricStatus(NVML_GPU_UTIL, "n", "%", True)}, "cuda")
+    period = 1_000_000_000 // 6
+    rng = np.random.default_rng(4)
+    t0 = np.arange(600, dtype=np.int64) * period
+    values = rng.uniform(20, 95, len(t0))
+    busy = rng.uniform(10, 90, len(t0))
+    width = ours.plot.getPlotItem().getViewBox().width()
+    px_s = 30.0 / width
+    painted = []
+    for n in range(1, len(t0)):
+        hi_s = math.ceil(max(n * period / 1e9, 30.0) / px_s) * px_s
+        keep = t0[:n] + period >= int((hi_s - 30.0) * 1e9)
+        known = np.where(np.arange(n) < n - 3, busy[:n], np.nan)[keep]  # final a bit later
+        shown = SeriesView(t0[:n][keep], t0[:n][keep] + period, values[:n][keep])
+        for view in (ours, theirs):
+            view.plot.getPlotItem().getViewBox().setXRange(hi_s - 30.0, hi_s, padding=0)
+            view.show_data(choice, shown, known, 0)
+        got = _pixels(ours.plot)
+        if n > 200:
+            painted.append(ours.curve_raster.painted_columns)
+        if n % 11 == 0:
+            assert_close_within_a_column(got, _pixels(theirs.plot), f"sample {n}")
+    assert max(painted) < 0.1 * width, painted
