@@ -46,9 +46,11 @@ def timeline(qtbot):
 
 def test_a_followed_dense_view_renders_only_new_columns_and_matches_a_fresh_drawing(qtbot):
     """Following a 1,000 steps/s run (2 s visible, the right edge on a whole pixel as the
-    window puts it): each frame renders only the columns whose data changed, and its pixels
-    are those of a fresh view drawing the same frame."""
+    window puts it): each frame renders and paints only the columns whose data changed; its
+    pixels are those of a fresh view drawing the same frame, and it looks as the image
+    painted by pyqtgraph does."""
     followed, fresh = timeline(qtbot), timeline(qtbot)
+    unrasterized(fresh)
     width = followed.width_px()
     assert width == fresh.width_px()
     store = StepStore()
@@ -57,7 +59,7 @@ def test_a_followed_dense_view_renders_only_new_columns_and_matches_a_fresh_draw
     host = marks(6000, 1 * MS)
     window_s = 2.0
     px_s = window_s / width
-    rendered = []
+    rendered, painted = [], []
     for frame, lo in enumerate(range(0, len(host), 60)):  # a batch per frame
         ids = list(range(lo, lo + 60))
         store.append(ids, [0] * 60, [8] * 60, host[ids].tolist())
@@ -68,17 +70,25 @@ def test_a_followed_dense_view_renders_only_new_columns_and_matches_a_fresh_draw
         shown_frame = TimelineFrame(
             ORIGIN, lo_ns, hi_ns, width, "cpu", dense=lanes, causes_shown=shown
         )
+        followed.getPlotItem().getViewBox().setXRange(hi_s - window_s, hi_s, padding=0)
         followed.show_frame(shown_frame)
-        if hi_s <= window_s or frame % 10:
-            continue  # the view is full from here on; compare every 10th frame
+        got = _pixels(followed)  # a paint a frame, as the window's
+        if hi_s <= window_s:
+            continue  # the view is full from here on
         rendered.append(followed.dense_pixels.last_rendered)
+        painted.append(followed.lane_raster.painted_columns)
+        if frame % 10:
+            continue
         fresh.dense_pixels = ScrollingColumns()  # nothing kept: every column rendered
+        fresh.getPlotItem().getViewBox().setXRange(hi_s - window_s, hi_s, padding=0)
         fresh.show_frame(shown_frame)
         assert fresh.dense_pixels.last_rendered == followed.dense_lanes.pixels.shape[1]
         np.testing.assert_array_equal(followed.dense_lanes.pixels, fresh.dense_lanes.pixels)
-    assert len(rendered) >= 5
-    # A batch of 60 ms is ~21 columns of ~2.9 ms: a few more re-rendered, never the view.
+        assert_close_within_a_column(got, _pixels(fresh), f"frame {frame}")
+    assert len(rendered) >= 50
+    # A batch of 60 ms is ~21 columns of ~3.6 ms: a few more re-rendered, never the view.
     assert max(rendered) < 0.1 * width, rendered
+    assert max(painted) < 0.1 * width, painted
 
 
 def test_scrolling_columns_keep_only_unchanged_columns_on_the_same_grid() -> None:

@@ -78,6 +78,8 @@ class Rastered(Protocol):
 
     def zValue(self) -> float: ...
 
+    def itemTransform(self, other: QGraphicsItem) -> tuple[QTransform, bool]: ...
+
     def setFlag(self, flag: QGraphicsItem.GraphicsItemFlag, enabled: bool = True) -> None: ...
 
     def paint(self, p: QPainter, opt: object, widget: object) -> None: ...
@@ -198,10 +200,12 @@ class ScrollingRaster(pg.GraphicsObject):
             for a, b in strips:
                 painter.fillRect(QRect(a, 0, b - a, height), QColor(0, 0, 0, 0))
             painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_SourceOver)
-            painter.setTransform(transform)
             for item in self.items:
                 if item.isVisible() and not item.raster_extent().isEmpty():
                     painter.save()
+                    # the item's own transform (an image placed by setRect), then the view's
+                    placed, _ = item.itemTransform(self)
+                    painter.setTransform(placed * transform)
                     item.paint(painter, None, None)
                     painter.restore()
         finally:

@@ -192,8 +192,15 @@ class TimelineView(pg.PlotWidget):
             bars.setZValue(1.5)
             self.cause_bars[cause] = bars
             self.addItem(bars)
-        #: Every lane's bars (not the shade, under the change markers' shading) painted
-        #: through one image that scrolls with the view.
+        #: Dense windows: every lane as one image (``show_columns``).
+        self.dense_lanes = DenseLanesItem()
+        self.dense_lanes.setZValue(1)
+        self.dense_lanes.setVisible(False)
+        self.addItem(self.dense_lanes)
+        #: The dense image's pixels, kept while the view scrolls (only new columns rendered).
+        self.dense_pixels = ScrollingColumns()
+        #: Every lane's bars and the dense image (not the shade, under the change markers'
+        #: shading) painted through one image that scrolls with the view.
         self.lane_raster = ScrollingRaster(
             [
                 *(
@@ -204,17 +211,11 @@ class TimelineView(pg.PlotWidget):
                 self.gap_bars,
                 self.device_bars,
                 *self.cause_bars.values(),
+                self.dense_lanes,
             ]
         )
         self.lane_raster.setZValue(1)
         self.addItem(self.lane_raster)
-        #: Dense windows: every lane as one image (``show_columns``).
-        self.dense_lanes = DenseLanesItem()
-        self.dense_lanes.setZValue(1)
-        self.dense_lanes.setVisible(False)
-        self.addItem(self.dense_lanes)
-        #: The dense image's pixels, kept while the view scrolls (only new columns rendered).
-        self.dense_pixels = ScrollingColumns()
         self.causes_shown: tuple[str, ...] = ()  # for the legend, most visible first
         self.dense = False  # last redraw aggregated per pixel column
         self._device_kind: str | None = "unset"
@@ -380,6 +381,7 @@ class TimelineView(pg.PlotWidget):
             (cols.c0[0] - t0_ns) / 1e9 if n else 0.0,
             (cols.c1[-1] - t0_ns) / 1e9 if n else 0.0,
             self.n_lanes,
+            fresh=self.dense_pixels.last_fresh,
         )
 
     def _image_lanes(self, lanes: DenseLanes, index: np.ndarray) -> list[Lane]:
