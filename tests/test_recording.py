@@ -49,7 +49,7 @@ def recorded_run(tmp_path_factory) -> RecordedRun:
     try:
         session.start(LaunchSpec(workload="mlp", device="cpu"))
         wait_until(
-            lambda: session.hello is not None or session.state is SessionState.FAILED,
+            lambda: session.state is not SessionState.STARTING,  # RUNNING: hello stored first
             120,
             "the runner's hello",
         )

@@ -61,7 +61,7 @@ def simulated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> SimConfig:
 def _started(session: Session, spec: LaunchSpec) -> None:
     session.start(spec)
     wait_until(
-        lambda: session.hello is not None or session.state is SessionState.FAILED,
+        lambda: session.state is not SessionState.STARTING,  # RUNNING: hello stored first
         120,
         "the runner's hello",
     )

@@ -477,7 +477,11 @@ class Session(ModelAccess):
             self._sample_device()
 
     def _on_hello(self) -> None:
-        """The runner is connected: the run clock starts and the device is sampled."""
+        """The runner is connected: the run clock starts and the device is sampled.
+
+        The hello is stored before the state says RUNNING: whoever sees RUNNING finds the
+        hello, while whoever sees the hello may still read STARTING for a moment (wait for
+        the state, not for the hello)."""
         self._hello_at = time.monotonic()
         with self._lock:
             connected = self._state is SessionState.STARTING
