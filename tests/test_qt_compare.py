@@ -109,6 +109,7 @@ def test_the_comparison_is_in_the_main_window_with_names_and_b_relative_to_a(
     qtbot.waitUntil(lambda: abs(boxes[0].height() - boxes[1].height()) <= 2, timeout=5000)
     assert win.timeline.height() >= win.timeline.minimumSizeHint().height() + 10
     assert sum(bars.count() for bars in mode.timeline.phase_bars.values()) > 0
+    assert sorted(mode.timeline.markers.lines) == [0, 1]  # B's baseline and its change
 
 
 def test_the_x_axes_are_linked_and_b_is_redrawn_for_the_new_range(show_window, qtbot, pair):

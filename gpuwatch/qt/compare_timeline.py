@@ -13,6 +13,7 @@ from PySide6.QtCore import QTimer
 
 from gpuwatch.core.figures.frame import FramePresenter, RunData
 from gpuwatch.core.files.replay import ReplaySession
+from gpuwatch.qt.change_markers import ChangeMarkers
 from gpuwatch.qt.timeline_view import MERGED_LANES, TimelineView, settle_before_paint
 
 #: Delay of B's redraw after A's view moved (ms): follows a pan, skips intermediate ranges.
@@ -31,6 +32,15 @@ class CompareTimeline(TimelineView):
         self.plot_item.showAxis("bottom")  # the lowest plot: it carries the time axis
         self.plot_item.setLabel("bottom", "seconds since each run's start")
         self.setXLink(leader)
+        #: B's configuration changes, labelled, as A's timeline shows A's.
+        self.markers = ChangeMarkers(self, labels=True)
+        self.markers.update(
+            session.hello,
+            session.config_changes(),
+            session.scoreboard(),
+            session.t0_ns,
+            session.position_ns,
+        )
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(REDRAW_MS)
