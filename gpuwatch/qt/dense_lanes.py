@@ -181,7 +181,7 @@ class ScrollingColumns:
         """
         n = inputs.shape[1]
         keep = np.zeros(n, bool)
-        old_index = np.zeros(n, np.int64)
+        overlap: tuple[int, int, int] | None = None  # new columns a..b were old a+shift...
         drawn = self._drawn
         if (
             drawn is not None
@@ -197,15 +197,16 @@ class ScrollingColumns:
                 if b > a:
                     old = drawn.inputs[:, a + shift : b + shift]
                     keep[a:b] = np.all(np.abs(inputs[:, a:b] - old) <= SAME_INPUT, axis=0)
-                    old_index[a:b] = np.arange(a + shift, b + shift)
+                    overlap = (a, b, shift)
         fresh = np.flatnonzero(~keep)
         self.last_fresh = fresh
         if not keep.any():
             out = render_columns(fresh)
         else:
-            assert drawn is not None
+            assert drawn is not None and overlap is not None
+            a, b, shift = overlap
             out = np.empty((drawn.pixels.shape[0], n), np.uint32)
-            out[:, keep] = drawn.pixels[:, old_index[keep]]
+            out[:, a:b] = drawn.pixels[:, a + shift : b + shift]  # the fresh ones follow
             if len(fresh):
                 out[:, fresh] = render_columns(fresh)
         self.last_rendered = len(fresh)

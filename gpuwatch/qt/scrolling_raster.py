@@ -15,6 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRect, QRectF
 from PySide6.QtGui import QColor, QImage, QPainter, QRegion, QTransform
@@ -38,15 +39,16 @@ def _aligned(rect: QRectF) -> QRect:
 
 
 def _shifted(image: QImage, columns: int) -> QImage:
-    """A copy of ``image`` moved right by ``columns`` (logical) pixels, clear where it left."""
-    out = QImage(image.size(), image.format())
-    out.setDevicePixelRatio(image.devicePixelRatio())
-    out.fill(0)
-    painter = QPainter(out)
-    painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_Source)
-    painter.drawImage(QPointF(columns, 0), image)
-    painter.end()
-    return out
+    """``image`` moved right by ``columns`` (logical) pixels, in place; the columns it left
+    hold stale pixels (the caller paints them again)."""
+    step = round(columns * image.devicePixelRatio())
+    rows = np.frombuffer(image.bits(), np.uint32).reshape(image.height(), -1)
+    width = image.width()
+    if step > 0:
+        rows[:, step:width] = rows[:, : width - step].copy()
+    elif step < 0:
+        rows[:, : width + step] = rows[:, -step:width].copy()
+    return image
 
 
 def _merge(strips: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -96,7 +98,9 @@ class ScrollingRaster(pg.GraphicsObject):
         for item in self.items:
             item.raster = self
             item.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents)
-        self._bounds = QRectF()
+        #: What the items cover now (None: to be worked out) and at the last paint.
+        self._extent: QRectF | None = QRectF()
+        self._painted_extent = QRectF()
         self._image: QImage | None = None
         self._key: tuple[object, ...] | None = None
         self._m11 = 0.0
@@ -110,30 +114,31 @@ class ScrollingRaster(pg.GraphicsObject):
         reaches past the items' extents before or after the change)."""
         if not intervals:
             return
-        bounds = QRectF()
-        for item in self.items:
-            extent = item.raster_extent()
-            if item.isVisible() and not extent.isEmpty():
-                bounds = bounds.united(extent)
-        both = bounds.united(self._bounds)
-        lo, hi = both.left(), both.right()
-        self._dirty.extend((max(a, lo), min(b, hi)) for a, b in intervals)
+        self._dirty.extend(intervals)
         if len(self._dirty) > MAX_DIRTY:  # not painted for a while: all of it, once
             self._dirty = [(-math.inf, math.inf)]
-        if bounds != self._bounds:
+        if self._extent is not None:  # worked out again when asked (once a frame)
             self.prepareGeometryChange()
-            self._bounds = bounds
+            self._extent = None
         self.update()
 
     def changed_everywhere(self) -> None:
         self.changed([(-math.inf, math.inf)])
 
     def boundingRect(self) -> QRectF:
-        return QRectF(self._bounds)
+        if self._extent is None:
+            extent = QRectF()
+            for item in self.items:
+                covers = item.raster_extent()
+                if item.isVisible() and not covers.isEmpty():
+                    extent = extent.united(covers)
+            self._extent = extent
+        return QRectF(self._extent)
 
     def paint(self, p: QPainter, *args: object) -> None:
         view_box = self.getViewBox()
-        if view_box is None or self._bounds.isEmpty():
+        extent = self.boundingRect()
+        if view_box is None or extent.isEmpty():
             return
         t = p.transform()
         # The view box's whole rectangle (what it clips its items to), in device pixels.
@@ -163,9 +168,12 @@ class ScrollingRaster(pg.GraphicsObject):
                 strips.append((width + s - EDGE_PX, width))
             elif s > 0:
                 strips.append((0, s + EDGE_PX))
-            for a, b in self._dirty:
-                left = -EDGE_PX if a == -math.inf else math.floor(m11 * a + dx) - EDGE_PX
-                right = width if b == math.inf else math.ceil(m11 * b + dx) + EDGE_PX
+            # nothing was drawn, nor is to be, beyond both extents
+            both = extent.united(self._painted_extent)
+            for start, end in self._dirty:
+                a, b = max(start, both.left()), min(end, both.right())
+                left = math.floor(m11 * a + dx) - EDGE_PX
+                right = math.ceil(m11 * b + dx) + EDGE_PX
                 strips.append((left, right))
         else:
             image = QImage(
@@ -181,6 +189,7 @@ class ScrollingRaster(pg.GraphicsObject):
             self._paint_items(image, merged, height, transform)
         self.painted_columns = sum(b - a for a, b in merged)
         self._image, self._key, self._m11, self._dx = image, key, m11, dx
+        self._painted_extent = extent
         p.save()
         p.resetTransform()
         p.drawImage(QPointF(area.x(), area.y()), image)
