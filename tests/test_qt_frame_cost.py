@@ -46,11 +46,9 @@ def timeline(qtbot):
 
 def test_a_followed_dense_view_renders_only_new_columns_and_matches_a_fresh_drawing(qtbot):
     """Following a 1,000 steps/s run (2 s visible, the right edge on a whole pixel as the
-    window puts it): each frame renders and paints only the columns whose data changed; its
-    pixels are those of a fresh view drawing the same frame, and it looks as the image
-    painted by pyqtgraph does."""
+    window puts it): each frame renders only the columns whose data changed, and its pixels
+    are those of a fresh view drawing the same frame."""
     followed, fresh = timeline(qtbot), timeline(qtbot)
-    unrasterized(fresh)
     width = followed.width_px()
     assert width == fresh.width_px()
     store = StepStore()
@@ -59,7 +57,7 @@ def test_a_followed_dense_view_renders_only_new_columns_and_matches_a_fresh_draw
     host = marks(6000, 1 * MS)
     window_s = 2.0
     px_s = window_s / width
-    rendered, painted = [], []
+    rendered = []
     for frame, lo in enumerate(range(0, len(host), 60)):  # a batch per frame
         ids = list(range(lo, lo + 60))
         store.append(ids, [0] * 60, [8] * 60, host[ids].tolist())
@@ -70,25 +68,17 @@ def test_a_followed_dense_view_renders_only_new_columns_and_matches_a_fresh_draw
         shown_frame = TimelineFrame(
             ORIGIN, lo_ns, hi_ns, width, "cpu", dense=lanes, causes_shown=shown
         )
-        followed.getPlotItem().getViewBox().setXRange(hi_s - window_s, hi_s, padding=0)
         followed.show_frame(shown_frame)
-        got = _pixels(followed)  # a paint a frame, as the window's
-        if hi_s <= window_s:
-            continue  # the view is full from here on
+        if hi_s <= window_s or frame % 10:
+            continue  # the view is full from here on; compare every 10th frame
         rendered.append(followed.dense_pixels.last_rendered)
-        painted.append(followed.lane_raster.painted_columns)
-        if frame % 10:
-            continue
         fresh.dense_pixels = ScrollingColumns()  # nothing kept: every column rendered
-        fresh.getPlotItem().getViewBox().setXRange(hi_s - window_s, hi_s, padding=0)
         fresh.show_frame(shown_frame)
         assert fresh.dense_pixels.last_rendered == followed.dense_lanes.pixels.shape[1]
         np.testing.assert_array_equal(followed.dense_lanes.pixels, fresh.dense_lanes.pixels)
-        assert_close_within_a_column(got, _pixels(fresh), f"frame {frame}")
-    assert len(rendered) >= 50
-    # A batch of 60 ms is ~21 columns of ~3.6 ms: a few more re-rendered, never the view.
+    assert len(rendered) >= 5
+    # A batch of 60 ms is ~21 columns of ~2.9 ms: a few more re-rendered, never the view.
     assert max(rendered) < 0.1 * width, rendered
-    assert max(painted) < 0.1 * width, painted
 
 
 def test_scrolling_columns_keep_only_unchanged_columns_on_the_same_grid() -> None:
@@ -174,143 +164,3 @@ def test_the_scrolling_time_axis_draws_what_pyqtgraphs_axis_draws(qtbot):
         plot.getPlotItem().getViewBox().setXRange(0.0, 7.0, padding=0)
     assert_same_within_a_column(_pixels(ours), _pixels(theirs), "zoomed")
     assert axis.recorded == before + 1
-
-
-def unrasterized(view) -> None:
-    """``view`` painting its bars one item at a time, as pyqtgraph does (the reference)."""
-    from PySide6.QtWidgets import QGraphicsItem
-
-    for bars in view.lane_raster.items:
-        bars.raster = None
-        bars.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents, False)
-    view.removeItem(view.lane_raster)
-
-
-def assert_close_within_a_column(ours: np.ndarray, theirs: np.ndarray, what: str) -> None:
-    """As ``assert_same_within_a_column``, each colour channel within 2 levels (translucent
-    bars blended in an image first, then over the background, round differently)."""
-
-    def channels(a: np.ndarray) -> np.ndarray:
-        return a.view(np.uint8).reshape(*a.shape, 4).astype(np.int16)
-
-    a, b = channels(ours), channels(theirs)
-    bad = (np.abs(a - b) > 2).any(axis=-1)
-    for r, c in zip(*np.nonzero(bad), strict=True):
-        near = b[r, max(c - 1, 0) : c + 2]
-        assert (np.abs(near - a[r, c]) <= 2).all(axis=-1).any(), f"{what}: ({r}, {c})"
-    assert bad.sum() <= 0.002 * bad.size, f"{what}: {bad.sum()} pixels differ"
-
-
-def test_a_followed_sparse_view_paints_only_new_columns_and_looks_the_same(qtbot):
-    """Following a ~7 steps/s CUDA-like run (device marks a batch late, idle tinted by
-    cause), the lane raster paints the columns that came into view or changed, and the
-    timeline looks as it does with every bar painted by pyqtgraph."""
-    from gpuwatch.core.figures.frame import steps_frame
-
-    ours, theirs = timeline(qtbot), timeline(qtbot)
-    unrasterized(theirs)
-    width = ours.width_px()
-    store = StepStore()
-    store.set_device_is_host(False)
-    host = marks(400, 150 * MS, seed=3)  # ~200 steps in view: sparse
-    window_s = 30.0
-    px_s = window_s / width
-    painted = []
-    for frame in range(len(host)):
-        store.append([frame], [0], [8], host[[frame]].tolist())
-        if frame:
-            store.set_device_marks([frame - 1], (host[[frame - 1]] + 300_000).tolist())
-        hi_s = max(((int(host[frame, -1]) - ORIGIN) / 1e9), window_s)
-        hi_s = math.ceil(hi_s / px_s) * px_s
-        lo_ns, hi_ns = ORIGIN + int((hi_s - window_s) * 1e9), ORIGIN + int(hi_s * 1e9)
-        shown = steps_frame(
-            store.snapshot(since_ns=lo_ns),
-            (),
-            t0_ns=ORIGIN,
-            lo_ns=lo_ns,
-            hi_ns=hi_ns,
-            width_px=width,
-            device_kind="cuda",
-            tint=True,
-        )
-        tinted = ours.gap_bars.isVisible()
-        for view in (ours, theirs):
-            view.getPlotItem().getViewBox().setXRange(hi_s - window_s, hi_s, padding=0)
-            view.show_frame(shown)
-        got = _pixels(ours)  # a paint a frame, as the window's
-        if frame > 20 and tinted == ours.gap_bars.isVisible():
-            painted.append(ours.lane_raster.painted_columns)  # (a new tint: all columns)
-        if frame % 7 == 0 or frame == len(host) - 1:
-            assert_close_within_a_column(got, _pixels(theirs), f"frame {frame}")
-    assert not ours.dense and len(painted) > 100
-    # ~3 px of new columns a frame, the newest step's and the late device marks' columns,
-    # and the few where a step left the view on the left.
-    assert max(painted) < 0.1 * width, painted
-
-
-def test_changed_between_finds_what_left_and_what_changed_or_came() -> None:
-    from gpuwatch.qt.spans import changed_between
-
-    def spans(*pairs: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
-        return np.array([a for a, _ in pairs]), np.array([b for _, b in pairs])
-
-    old = spans((1, 2), (3, 4), (5, 6), (7, 8))
-    assert changed_between(old, old) == []
-    # One left on the left, the last one grew, one came.
-    got = changed_between(old, spans((3, 4), (5, 6), (7, 9), (10, 11)))
-    assert got == [(1.0, 2.0), (7.0, np.inf)]
-    # The first span cut differently by the view's new start: it and what left.
-    got = changed_between(old, spans((3.5, 4), (5, 6), (7, 8)))
-    assert got == [(1.0, 4.0)]
-    # Nothing in common, or all gone: everything they cover.
-    assert changed_between(old, spans((20, 21))) == [(1.0, np.inf)]
-    assert changed_between(old, spans()) == [(1.0, 8.0)]
-
-
-def test_followed_utilization_curves_paint_only_new_columns_and_look_the_same(qtbot):
-    """NVML-like samples every 1/6 s and a busy % known a few samples late (NaN until
-    then), followed over 30 s: the curves' raster paints the columns that came into view or
-    changed, and the plot looks as it does with pyqtgraph painting each curve."""
-    from PySide6.QtWidgets import QGraphicsItem
-
-    from gpuwatch.core.figures.frame import choose_coarse
-    from gpuwatch.core.model.metrics import NVML_GPU_UTIL
-    from gpuwatch.core.model.store import MetricStatus, SeriesView
-    from gpuwatch.qt.utilization_view import UtilizationView
-
-    views = []
-    for _ in range(2):
-        view = UtilizationView()
-        qtbot.addWidget(view)
-        view.resize(700, 240)
-        view.show()
-        qtbot.waitExposed(view)
-        views.append(view)
-    ours, theirs = views
-    for curve in (theirs.coarse_curve, theirs.busy_curve):
-        curve.raster = None
-        curve.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents, False)
-    theirs.plot.removeItem(theirs.curve_raster)
-    choice = choose_coarse({NVML_GPU_UTIL: MetricStatus(NVML_GPU_UTIL, "n", "%", True)}, "cuda")
-    period = 1_000_000_000 // 6
-    rng = np.random.default_rng(4)
-    t0 = np.arange(600, dtype=np.int64) * period
-    values = rng.uniform(20, 95, len(t0))
-    busy = rng.uniform(10, 90, len(t0))
-    width = ours.plot.getPlotItem().getViewBox().width()
-    px_s = 30.0 / width
-    painted = []
-    for n in range(1, len(t0)):
-        hi_s = math.ceil(max(n * period / 1e9, 30.0) / px_s) * px_s
-        keep = t0[:n] + period >= int((hi_s - 30.0) * 1e9)
-        known = np.where(np.arange(n) < n - 3, busy[:n], np.nan)[keep]  # final a bit later
-        shown = SeriesView(t0[:n][keep], t0[:n][keep] + period, values[:n][keep])
-        for view in (ours, theirs):
-            view.plot.getPlotItem().getViewBox().setXRange(hi_s - 30.0, hi_s, padding=0)
-            view.show_data(choice, shown, known, 0)
-        got = _pixels(ours.plot)
-        if n > 200:
-            painted.append(ours.curve_raster.painted_columns)
-        if n % 11 == 0:
-            assert_close_within_a_column(got, _pixels(theirs.plot), f"sample {n}")
-    assert max(painted) < 0.1 * width, painted

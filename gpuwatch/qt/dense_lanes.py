@@ -12,15 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 from PySide6.QtGui import QColor
-
-if TYPE_CHECKING:
-    from gpuwatch.qt.scrolling_raster import ScrollingRaster
 
 #: Transparent pixel (RGBA packed little-endian into one uint32).
 CLEAR = 0
@@ -77,20 +73,9 @@ class DenseLanesItem(pg.ImageItem):
     def __init__(self) -> None:
         super().__init__(axisOrder="row-major")
         self.pixels = np.zeros((0, 0), np.uint32)
-        #: Paints this image when set (a ``ScrollingRaster``): it is told which columns changed.
-        self.raster: ScrollingRaster | None = None
 
-    def show_pixels(
-        self,
-        pixels: np.ndarray,
-        x0_s: float,
-        x1_s: float,
-        n_lanes: int,
-        fresh: np.ndarray | None = None,
-    ) -> None:
-        """Draw ``pixels`` (from ``render``) with lane 0 at the top of ``n_lanes`` lanes;
-        ``fresh``: the columns that differ from the image shown before at the same place in
-        time (None: any may)."""
+    def show_pixels(self, pixels: np.ndarray, x0_s: float, x1_s: float, n_lanes: int) -> None:
+        """Draw ``pixels`` (from ``render``) with lane 0 at the top of ``n_lanes`` lanes."""
         self.pixels = pixels
         # Row 0 of an image is drawn at the bottom of a y-up view: flip, and view as RGBA.
         rgba_rows = (
@@ -101,37 +86,6 @@ class DenseLanesItem(pg.ImageItem):
         self.setImage(rgba_rows, autoLevels=False, levels=None)
         self.setRect(QRectF(x0_s, -0.5, max(x1_s - x0_s, 1e-12), n_lanes))
         self.setVisible(True)
-        if self.raster is not None:
-            n = pixels.shape[1]
-            if fresh is None or n == 0:
-                self.raster.changed_everywhere()
-            else:
-                col_s = (x1_s - x0_s) / n
-                # the edge columns too: the view cuts them where it now starts and ends
-                marked = np.union1d(fresh, [0, n - 1])
-                starts = marked[np.flatnonzero(np.diff(marked, prepend=-2) > 1)]
-                ends = marked[np.flatnonzero(np.diff(marked, append=n + 2) > 1)]
-                self.raster.changed(
-                    [
-                        (x0_s + a * col_s, x0_s + (b + 1) * col_s)
-                        for a, b in zip(starts, ends, strict=True)
-                    ]
-                )
-
-    def setVisible(self, visible: bool) -> None:
-        if visible != self.isVisible() and self.raster is not None:
-            super().setVisible(visible)
-            self.raster.changed_everywhere()
-        else:
-            super().setVisible(visible)
-
-    def raster_extent(self) -> QRectF:
-        if self.image is None or not self.pixels.size:
-            return QRectF()
-        return self.mapRectToParent(self.boundingRect())
-
-    def raster_look(self) -> tuple[object, ...]:
-        return ()  # the colours are in the pixels
 
 
 #: Two columns' inputs closer than this are the same (the visible range's edges move by a
@@ -161,9 +115,8 @@ class ScrollingColumns:
 
     def __init__(self) -> None:
         self._drawn: _Drawn | None = None
-        #: Columns rendered by the last call (for tests and the bench), and which.
+        #: Columns rendered by the last call (for tests and the bench).
         self.last_rendered = 0
-        self.last_fresh = np.empty(0, np.int64)
 
     def pixels(
         self,
@@ -199,7 +152,6 @@ class ScrollingColumns:
                     keep[a:b] = np.all(np.abs(inputs[:, a:b] - old) <= SAME_INPUT, axis=0)
                     overlap = (a, b, shift)
         fresh = np.flatnonzero(~keep)
-        self.last_fresh = fresh
         if not keep.any():
             out = render_columns(fresh)
         else:

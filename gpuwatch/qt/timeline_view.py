@@ -41,8 +41,6 @@ from gpuwatch.qt.dense_lanes import (
     rgba,
 )
 from gpuwatch.qt.gap_tint import CAUSE_COLORS
-from gpuwatch.qt.scrolling_raster import ScrollingRaster
-from gpuwatch.qt.spans import changed_between
 
 #: Host lanes as (name, phases drawn in it), top to bottom, above the device lane (which sits
 #: next to the utilization plot below): one lane per phase at the desk...
@@ -75,9 +73,6 @@ class SpanBars(pg.BarGraphItem):
     def __init__(self, **opts: object) -> None:
         empty = np.empty(0)
         self._bounds = QRectF()
-        self._x0, self._x1 = empty, empty
-        #: Paints these bars when set (``ScrollingRaster``): they are then told what changed.
-        self.raster: ScrollingRaster | None = None
         super().__init__(x0=empty, x1=empty, y0=0.0, height=BAR_HEIGHT, pen=None, **opts)
 
     def shape(self) -> QPainterPath:
@@ -96,18 +91,6 @@ class SpanBars(pg.BarGraphItem):
     ) -> None:
         if np.size(x0) == 0 and self.count() == 0:
             return  # empty stays empty (dense views empty ~20 bar items every frame)
-        x0, x1 = np.asarray(x0, np.float64), np.asarray(x1, np.float64)
-        raster = self.raster
-        if raster is not None:
-            if not (
-                np.array_equal(np.asarray(self.opts["y0"]), np.asarray(y0))
-                and np.array_equal(np.asarray(self.opts["height"]), np.asarray(height))
-            ):
-                changed = [(-np.inf, np.inf)]
-            else:
-                changed = changed_between((self._x0, self._x1), (x0, x1))
-                if not changed:
-                    return  # the same bars: nothing to lay out or paint
         self.prepareGeometryChange()
         if np.size(x0):
             bottom = np.asarray(y0) + np.minimum(np.asarray(height), 0)
@@ -117,29 +100,7 @@ class SpanBars(pg.BarGraphItem):
             self._bounds = QRectF(left, low, right - left, high - low)
         else:
             self._bounds = QRectF()
-        self._x0, self._x1 = x0, x1
         self.setOpts(x0=x0, x1=x1, y0=y0, height=height)
-        if raster is not None:
-            raster.changed(changed)
-
-    def setOpts(self, **opts: object) -> None:
-        """As pyqtgraph's; a new look (a theme's brush) repaints the lane raster's bars."""
-        super().setOpts(**opts)
-        if self.raster is not None and not opts.keys() <= {"x0", "x1", "y0", "height"}:
-            self.raster.changed_everywhere()
-
-    def setVisible(self, visible: bool) -> None:
-        if visible != self.isVisible() and self.raster is not None:
-            super().setVisible(visible)
-            self.raster.changed_everywhere()
-        else:
-            super().setVisible(visible)
-
-    def raster_extent(self) -> QRectF:
-        return QRectF(self._bounds) if self.count() else QRectF()
-
-    def raster_look(self) -> tuple[object, ...]:
-        return (pg.mkBrush(self.opts["brush"]).color().rgba(),)
 
     def count(self) -> int:
         x0 = self.opts.get("x0")
@@ -199,23 +160,6 @@ class TimelineView(pg.PlotWidget):
         self.addItem(self.dense_lanes)
         #: The dense image's pixels, kept while the view scrolls (only new columns rendered).
         self.dense_pixels = ScrollingColumns()
-        #: Every lane's bars and the dense image (not the shade, under the change markers'
-        #: shading) painted through one image that scrolls with the view.
-        self.lane_raster = ScrollingRaster(
-            [
-                *(
-                    b
-                    for name in ALL_PHASES
-                    for b in (self.phase_backing[name], self.phase_bars[name])
-                ),
-                self.gap_bars,
-                self.device_bars,
-                *self.cause_bars.values(),
-                self.dense_lanes,
-            ]
-        )
-        self.lane_raster.setZValue(1)
-        self.addItem(self.lane_raster)
         self.causes_shown: tuple[str, ...] = ()  # for the legend, most visible first
         self.dense = False  # last redraw aggregated per pixel column
         self._device_kind: str | None = "unset"
@@ -381,7 +325,6 @@ class TimelineView(pg.PlotWidget):
             (cols.c0[0] - t0_ns) / 1e9 if n else 0.0,
             (cols.c1[-1] - t0_ns) / 1e9 if n else 0.0,
             self.n_lanes,
-            fresh=self.dense_pixels.last_fresh,
         )
 
     def _image_lanes(self, lanes: DenseLanes, index: np.ndarray) -> list[Lane]:

@@ -13,14 +13,12 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from gpuwatch.core.figures.frame import CoarseChoice, UtilizationFrame
 from gpuwatch.core.model.store import SeriesView
 from gpuwatch.qt import palette
-from gpuwatch.qt.scrolling_raster import ScrollingRaster
-from gpuwatch.qt.spans import changed_between, step_series
+from gpuwatch.qt.spans import step_series
 from gpuwatch.qt.theme import theme_manager
 from gpuwatch.qt.time_axis import TimeAxis
 from gpuwatch.qt.timeline_view import style_plot
@@ -60,22 +58,18 @@ class UtilizationView(QWidget):
         item.setLabel("bottom", "seconds since start", color=palette.FOREGROUND)
         item.setYRange(0, 105, padding=0)
         # 2 px is affordable here: a few hundred points, unlike the timeline's many spans.
-        self.coarse_curve = StepCurve(pen=pg.mkPen(palette.COARSE, width=2), name="coarse")
-        self.busy_curve = StepCurve(pen=pg.mkPen(palette.DEVICE_ACTIVE, width=2), name="busy")
+        self.coarse_curve = pg.PlotCurveItem(pen=pg.mkPen(palette.COARSE, width=2), name="coarse")
+        self.busy_curve = pg.PlotCurveItem(
+            pen=pg.mkPen(palette.DEVICE_ACTIVE, width=2), name="busy"
+        )
         self.plot.addItem(self.coarse_curve)
         self.plot.addItem(self.busy_curve)
-        #: Both curves painted through one image that scrolls with the view.
-        self.curve_raster = ScrollingRaster([self.coarse_curve, self.busy_curve])
-        self.plot.addItem(self.curve_raster)
         self._y_top = 0.0
         self._grid: list[pg.InfiniteLine] = []
         self._set_y_top(105.0)
         self.choice: CoarseChoice | None = None
-        #: What the curves show: (origin, sample starts, ends, values, busy)...
+        #: What the curves show: (origin, sample starts, ends, values, busy).
         self._drawn: tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-        #: ...as drawn (x in seconds, NaN comparable) and how near samples are joined.
-        self._drawn_as: tuple[np.ndarray, ...] = (np.empty(0), np.empty(0))
-        self._tolerance = 0.0
         #: Presentation mode: a one-line legend and no notes, so the plot keeps its height at
         #: twice the font size on a 1280x720 projector.
         self.compact = False
@@ -127,20 +121,12 @@ class UtilizationView(QWidget):
             )
         ):
             return  # the same samples: the curves stay, nothing to lay out or repaint
+        self._drawn = (t0_ns, coarse.t0, coarse.t1, coarse.value, busy)
         w0 = (coarse.t0 - t0_ns) / 1e9
         w1 = (coarse.t1 - t0_ns) / 1e9
         tolerance = 0.2 * float(np.median(w1 - w0)) if len(w0) else 0.0
-        drawn_as = (w0, w1, _comparable(coarse.value), _comparable(busy))
-        same_joins = math.isclose(tolerance, self._tolerance, rel_tol=1e-9)  # (float noise)
-        if drawn is not None and drawn[0] == t0_ns and same_joins:
-            changed = changed_between(self._drawn_as, drawn_as)
-        else:  # another run, or samples joined differently: everything
-            changed = [(-math.inf, math.inf)]
-        self._drawn = (t0_ns, coarse.t0, coarse.t1, coarse.value, busy)
-        self._drawn_as, self._tolerance = drawn_as, tolerance
         _set_steps(self.coarse_curve, w0, w1, coarse.value, tolerance)
         _set_steps(self.busy_curve, w0, w1, busy, tolerance)
-        self.curve_raster.changed(changed)
         top = float(np.nanmax(coarse.value)) if len(coarse) else 0.0
         y_top = 105.0 if top <= 100 else 100.0 * math.ceil(top / 100.0) + 5
         self._set_y_top(y_top)
@@ -170,48 +156,11 @@ class UtilizationView(QWidget):
         return [self.coarse_curve.name() or "", self.busy_curve.name() or ""]
 
 
-class StepCurve(pg.PlotCurveItem):
-    """A step series painted through its plot's ``ScrollingRaster`` once one is set."""
-
-    def __init__(self, **opts: object) -> None:
-        self.raster: ScrollingRaster | None = None
-        self._extent = QRectF()
-        super().__init__(**opts)
-
-    def set_steps(self, x: np.ndarray, y: np.ndarray, connect: np.ndarray) -> None:
-        self.setData(x=x, y=y, connect=connect)
-        if len(x):
-            # never empty, even for a flat line
-            low, high = float(np.min(y)), float(np.max(y))
-            left, right = float(np.min(x)), float(np.max(x))
-            self._extent = QRectF(left, low - 1e-9, max(right - left, 1e-9), high - low + 2e-9)
-        else:
-            self._extent = QRectF()
-
-    def setPen(self, *args: object, **kargs: object) -> None:
-        """As pyqtgraph's; a new pen (a theme, presentation mode) repaints the raster."""
-        super().setPen(*args, **kargs)
-        if self.raster is not None:
-            self.raster.changed_everywhere()
-
-    def raster_extent(self) -> QRectF:
-        return QRectF(self._extent)
-
-    def raster_look(self) -> tuple[object, ...]:
-        pen = self.opts["pen"]
-        return (pen.color().rgba(), pen.widthF(), pen.style())
-
-
-def _comparable(values: np.ndarray) -> np.ndarray:
-    """``values`` with NaN (unknown, not drawn) as -inf, so equal arrays compare equal."""
-    return np.where(np.isnan(values), -np.inf, values)
-
-
 def _set_steps(
-    curve: StepCurve, w0: np.ndarray, w1: np.ndarray, value: np.ndarray, tolerance: float
+    curve: pg.PlotCurveItem, w0: np.ndarray, w1: np.ndarray, value: np.ndarray, tolerance: float
 ) -> None:
     x, y, connect = step_series(w0, w1, value, tolerance)
-    curve.set_steps(x, y, connect)
+    curve.setData(x=x, y=y, connect=connect)
 
 
 def series_point_count(curve: pg.PlotCurveItem) -> int:
