@@ -8,19 +8,18 @@ from typing import Any
 import pytest
 
 from gpuwatch.core.figures.segments import SegmentStats
+from gpuwatch.core.figures.speed_noise import MAX_NOISE, median_noise
 from gpuwatch.core.model.knob_values import KnobValueError
 from gpuwatch.core.model.messages import ConfigChange, Hello, Refusal
 from gpuwatch.core.run.session import SessionError, SessionState
 from gpuwatch.core.run.tour import (
     BEST_LABEL,
-    MAX_NOISE,
     Conductor,
     Skipped,
     Stage,
     StageResult,
     closing_sentence,
     judge,
-    median_noise,
     plan_stages,
     plan_tour,
 )

@@ -18,13 +18,12 @@ import numpy as np
 
 from gpuwatch.core.figures.kernel_window import KernelWindow, WindowSummary
 from gpuwatch.core.figures.segments import SegmentStats
+from gpuwatch.core.figures.speed_noise import noise_band
 from gpuwatch.core.model.knob_values import KnobValueError, check_usable, schema_by_name
 from gpuwatch.core.model.messages import ConfigChange, Hello, format_value
 
 #: Comparisons between segments need at least this many 1 s window rates on each side.
 MIN_WINDOWS = 2
-#: A change of samples/s smaller than this (or than the segments' own spread) is noise.
-NOISE_FLOOR = 0.05
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "change-worse",
         "samples/s of the newest segment ÷ the segment before it",
-        "< 1 − noise (noise: 5 %, or the window rates' spread if larger)",
+        "< 1 − noise (twice the two medians' uncertainty, 5–10 %: the tour's rule)",
         "the previous values of the knobs it changed (revert)",
         "a change that costs throughput beyond noise should be undone",
     ),
@@ -581,14 +580,6 @@ def _capture_rules(row: SegmentStats, knobs: _Knobs, ctx: Context) -> list[Findi
     return out
 
 
-def _spread(row: SegmentStats) -> float:
-    rates = np.asarray(row.window_rates[-8:], float)
-    if rates.size < 2 or not np.all(rates > 0):
-        return 0.0
-    q1, q3 = np.percentile(rates, [25, 75])
-    return float((q3 - q1) / np.median(rates))
-
-
 def _describe_move(before: SegmentStats, after: SegmentStats) -> str:
     """``"num_workers 0→2"`` for the knobs the later segment changed."""
     parts = [
@@ -611,7 +602,7 @@ def change_findings(
     ):
         return []
     ratio = after.samples_per_s / before.samples_per_s
-    noise = max(NOISE_FLOOR, _spread(before), _spread(after))
+    noise = noise_band(after, before)
     move = _describe_move(before, after)
     evidence = (
         f"samples/s {before.samples_per_s:,.0f} → {after.samples_per_s:,.0f} "

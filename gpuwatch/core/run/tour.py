@@ -12,14 +12,13 @@ configuration it found and a talk never ends slower than it began.
 from __future__ import annotations
 
 import dataclasses
-import math
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuwatch.core.figures.segments import BASELINE_LABEL, SegmentStats
+from gpuwatch.core.figures.speed_noise import MIN_NOISE, noise_band
 from gpuwatch.core.model.knob_values import (
     KnobValueError,
     check_usable,
@@ -41,15 +40,6 @@ STABLE_WINDOWS = 3
 STABLE_RATIO = 1.1
 #: Without stable rates a stage is held at most this many times ``min_steady_s``.
 MAX_STEADY_FACTOR = 3.0
-
-#: Keep-only-what-helps rule (docs/knobs.md §4): a stage is slower beyond noise when its steady
-#: samples/s is below the best kept configuration's so far by more than this fraction *and* by
-#: more than twice the uncertainty of the difference of the two medians (``median_noise``).
-MIN_NOISE = 0.05
-#: ... and always when below it by more than this, however scattered the rates: a tour that
-#: keeps a visible loss teaches the wrong lesson, and reverting a stage that truly made no
-#: difference costs nothing.
-MAX_NOISE = 0.10
 
 BASELINE_CAPTION = "the workload's naive defaults: the reference every speedup is measured against"
 #: The stage a tour adds when its last stage was reverted: the kept configuration, measured.
@@ -293,23 +283,6 @@ def times(ratio: float) -> str:
     """A speed ratio as the scoreboard's speedup column writes it (``2.38×``, ``0.28×``), so
     the caption and the row beside it show the same figure."""
     return f"{ratio:.2f}×"
-
-
-def median_noise(rates: Sequence[float]) -> float:
-    """How far a row's samples/s (the median of its 1 s window rates) could move, as a fraction:
-    the windows' interquartile range over their median, over √n (the median's uncertainty
-    shrinks with the number of windows; 0 with fewer than two)."""
-    if len(rates) < 2:
-        return 0.0
-    low, middle, high = statistics.quantiles(rates, n=4, method="inclusive")
-    return (high - low) / middle / math.sqrt(len(rates)) if middle > 0 else 0.0
-
-
-def noise_band(row: SegmentStats, kept_row: SegmentStats) -> float:
-    """The fraction within which two rows' samples/s count as the same: twice the combined
-    uncertainty of their medians, at least ``MIN_NOISE`` and at most ``MAX_NOISE``."""
-    combined = math.hypot(median_noise(row.window_rates), median_noise(kept_row.window_rates))
-    return min(MAX_NOISE, max(MIN_NOISE, 2 * combined))
 
 
 def judge(stage: Stage, config_id: int, row: SegmentStats, kept_row: SegmentStats) -> StageResult:
