@@ -11,6 +11,7 @@ from fake_knob_session import KNOBS, knob
 from gpuwatch.core.figures.advisor import RULE_IDS, RULES, Context, Finding, advise, share
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.messages import Refusal
+from gpuwatch.core.run.tour import Stage, judge
 
 VALUES = {k["name"]: k["default"] for k in KNOBS}
 
@@ -417,3 +418,20 @@ def test_a_watched_script_without_the_knobs_gets_the_advice_for_its_code() -> No
     )
     assert found[1].title.endswith("read the loss every 50 steps instead of every step")
     assert all(f.suggestion == {} for f in found)  # nothing to Apply: the fix is in the code
+
+
+@pytest.mark.parametrize(
+    "after_rates",
+    [
+        (188.0, 188.0, 188.0),  # 6 % slower, quiet: both say worse
+        (192.0, 192.0, 192.0),  # 4 % slower: both say noise
+        (170.0, 184.0, 198.0),  # 8 % slower but scattered: both say noise
+        (120.0, 178.0, 240.0),  # 11 % slower, however scattered: both say worse
+    ],
+)
+def test_the_advisor_calls_a_change_worse_exactly_when_the_tour_reverts_it(after_rates) -> None:
+    before = row(0, rates=(200.0, 201.0, 199.0), rate=200.0)
+    after = row(1, rates=after_rates, rate=sorted(after_rates)[1], changed={"log_every": 50})
+    tour_reverts = not judge(Stage("batched logging", {}, ""), 1, after, before).kept
+    advisor_says_worse = "change-worse" in rules(advise([before, after], CPU))
+    assert advisor_says_worse == tour_reverts
