@@ -393,6 +393,13 @@ def run_rate(
 def run_idle(app: Any, seconds: float, size: tuple[int, int], profile: int = 0) -> dict[str, Any]:
     """The window open with no run (as ``gpuwatch`` starts)."""
     window = MainWindow(Session(sample_coarse=False), WindowOptions(workload="mlp", device="cpu"))
+    return measure_at_rest(app, window, "idle (no run)", seconds, size, profile=profile)
+
+
+def measure_at_rest(
+    app: Any, window: Any, name: str, seconds: float, size: tuple[int, int], *, profile: int
+) -> dict[str, Any]:
+    """Show ``window``, let it settle, then measure ``seconds`` of it with nothing happening."""
     window.resize(*size)
     window.show()
     clock = FrameClock(window)
@@ -400,7 +407,7 @@ def run_idle(app: Any, seconds: float, size: tuple[int, int], profile: int = 0) 
     clock.recording = True
     with Measured(profile) as measured:
         spin(seconds)
-    result = case_result("idle (no run)", None, window, clock, measured)
+    result = case_result(name, None, window, clock, measured)
     close_window(window, app)
     return result
 
@@ -414,16 +421,7 @@ def run_replay(app: Any, seconds: float, size: tuple[int, int], profile: int = 0
         path = write_recording(Path(tmp) / "rest.gpuwatch", 100_000)
         session = ReplaySession(open_recording(path))
         window = MainWindow(session, WindowOptions())
-        window.resize(*size)
-        window.show()
-        clock = FrameClock(window)
-        spin(3.0)
-        clock.recording = True
-        with Measured(profile) as measured:
-            spin(seconds)
-        result = case_result("replay at rest", None, window, clock, measured)
-        close_window(window, app)
-    return result
+        return measure_at_rest(app, window, "replay at rest", seconds, size, profile=profile)
 
 
 def run_live(app: Any, seconds: float, size: tuple[int, int], profile: int = 0) -> dict[str, Any]:
