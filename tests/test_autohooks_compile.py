@@ -19,25 +19,12 @@ from typing import Any
 
 import pytest
 import torch
+from fake_runner_link import FakeLink
 from torch._dynamo.utils import counters
 
 from gpuwatch.runner.autohooks import AutoHooks
 from gpuwatch.runner.step_recorder import StepRecorder
 from gpuwatch.runner.timing import HostBackend
-
-
-class FakeLink:
-    def __init__(self) -> None:
-        self.messages: list[tuple[str, dict[str, Any]]] = []
-
-    def send(self, kind: str, **fields: Any) -> None:
-        self.messages.append((kind, fields))
-
-    def send_batch(self, kind: str, **fields: Any) -> None:
-        self.messages.append((kind, fields))
-
-    def log(self, level: str, text: str) -> None:
-        self.send("log", level=level, text=text)
 
 
 class CountingRecorder(StepRecorder):

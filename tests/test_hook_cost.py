@@ -6,14 +6,13 @@ Speed is priced in ``bench/overhead.py --script``; nothing here asserts a time.
 
 from __future__ import annotations
 
-import queue
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from fake_runner_link import FakeLink
 from torch import nn
 from torch.nn.modules import module as torch_modules
 from torch.utils.data import DataLoader, TensorDataset
@@ -26,27 +25,6 @@ from gpuwatch.runner.step_columns import SpentTime, StepColumns
 from gpuwatch.runner.timing import HostBackend
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-
-
-class FakeLink:
-    """The runner link as the script's instruments use it, keeping every message."""
-
-    def __init__(self) -> None:
-        self.messages: list[tuple[str, dict[str, Any]]] = []
-        self.controls: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.lost = threading.Event()
-
-    def send(self, kind: str, **fields: Any) -> None:
-        self.messages.append((kind, fields))
-
-    def send_batch(self, kind: str, **fields: Any) -> None:
-        self.messages.append((kind, fields))
-
-    def log(self, level: str, text: str) -> None:
-        self.send("log", level=level, text=text)
-
-    def kinds(self, kind: str) -> list[dict[str, Any]]:
-        return [fields for sent, fields in self.messages if sent == kind]
 
 
 def steps_message(n: int, *, step_ns: int, spent: list[int] | None, first: int = 0) -> dict:
