@@ -10,6 +10,8 @@ import torch
 from test_script_knobs import FakeLink
 from torch import nn
 
+from gpuwatch.runner import model_knobs
+from gpuwatch.runner.availability import Bf16Check
 from gpuwatch.runner.model_knobs import NO_CONVOLUTIONS, ModelKnobs
 from gpuwatch.runner.probe_knobs import ProbeKnobs
 
@@ -128,4 +130,22 @@ def test_what_cannot_work_is_refused_and_the_model_stays_as_it_was() -> None:
     ]
     assert not link.kinds("config") and not mlp._forward_pre_hooks
     assert knobs.values == {"amp": "off", "channels_last": False}
+    owner.remove()
+
+
+def test_an_emulated_bf16_is_offered_with_its_slowdown(monkeypatch) -> None:
+    slow = "emulated here: slower (3.0× a float32 matmul)"
+    checks: list[object] = []
+
+    def check(torch_module: Any, device: Any) -> Bf16Check:
+        checks.append(device)
+        return Bf16Check(native=False, slowdown=3.0, slow=slow)
+
+    monkeypatch.setattr(model_knobs, "check_bf16", check)
+    link, _, owner = watched(SmallCnn())
+    (announced,) = link.kinds("knobs")
+    amp = {entry["name"]: entry for entry in announced["knobs"]}["amp"]
+    assert amp["slow_choices"] == {"bf16": slow} and "bf16" not in amp["disabled_choices"]
+    owner.entries()
+    assert len(checks) == 1  # probed once, not every time the knobs are listed
     owner.remove()

@@ -13,7 +13,8 @@ suggestions reach them. Until one is changed nothing is attached to any module.
   GradScaler around the script's own ``backward()`` and ``optimizer.step()``, which cannot be
   inserted safely from outside (the script may clip, accumulate or step several optimizers), so
   it is offered as unavailable with that reason (and "needs CUDA" off CUDA). bf16 is checked on
-  the device as for the built-in knob.
+  the device as for the built-in knob: a bf16 that works but is emulated (slower than float32)
+  is offered with that reason in ``slow_choices``.
 * ``channels_last = on``: the models' 4-D parameters are restrided to channels_last
   (``Module.to(memory_format=...)``, gradients included) and a forward pre-hook gives the model
   its 4-D tensor inputs in channels_last; off restores the contiguous layout and removes the
@@ -31,7 +32,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from gpuwatch.runner.availability import NEEDS_CUDA, bf16_problem
+from gpuwatch.runner.availability import NEEDS_CUDA, Bf16Check, check_bf16
 from gpuwatch.runner.knobs import SPECS
 from gpuwatch.runner.probe_knobs import ProbeKnobs
 
@@ -63,6 +64,7 @@ class ModelKnobs:
         self._layout_hooks: list[Any] = []
         self._active: tuple[Any, Any] | None = None  # (module, its autocast) inside a forward
         self._failed = False
+        self._bf16: Bf16Check | None = None  # probed once, when the knobs are first listed
 
     # --- the models -----------------------------------------------------------------------
 
@@ -102,9 +104,11 @@ class ModelKnobs:
     def entries(self) -> list[dict[str, Any]]:
         torch, device = self.torch, self.device
         amp_off = {"fp16": NEEDS_CUDA if device.type != "cuda" else NO_SCALER}
-        bf16 = bf16_problem(torch, device)
-        if bf16 is not None:
-            amp_off["bf16"] = bf16
+        if self._bf16 is None:
+            self._bf16 = check_bf16(torch, device)
+        bf16 = self._bf16
+        if bf16.problem is not None:
+            amp_off["bf16"] = bf16.problem
         layout = None if self._has_convolutions() else NO_CONVOLUTIONS
         amp, layout_spec = SPECS["amp"], SPECS["channels_last"]
         return [
@@ -121,6 +125,7 @@ class ModelKnobs:
                 "enabled": True,
                 "reason": None,
                 "disabled_choices": amp_off,
+                "slow_choices": {"bf16": bf16.slow} if bf16.slow is not None else {},
                 "rebuilds": "model",
                 "help": f"{amp.help} (autocast around the script's model; its outputs go on "
                 "in float32)",
