@@ -129,3 +129,18 @@ def test_a_new_private_dir_is_named_after_its_maker_and_removed_at_exit() -> Non
     assert made.parent == Path(tempfile.gettempdir())
     assert made.name.startswith("gpuwatch-")
     assert not made.exists()
+
+
+def test_a_private_dir_the_interrupt_caught_before_its_tracking_is_removed_at_exit() -> None:
+    """A Ctrl-C between ``mkdtemp`` and the tracking leaves a directory nobody tracks: the
+    process's exit still removes it (it is named after the process)."""
+    code = (
+        "import os, tempfile; from gpuwatch.core.run import link; "
+        "print(tempfile.mkdtemp(prefix=f'{link.PRIVATE_PREFIX}{os.getpid()}-'), flush=True)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    made = Path(done.stdout.strip())
+    assert made.name.startswith("gpuwatch-")
+    assert not made.exists()

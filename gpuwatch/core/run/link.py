@@ -352,8 +352,12 @@ def remove_private_dir(path: Path) -> None:
 
 @atexit.register
 def _remove_live_dirs() -> None:
+    """At exit, every private directory of this process: the tracked ones, and any a Ctrl-C
+    caught between ``mkdtemp`` and its tracking (named after this process, so only ours)."""
     with _live_lock:
         paths = list(_live_dirs)
+    with contextlib.suppress(OSError):
+        paths += Path(tempfile.gettempdir()).glob(f"{PRIVATE_PREFIX}{os.getpid()}-*")
     for path in paths:
         remove_private_dir(path)
 
