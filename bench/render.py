@@ -366,9 +366,7 @@ def run_rate(
     run = SyntheticRun(session, rate, start_ns=now - 30 * S)  # 30 s of history first
     run.announce()
     window = MainWindow(session, WindowOptions(workload="vision", device="cpu"))
-    window.resize(*size)
-    window.show()
-    clock = FrameClock(window)
+    clock = shown(window, size)
     run.start()
     deadline = time.monotonic() + 60
     while not run.caught_up() and time.monotonic() < deadline:
@@ -396,13 +394,18 @@ def run_idle(app: Any, seconds: float, size: tuple[int, int], profile: int = 0) 
     return measure_at_rest(app, window, "idle (no run)", seconds, size, profile=profile)
 
 
+def shown(window: Any, size: tuple[int, int]) -> FrameClock:
+    """Show ``window`` at ``size``, its frames counted from now on."""
+    window.resize(*size)
+    window.show()
+    return FrameClock(window)
+
+
 def measure_at_rest(
     app: Any, window: Any, name: str, seconds: float, size: tuple[int, int], *, profile: int
 ) -> dict[str, Any]:
     """Show ``window``, let it settle, then measure ``seconds`` of it with nothing happening."""
-    window.resize(*size)
-    window.show()
-    clock = FrameClock(window)
+    clock = shown(window, size)
     spin(3.0)
     clock.recording = True
     with Measured(profile) as measured:
@@ -429,9 +432,7 @@ def run_live(app: Any, seconds: float, size: tuple[int, int], profile: int = 0) 
     process's CPU while it trains (the runner is another process, not counted)."""
     session = Session()
     window = MainWindow(session, WindowOptions(workload="mlp", device="cpu"))
-    window.resize(*size)
-    window.show()
-    clock = FrameClock(window)
+    clock = shown(window, size)
     window.start_run()
     deadline = time.monotonic() + 180
     while session.steps.count < 20 and time.monotonic() < deadline:
@@ -479,7 +480,8 @@ def print_row(r: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-#: Issue 20's budgets on a 2-core machine: frame p95 (ms) per rate, GUI CPU % per case.
+#: The window's budgets on a 2-core machine (docs/performance.md §7): frame p95 (ms) per
+#: rate, GUI CPU % per case.
 BUDGETS_P95 = {1000.0: 16.0, 10000.0: 33.0}
 CPU_BUDGETS: dict[float | str, float] = {
     10.0: 10.0,

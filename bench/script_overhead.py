@@ -6,7 +6,7 @@ runs first alternates from pair to pair, so a change in the machine's load hits 
 alike). Each run's figure is the script's *own* mean time per batch (it times its loop itself:
 gpuwatch is not judged by its own figures); a pair gives the ratio watched/plain and the added
 µs per batch (a batch is a step to gpuwatch, or a micro-batch of one when the script accumulates
-gradients). Both scripts of issue 20: an ``IterableDataset`` with gradient accumulation every 4
+gradients). Two scripts with ~5 ms steps: an ``IterableDataset`` with gradient accumulation every 4
 batches, and a plain shuffled map-style ``DataLoader``. Each pair also checks that the watched
 run computed the same weights. On a shared 2-core machine a pair's noise is about a millisecond,
 far above the budget, so **the hook path alone** resolves it: one process trains a tiny step of

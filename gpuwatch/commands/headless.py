@@ -38,8 +38,6 @@ from gpuwatch.core.run.session import (
 EXIT_ERROR, EXIT_INTERRUPTED = 1, 130
 #: How long stopping may take (polite stop, terminate, kill: see Session).
 TICK_S = 0.25
-#: A window longer than any run: the instrumentation share over every stored step.
-WHOLE_RUN_NS = 1 << 62
 #: A drain this long means the script's output is waiting for us: drain again without a pause.
 BUSY_LINES = LOG_LINES_KEPT // 2
 
@@ -223,7 +221,7 @@ def summary_lines(session: Session, sentence: str, recording: str | None = None)
             )
             + "; input wait = time in next(loader)"
         )
-        share = session.steps.instrument_share(WHOLE_RUN_NS)
+        share = session.steps.instrument_share()
         if share is not None:
             lines.append(
                 f"gpuwatch's instrumentation: {share * 100:.2f} % of step time "

@@ -183,18 +183,18 @@ class StepStore:
                 )
             )
 
-    def instrument_share(self, window_ns: int) -> float | None:
+    def instrument_share(self, window_ns: int | None = None) -> float | None:
         """The share of step time the runner's instruments spent, over the steps that end in
-        the last ``window_ns`` before the newest step's end: the sum of their
-        ``instrument_ns`` over the sum of their durations (first to last mark). None until a
-        step in that window carries the figure."""
+        the last ``window_ns`` before the newest step's end (None: every stored step): the sum
+        of their ``instrument_ns`` over the sum of their durations (first to last mark). None
+        until a step in that window carries the figure."""
         with self._lock:
             n = min(self._count, self.capacity)
             if not n:
                 return None
             start = (self._count - n) % self.capacity
             newest = int(self._host[(start + n - 1) % self.capacity, -1])
-            lo = self._first_ending_at(start, n, newest - window_ns)
+            lo = 0 if window_ns is None else self._first_ending_at(start, n, newest - window_ns)
             spent = self._rows(self._instrument_ns, start, lo, n)
             host = self._rows(self._host, start, lo, n)
         known = spent >= 0
