@@ -1,15 +1,23 @@
 """The knob panel over a fake session: widgets from the schema, typed requests, refusals
-snapping back, "applying…", costs, and the no-run / ended-run states."""
+snapping back, "applying…", costs, the no-run / ended-run states, and one truth for knob
+state: whoever changes a knob (the panel, the advisor, the tour, ``--set``, a replay), the
+panel shows the running value and offers Apply only for a value that differs from it."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 from fake_knob_session import KNOBS, FakeSession, knob, row
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLabel, QSpinBox
 
+from gpuwatch.core.figures.advisor import Finding
+from gpuwatch.core.files.replay import READ_ONLY
+from gpuwatch.core.model.messages import ConfigChange
 from gpuwatch.core.run.session import SessionState
 from gpuwatch.qt import palette
+from gpuwatch.qt.advisor_view import AdvisorView
 from gpuwatch.qt.knob_panel import HINT_ENDED, HINT_NO_RUN, KnobPanel
 
 
@@ -230,3 +238,110 @@ def test_locked_panel_sends_nothing(panel_for, qtbot):
     panel.set_locked(None)
     assert panel.rows["channels_last"].editor.isEnabled()
     assert not panel.hint.isVisible()
+
+
+# ---- One truth: whoever changes a knob, the panel shows the value in force ---------------
+
+
+def focused_workers(panel, qtbot):
+    """The workers field with the keyboard focus, as after the user clicked into it."""
+    spin = panel.rows["num_workers"].editor
+    panel.activateWindow()
+    qtbot.waitActive(panel)
+    spin.setFocus()
+    qtbot.waitUntil(spin.hasFocus)
+    return spin
+
+
+def test_advisor_apply_moves_the_panel_and_leaves_nothing_to_revert(panel_for, qtbot):
+    """The advisor's "Apply: num_workers=2" while the workers field has the focus: the field
+    shows 2 and its Apply is off, so no click can put the run back on 0 workers."""
+    session = FakeSession()
+    panel = panel_for(session)
+    spin = focused_workers(panel, qtbot)
+    advisor = AdvisorView(session)
+    qtbot.addWidget(advisor)
+    finding = Finding("input_wait", "fix", "input-bound", "52 %", "input wait", 0.52)
+    advisor.apply(dataclasses.replace(finding, suggestion={"num_workers": 2}))
+    assert session.sent == [(1, {"num_workers": 2}, None)]
+    session.apply(1)
+    panel.refresh()
+    apply_button = panel.rows["num_workers"].apply_button
+    assert spin.hasFocus() and spin.value() == 2
+    assert not apply_button.isEnabled()
+    qtbot.mouseClick(apply_button, Qt.MouseButton.LeftButton)
+    qtbot.keyClick(spin, Qt.Key.Key_Return)
+    assert len(session.sent) == 1  # nothing sent back
+
+
+def test_a_change_from_elsewhere_replaces_a_draft(panel_for, qtbot):
+    """A draft of 5 workers, then the run moves to 2 by another hand: the running value wins,
+    and a new draft after that is kept and applies."""
+    session = FakeSession()
+    panel = panel_for(session)
+    spin = focused_workers(panel, qtbot)
+    spin.setValue(5)  # the user's draft, not sent
+    panel.refresh()
+    assert spin.value() == 5 and panel.rows["num_workers"].apply_button.isEnabled()
+    request = session.set_knobs({"num_workers": 2}, label="last session")
+    session.apply(request)
+    panel.refresh()
+    assert spin.value() == 2
+    assert not panel.rows["num_workers"].apply_button.isEnabled()
+    spin.setValue(3)
+    panel.refresh()  # the running value did not move: the new draft stays
+    assert spin.value() == 3 and panel.rows["num_workers"].apply_button.isEnabled()
+    qtbot.keyClick(spin, Qt.Key.Key_Return)
+    assert session.sent[-1][1] == {"num_workers": 3}
+
+
+def test_a_checkbox_and_a_choice_follow_changes_made_elsewhere(panel_for):
+    session = FakeSession()
+    panel = panel_for(session)
+    request = session.set_knobs({"channels_last": True, "amp": "bf16"}, label="tour: AMP")
+    session.apply(request)
+    panel.refresh()
+    assert panel.rows["channels_last"].editor.isChecked()
+    assert panel.rows["amp"].editor.currentData() == "bf16"
+
+
+def test_tour_stages_are_shown_while_the_panel_is_locked(panel_for):
+    """The tour drives the knobs: the locked panel sends nothing but shows each stage's
+    values, and after the tour its fields hold what the run kept."""
+    session = FakeSession()
+    panel = panel_for(session)
+    panel.set_locked("The tour is driving the knobs")
+    for values in ({"num_workers": 2}, {"num_workers": 4, "persistent_workers": True}):
+        session.apply(session.set_knobs(values, label="tour"))
+        panel.refresh()
+        assert panel.rows["num_workers"].editor.value() == values["num_workers"]
+    assert panel.rows["persistent_workers"].editor.isChecked()
+    panel.set_locked(None)
+    assert panel.rows["num_workers"].editor.value() == 4
+    assert not panel.rows["num_workers"].apply_button.isEnabled()
+
+
+def test_values_set_at_start_are_shown_with_apply_off(panel_for):
+    """``gpuwatch run --set num_workers=2``: the runner starts with it (config 0)."""
+    knobs = [dict(k, default=2) if k["name"] == "num_workers" else k for k in KNOBS]
+    session = FakeSession(knobs)
+    panel = panel_for(session)
+    assert panel.rows["num_workers"].editor.value() == 2
+    assert not panel.rows["num_workers"].apply_button.isEnabled()
+
+
+def test_a_replay_shows_the_configuration_at_its_play_position(panel_for):
+    """A recording's configuration changes arrive as the play position passes them."""
+    session = FakeSession(state=SessionState.FINISHED)
+    panel = panel_for(session)
+    panel.set_locked(READ_ONLY)
+    base = session.config_changes()[-1]
+    session._changes.append(
+        ConfigChange(
+            1, {**base.values, "num_workers": 2}, {"num_workers": 2}, base.t_ns + 1, 100, 4
+        )
+    )
+    panel.refresh()
+    assert panel.rows["num_workers"].editor.value() == 2
+    assert not panel.rows["num_workers"].editor.isEnabled()
+    assert not panel.rows["num_workers"].apply_button.isEnabled()

@@ -1,8 +1,12 @@
 """The knob panel: one editor per knob of the runner's schema, grouped, live.
 
 Built from ``session.knobs`` (docs/knobs.md §2) and rebuilt when a new run's hello arrives.
-Editors always show the values *in force* (``session.config_values()``), so a refused change
-snaps back by itself; the panel only remembers which requests are still unanswered.
+Editors show the values *in force* (``session.config_values()``, the latest applied
+configuration), whoever changed them: this panel, the advisor's Apply, the tour, ``--set`` or a
+replayed recording. A refused change snaps back by itself; the panel only remembers which
+requests are still unanswered and which numeric fields hold a draft. A draft lasts until it is
+applied or the running value changes under it (then the new running value wins: a stale draft
+with its Apply enabled would undo another's change in one click).
 
 Numeric knobs are edited as a draft and applied on Enter, when the field loses focus, or with
 the row's "Apply" button: arrows and the mouse wheel only change the draft. Each change
@@ -54,6 +58,13 @@ INT_LIMIT = 2**31 - 1
 #: Width of the panel before any knob is known (then: its widest row).
 MIN_WIDTH = 260
 _SMALL = "font-size: 11px;"
+#: A row that has shown no running value yet.
+_NOT_SHOWN = object()
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as knob values, as the Session compares them: 2 == 2.0, but True is not 1."""
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
 
 
 def cost_text(name: str, change: ConfigChange, row: SegmentStats | None) -> str:
@@ -86,6 +97,10 @@ class KnobRow:
         tip += f"\n\n{self.name}" + (f" — changing it rebuilds the {rebuilds}" if rebuilds else "")
         self.label.setToolTip(tip.strip())
         self.apply_button: QToolButton | None = None
+        #: The running value the editor last showed, and whether the user edited it since
+        #: (a numeric draft waiting for Enter or Apply).
+        self.shown: Any = _NOT_SHOWN
+        self.draft = False
         self.editor = self._build_editor(panel)
         self.editor.setToolTip(tip.strip())
         self.note = QLabel()
@@ -183,7 +198,9 @@ class KnobRow:
         return None
 
     def show_value(self, value: Any) -> None:
-        """Show ``value`` without sending anything."""
+        """Show the running ``value`` without sending anything (ends any draft)."""
+        self.shown = value
+        self.draft = False
         editor = self.editor
         editor.blockSignals(True)
         try:
@@ -198,13 +215,12 @@ class KnobRow:
         finally:
             editor.blockSignals(False)
 
-    def is_draft(self, current: Any) -> bool:
-        """A numeric field the user is editing (focused, differing): not overwritten."""
-        return (
-            isinstance(self.editor, QSpinBox | QDoubleSpinBox)
-            and self.editor.hasFocus()
-            and self.value() != current
-        )
+    def follow(self, current: Any) -> None:
+        """Show the running value ``current``: at once when it changed since last shown
+        (whoever changed it; a draft of the old value is dropped), else unless the user
+        holds a draft (an unchanged field is left alone, so typing is never clobbered)."""
+        if not _same(current, self.shown) or (not self.draft and not _same(self.value(), current)):
+            self.show_value(current)
 
     def set_usable(self, usable: bool) -> None:
         self.editor.setEnabled(usable and self.enabled_here)
@@ -327,9 +343,8 @@ class KnobPanel(QWidget):
         pending_names = {name for name, _ in self._pending.values()}
         for name, row in self.rows.items():
             row.set_usable(usable)
-            current = self._current.get(name)
-            if name not in pending_names and not row.is_draft(current):
-                row.show_value(current)
+            if name not in pending_names:
+                row.follow(self._current.get(name))
             self._update_apply(row)
         if rows is not None:
             self._show_costs(rows)
@@ -383,14 +398,18 @@ class KnobPanel(QWidget):
             return
         pending = any(name == row.name for name, _ in self._pending.values())
         button.setEnabled(
-            row.editor.isEnabled() and not pending and row.value() != self._current.get(row.name)
+            row.editor.isEnabled()
+            and not pending
+            and not _same(row.value(), self._current.get(row.name))
         )
 
     # ---- Requests -------------------------------------------------------------------
 
     def draft_changed(self, name: str) -> None:
+        """The user changed a numeric field (signals are blocked while values are shown)."""
         row = self.rows.get(name)
         if row is not None:
+            row.draft = not _same(row.value(), row.shown)
             self._update_apply(row)
 
     def request(self, name: str, value: Any) -> None:
@@ -415,6 +434,7 @@ class KnobPanel(QWidget):
         if request is None:
             return
         self._pending[request] = (name, value)
+        row.draft = False  # asked for: a refusal snaps it back, an answer shows it
         self._set_message(f"applying {name} = {format_value(value)}…", Role.NOTE_TEXT)
         row.cost.setText("applying…")
         row.cost.show()
