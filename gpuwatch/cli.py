@@ -724,10 +724,12 @@ def _open_window(args: argparse.Namespace, own: str = "", **fields: Any) -> int:
 
 def _window_kit() -> tuple[type[WindowOptions], Callable[[WindowOptions], int]]:
     """The window's options type and entry point, imported only now; one line (exit 1) when
-    there is no display or the window cannot be imported."""
+    there is no display, Qt's platform plugin lacks system libraries (before Qt aborts on
+    them), or the window cannot be imported."""
     from gpuwatch.core.run.display import missing_display_reason
+    from gpuwatch.qt_preflight import missing_libraries_reason
 
-    reason = missing_display_reason()
+    reason = missing_display_reason() or missing_libraries_reason()
     if reason:
         raise CliError(reason)
     try:

@@ -73,13 +73,16 @@ size_kb=$(du -sk "$deb_root" | cut -f1)
 # getconf, not `ldd --version | head -1`: under pipefail, head closing the pipe early makes
 # ldd die of SIGPIPE and the build stop here (18 of 30 runs on this machine).
 glibc=$(getconf GNU_LIBC_VERSION | grep -oE '[0-9]+\.[0-9]+$')
+# The system libraries Qt's X11 platform plugin loads: the table the first-launch check
+# (gpuwatch/qt_preflight.py) names packages from, so the .deb and that message agree.
+qt_depends=$("$python" -c "from gpuwatch.qt_preflight import DEB_DEPENDS; print(', '.join(DEB_DEPENDS))")
 cat > "$deb_root/DEBIAN/control" <<CONTROL
 Package: gpuwatch
 Version: $version
 Architecture: $arch
 Maintainer: gpuwatch developers <gpuwatch@users.noreply.github.com>
 Installed-Size: $size_kb
-Depends: libc6 (>= $glibc), libgl1, libegl1, libxcb1, libxcb-icccm4, libxcb-keysyms1
+Depends: libc6 (>= $glibc), $qt_depends
 Recommends: python3
 Section: devel
 Priority: optional
