@@ -247,6 +247,28 @@ def test_old_python_old_torch_broken_torch_and_missing_torchvision():
     assert no_vision.level == WARN and no_vision.fix == "run `p -m pip install torchvision`"
 
 
+def test_the_index_fits_the_gpus_and_the_driver_s_cuda():
+    """The newest index whose kernels cover every GPU and whose CUDA the driver supports;
+    with the driver unknown, the oldest that covers them (it runs on the most drivers)."""
+    name = lambda caps, driver: getattr(interpreters.cuda_index(caps, driver), "name", None)  # noqa: E731
+    assert name([(8, 6)], (13, 0)) == "cu130"
+    assert name([(8, 6)], (12, 8)) == "cu128"
+    assert name([(8, 6)], (12, 6)) == "cu126"
+    assert name([(8, 6)], (12, 4)) is None  # the driver is too old for every index
+    assert name([(8, 6)], None) == "cu126"
+    assert name([(12, 0)], (12, 6)) is None  # cu126 has no Blackwell kernels
+    assert name([(12, 0)], None) == "cu128"
+    assert name([(6, 1), (8, 6)], (13, 0)) == "cu126"  # every GPU must be covered
+    assert name([(3, 5)], (13, 0)) is None
+
+
+def test_check_reads_the_driver_s_cuda_when_nvml_saw_gpus(tmp_path, monkeypatch):
+    monkeypatch.setattr(interpreters, "driver_cuda_version", lambda: (12, 8))
+    report = dict(TORCH_OK, torch="2.14.1+cpu", cuda=None, cuda_available=False, arch_list=[])
+    verdict = check(fake_python(tmp_path, report), gpus=[(8, 6)]).verdict
+    assert verdict.level == WARN and verdict.fix.endswith("whl/cu128`")
+
+
 def test_arch_support_rules():
     assert arch_supports(["sm_80"], (8, 6))  # same major, lower minor: cubin runs
     assert not arch_supports(["sm_86"], (8, 0))  # a newer minor's cubin does not

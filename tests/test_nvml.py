@@ -30,6 +30,7 @@ from gpuwatch.core.model.metrics import (
 )
 from gpuwatch.core.model.store import SeriesStore
 from gpuwatch.core.run import nvml
+from gpuwatch.core.run.gpu_mismatch import GpuView, check_python
 from gpuwatch.core.run.samplers import PERIOD_UNKNOWN, NvmlSampler, nvml_unavailable_statuses
 
 UUID0 = "GPU-8f0e1a2b-0000-1111-2222-333344445555"
@@ -239,6 +240,55 @@ def test_list_devices_and_describe(
     assert info["available"] is True and info["reason"] is None
     assert info["driver_version"] == "580.65.06"
     assert [d["driver_model"] for d in info["devices"]] == [None, None]  # Linux: n/a
+
+
+def test_the_driver_s_cuda_version_and_each_gpu_s_capability(
+    machine: FakeNvml, two_gpus: tuple[FakeDevice, FakeDevice]
+) -> None:
+    """``nvmlSystemGetCudaDriverVersion`` answers major * 1000 + minor * 10 (12080: 12.8)."""
+    machine.set_capability(two_gpus[1], 6, 1)
+    machine.set_cuda_driver_version(12080)
+    assert nvml.cuda_driver_version() == (12, 8)
+    caps = [nvml.compute_capability(d.handle) for d in nvml.list_devices()]
+    assert caps == [(8, 0), (6, 1)]
+    assert GpuView.from_nvml() == GpuView(((8, 0), (6, 1)), (12, 8))
+    assert nvml.describe()["cuda_driver_version"] == "12.8"
+
+
+def test_a_driver_without_the_cuda_version_call_leaves_it_unknown(
+    machine: FakeNvml, two_gpus: tuple[FakeDevice, FakeDevice]
+) -> None:
+    machine.hide("nvmlSystemGetCudaDriverVersion")
+    assert nvml.cuda_driver_version() is None
+    assert GpuView.from_nvml() == GpuView(((8, 0), (8, 0)), None)
+
+
+def test_no_driver_no_gpu_view(no_library: list[str]) -> None:
+    assert nvml.cuda_driver_version() is None
+    assert GpuView.from_nvml() == GpuView()
+
+
+def test_linux_cu130_on_a_cuda_12_2_driver_seen_through_nvml(machine: FakeNvml) -> None:
+    """The registry's Linux torch on driver 535 (CUDA 12.2): too old for every PyTorch CUDA
+    build, so the sentence names the driver version to update to."""
+    gpu = machine.add_gpu(UUID0, 0x01, name="NVIDIA GeForce RTX 3090")
+    machine.set_capability(gpu, 8, 6)
+    machine.set_cuda_driver_version(12020)
+    report = {
+        "python": "3.12.3",
+        "prefix": "/home/ana/.venv",
+        "torch": "2.14.1+cu130",
+        "cuda": "13.0",
+        "cuda_available": False,
+        "arch_list": ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"],
+    }
+    found = check_python("/home/ana/.venv/bin/python", survey=lambda python, timeout: report)
+    assert found is not None
+    assert "built for CUDA 13.0 but the NVIDIA driver supports CUDA 12.2 at most" in (
+        found.sentence
+    )
+    assert "update the NVIDIA driver to " in found.sentence
+    assert found.fix_command is not None and found.fix_command.endswith("whl/cu126")
 
 
 def test_a_gpu_without_permission_is_skipped_not_fatal(

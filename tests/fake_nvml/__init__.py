@@ -200,6 +200,15 @@ class FakeNvml:
         """Play Windows: ``nvmlDeviceGetDriverModel_v2`` answers ``model`` (-1: Linux)."""
         self._lib.fake_set_driver_model(dev.slot, model)
 
+    def set_capability(self, dev: FakeDevice, major: int, minor: int) -> None:
+        """What ``nvmlDeviceGetCudaComputeCapability`` answers for ``dev`` (default 8.0)."""
+        self._lib.fake_set_capability(dev.slot, major, minor)
+
+    def set_cuda_driver_version(self, version: int) -> None:
+        """What ``nvmlSystemGetCudaDriverVersion`` answers: 12080 for CUDA 12.8 (default
+        13000, the CUDA of the fake's 580 driver)."""
+        self._lib.fake_set_cuda_driver_version(version)
+
     # -- failures --
 
     def fail(self, dev: FakeDevice | None, function: str, code: int) -> None:

@@ -103,6 +103,7 @@ typedef struct fake_device {
     unsigned int live_value;
     unsigned long long last_seen; /* the lastSeenTimeStamp of the latest GetSamples call */
     int driver_model;             /* nvmlDriverModel_t, or -1: not Windows */
+    int cc_major, cc_minor;       /* CUDA compute capability */
 } fake_device;
 
 typedef fake_device *nvmlDevice_t;
@@ -111,6 +112,8 @@ static fake_device devices[MAX_DEVICES];
 static int init_count;
 static int driver_error; /* non-zero: every call returns this (the driver went away) */
 static char driver_version[VERSION_SIZE] = "580.65.06";
+/* What nvmlSystemGetCudaDriverVersion answers: major * 1000 + minor * 10 (580.65.06: 13.0). */
+static int cuda_driver_version = 13000;
 
 static struct {
     int slot; /* -1: every device */
@@ -228,6 +231,26 @@ nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
     if (strlen(driver_version) + 1 > length)
         return NVML_ERROR_INSUFFICIENT_SIZE;
     strcpy(version, driver_version);
+    return NVML_SUCCESS;
+}
+
+/* "Retrieves the version of the CUDA driver" as major * 1000 + minor * 10
+ * (NVML_CUDA_DRIVER_VERSION_MAJOR(v) = v / 1000, NVML_CUDA_DRIVER_VERSION_MINOR(v) = v % 1000 / 10). */
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *version)
+{
+    ENTER(NULL, 0);
+    if (version == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *version = cuda_driver_version;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version)
+{
+    ENTER(NULL, 0);
+    if (version == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *version = cuda_driver_version;
     return NVML_SUCCESS;
 }
 
@@ -556,6 +579,17 @@ nvmlReturn_t nvmlDeviceGetDriverModel(nvmlDevice_t device, int *current, int *pe
     return driver_model(device, current, pending);
 }
 
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+    ENTER(device, 1);
+    if (major == NULL || minor == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlDevice_t gpu = gpu_of(device); /* a MIG device has its GPU's architecture */
+    *major = gpu->cc_major;
+    *minor = gpu->cc_minor;
+    return NVML_SUCCESS;
+}
+
 /* ---- Control API for tests ----------------------------------------------------------- */
 
 void fake_reset(void)
@@ -565,6 +599,7 @@ void fake_reset(void)
     driver_error = 0;
     n_failures = 0;
     n_counters = 0;
+    cuda_driver_version = 13000;
 }
 
 static int new_slot(void)
@@ -577,6 +612,8 @@ static int new_slot(void)
             devices[i].live_clock = -1;
             devices[i].driver_model = -1;
             devices[i].energy_base_ns = monotonic_ns();
+            devices[i].cc_major = 8; /* an A100's 8.0 unless the test says otherwise */
+            devices[i].cc_minor = 0;
             return i;
         }
     }
@@ -711,3 +748,12 @@ void fake_set_driver_model(int slot, int model) { devices[slot].driver_model = m
 unsigned long long fake_last_seen(int slot) { return devices[slot].last_seen; }
 
 int fake_init_count(void) { return init_count; }
+
+void fake_set_capability(int slot, int major, int minor)
+{
+    devices[slot].cc_major = major;
+    devices[slot].cc_minor = minor;
+}
+
+/* The newest CUDA the driver supports, as nvmlSystemGetCudaDriverVersion spells it (12080: 12.8). */
+void fake_set_cuda_driver_version(int version) { cuda_driver_version = version; }

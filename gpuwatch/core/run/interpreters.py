@@ -32,14 +32,63 @@ SURVEY_TIMEOUT_S = 30.0
 #: The runner's floor (pyproject's requires-python and torch pin).
 MIN_PYTHON = (3, 10)
 MIN_TORCH = (2, 4)
-#: PyTorch's wheel index per CUDA family: cu128 covers compute capability 7.5–12.0,
-#: cu126 5.0–9.0 (the ``TORCH_CUDA_ARCH_LIST`` each index is built with).
 INDEX_URL = "https://download.pytorch.org/whl/{}"
 OK, WARN, BAD = "ok", "warn", "bad"
 _LEVEL_RANK = {OK: 0, WARN: 1, BAD: 2}
 _PYTHON_NAME = re.compile(r"^python(3(\.\d+)?)?(\.exe)?$", re.IGNORECASE)
 #: The survey's source, run with ``-c`` (the frozen build ships it as a plain data file here).
 SURVEY_FILE = Path(__file__).with_name("interpreter_survey.py")
+
+
+@dataclass(frozen=True)
+class WheelIndex:
+    """One of PyTorch's CUDA wheel indexes: the CUDA it is built with, the GPU architectures
+    its wheels carry kernels for, and the oldest NVIDIA driver that runs that CUDA."""
+
+    name: str
+    cuda: tuple[int, int]
+    arch_list: tuple[str, ...]
+    min_driver_linux: str
+    min_driver_windows: str
+
+    @property
+    def url(self) -> str:
+        return INDEX_URL.format(self.name)
+
+    def min_driver(self, windows: bool) -> str:
+        return self.min_driver_windows if windows else self.min_driver_linux
+
+
+#: PyTorch's CUDA wheel indexes, oldest CUDA first. Arch lists: what ``torch.cuda.
+#: get_arch_list()`` reports for each build (the ``TORCH_CUDA_ARCH_LIST`` it is built with;
+#: PyTorch's release matrix, https://github.com/pytorch/pytorch/blob/main/RELEASE.md, and
+#: https://pytorch.org/get-started/locally/): cu126 keeps Maxwell to Hopper (5.0-9.0), cu128
+#: and cu130 start at Turing (7.5) and reach Blackwell (12.0, plus its PTX). Drivers: the
+#: "CUDA Toolkit and Corresponding Driver Versions" table of the CUDA release notes
+#: (https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/), the GA row of each version.
+WHEEL_INDEXES = (
+    WheelIndex(
+        "cu126",
+        (12, 6),
+        ("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"),
+        "560.28.03",
+        "560.76",
+    ),
+    WheelIndex(
+        "cu128",
+        (12, 8),
+        ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"),
+        "570.26",
+        "570.65",
+    ),
+    WheelIndex(
+        "cu130",
+        (13, 0),
+        ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"),
+        "580.65.06",
+        "580.88",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -254,23 +303,56 @@ def gpu_capabilities() -> list[tuple[int, int]]:
         return []
 
 
-def command(python: str, *args: str) -> str:
-    """A command line the user can paste into their shell."""
+def driver_cuda_version() -> tuple[int, int] | None:
+    """The newest CUDA the NVIDIA driver supports, from NVML (None without NVML or a GPU)."""
+    try:
+        from gpuwatch.core.run import nvml
+
+        return nvml.cuda_driver_version()
+    except Exception:  # NVML is optional: unknown means "choose by the GPUs alone"
+        return None
+
+
+def command(python: str, *args: str, windows: bool | None = None) -> str:
+    """A command line the user can paste into their shell (``cmd`` quoting on Windows)."""
     parts = [python, *args]
-    if sys.platform == "win32":
+    if sys.platform == "win32" if windows is None else windows:
         return subprocess.list2cmdline(parts)
     return shlex.join(parts)
 
 
-def _pip(python: str, *args: str) -> str:
-    return command(python, "-m", "pip", "install", *args)
+def _pip(python: str, *args: str, windows: bool | None = None) -> str:
+    return command(python, "-m", "pip", "install", *args, windows=windows)
 
 
-def _externally_managed(report: dict[str, Any]) -> bool:
+def cuda_install(python: str, index: WheelIndex, windows: bool | None = None) -> str:
+    """The pip command that replaces ``python``'s torch with ``index``'s build (the same
+    version number with another local tag counts as installed, hence the reinstall)."""
+    return _pip(
+        python,
+        "--force-reinstall",
+        "torch",
+        "torchvision",
+        "--index-url",
+        index.url,
+        windows=windows,
+    )
+
+
+def venv_cuda_install(python: str, index: WheelIndex) -> str:
+    """For a Python pip refuses to touch (PEP 668): a venv in the home, with ``index``'s torch,
+    where discovery finds it by itself."""
+    return (
+        f"{command(python, '-m', 'venv', windows=False)} ~/.venv && ~/.venv/bin/python -m pip "
+        f"install torch torchvision --index-url {index.url}"
+    )
+
+
+def externally_managed(report: dict[str, Any]) -> bool:
     """pip refuses to install into this Python: a distribution's own (PEP 668 marker in its
     stdlib folder, e.g. Debian 12's /usr/lib/python3.11/EXTERNALLY-MANAGED). A venv's
     prefix is the venv, which has no marker."""
-    prefix, version = report.get("prefix"), _version(report.get("python"))
+    prefix, version = report.get("prefix"), version_numbers(report.get("python"))
     if not prefix or len(version) < 2:
         return False
     stdlibs = (Path(prefix, "lib", f"python{version[0]}.{version[1]}"), Path(prefix, "Lib"))
@@ -286,7 +368,8 @@ def _venv_with_torch(python: str) -> str:
     )
 
 
-def _version(text: Any) -> tuple[int, ...]:
+def version_numbers(text: Any) -> tuple[int, ...]:
+    """Major and minor of a version text: ``"2.14.1+cu130"`` → ``(2, 14)``."""
     numbers = re.findall(r"\d+", str(text or "").split("+")[0])[:2]
     return tuple(int(n) for n in numbers)
 
@@ -315,15 +398,79 @@ def _sm(capability: Sequence[int]) -> str:
     return f"sm_{capability[0]}{capability[1]}"
 
 
-def _cuda_index(capabilities: Sequence[tuple[int, int]]) -> str:
-    return "cu126" if capabilities and min(capabilities) < (7, 5) else "cu128"
+def covers(index: WheelIndex, capabilities: Sequence[tuple[int, int]]) -> bool:
+    """Do ``index``'s wheels carry kernels for every one of these GPUs?"""
+    return all(arch_supports(index.arch_list, c) for c in capabilities)
 
 
-def judge(report: dict[str, Any], python: str, gpus: Sequence[tuple[int, int]] = ()) -> Verdict:
-    """The verdict on one survey report; ``gpus`` are NVML's capabilities (may be empty)."""
+def cuda_index(
+    capabilities: Sequence[tuple[int, int]], driver_cuda: tuple[int, int] | None = None
+) -> WheelIndex | None:
+    """The wheel index for these GPUs and this driver: the newest whose kernels cover every
+    GPU and whose CUDA the driver supports. With the driver's CUDA unknown, the oldest that
+    covers the GPUs (it runs on the most drivers). None: no index fits (the driver is too
+    old for every index that covers the GPUs, or no index covers them)."""
+    fitting = [i for i in WHEEL_INDEXES if covers(i, capabilities)]
+    if driver_cuda is None:
+        return fitting[0] if fitting else None
+    usable = [i for i in fitting if i.cuda <= driver_cuda]
+    return usable[-1] if usable else None
+
+
+@dataclass(frozen=True)
+class CudaFix:
+    """How to get a torch that runs on these GPUs: the index to install from, the driver
+    update needed first (None: the driver will do), and the command to run."""
+
+    index: WheelIndex | None
+    driver_update: str | None
+    command: str | None
+
+    def text(self) -> str:
+        """The fix as a verdict states it."""
+        steps = [self.driver_update, f"run `{self.command}`" if self.command else None]
+        return ", then ".join(s for s in steps if s) or "no PyTorch CUDA build supports this GPU"
+
+
+def cuda_fix(
+    python: str,
+    capabilities: Sequence[tuple[int, int]],
+    driver_cuda: tuple[int, int] | None,
+    report: dict[str, Any],
+    windows: bool | None = None,
+) -> CudaFix:
+    """Install the ``cuda_index`` build into ``python`` (into a new venv when pip may not
+    touch it). When the driver is too old for every index, the fix names the driver version
+    to update to, and the command is the one to run afterwards."""
+    windows = sys.platform == "win32" if windows is None else windows
+    index = cuda_index(capabilities, driver_cuda)
+    update = None
+    if index is None:
+        index = cuda_index(capabilities)  # the covering index with the oldest driver floor
+        if index is None:
+            return CudaFix(None, None, None)
+        if driver_cuda is not None:
+            update = (
+                f"update the NVIDIA driver to {index.min_driver(windows)} or newer (it "
+                f"supports CUDA {driver_cuda[0]}.{driver_cuda[1]}; PyTorch's {index.name} "
+                f"build needs {index.cuda[0]}.{index.cuda[1]})"
+            )
+    if externally_managed(report):
+        return CudaFix(index, update, venv_cuda_install(python, index))
+    return CudaFix(index, update, cuda_install(python, index, windows))
+
+
+def judge(
+    report: dict[str, Any],
+    python: str,
+    gpus: Sequence[tuple[int, int]] = (),
+    driver_cuda: tuple[int, int] | None = None,
+) -> Verdict:
+    """The verdict on one survey report; ``gpus`` are NVML's capabilities (may be empty) and
+    ``driver_cuda`` the newest CUDA the driver supports (None: unknown)."""
     if "error" in report:
         return Verdict(BAD, str(report["error"]), "choose another interpreter")
-    py = _version(report.get("python"))
+    py = version_numbers(report.get("python"))
     if py < MIN_PYTHON:
         return Verdict(
             BAD,
@@ -338,7 +485,7 @@ def judge(report: dict[str, Any], python: str, gpus: Sequence[tuple[int, int]] =
         if not error or error.startswith(("ModuleNotFoundError", "ImportError: No module")):
             fix = (
                 _venv_with_torch(python)
-                if _externally_managed(report)
+                if externally_managed(report)
                 else f"run `{_pip(python, 'torch', 'torchvision')}`"
             )
             return Verdict(BAD, f"Python {report.get('python')}: torch not installed", fix)
@@ -349,7 +496,7 @@ def judge(report: dict[str, Any], python: str, gpus: Sequence[tuple[int, int]] =
             f"reinstall it: `{reinstall}`",
         )
     head = f"Python {report.get('python')}, torch {torch}"
-    if _version(torch) < MIN_TORCH:
+    if version_numbers(torch) < MIN_TORCH:
         return Verdict(
             BAD,
             f"{head}: torch is older than gpuwatch needs ({MIN_TORCH[0]}.{MIN_TORCH[1]}+)",
@@ -358,10 +505,7 @@ def judge(report: dict[str, Any], python: str, gpus: Sequence[tuple[int, int]] =
     issues: list[Verdict] = []
     cuda = report.get("cuda")
     caps = list(gpus) or [tuple(c) for c in report.get("capabilities") or []]
-    index_url = INDEX_URL.format(_cuda_index(caps))
-    cuda_install = _pip(
-        python, "--force-reinstall", "torch", "torchvision", "--index-url", index_url
-    )
+    gpu_fix = cuda_fix(python, caps, driver_cuda, report).text()
     if not caps:
         built = f"CUDA {cuda} build" if cuda else "CPU build"
         issues.append(Verdict(OK, f"{head} ({built}); no NVIDIA GPU found: trains on the CPU"))
@@ -370,17 +514,19 @@ def judge(report: dict[str, Any], python: str, gpus: Sequence[tuple[int, int]] =
             Verdict(
                 WARN,
                 f"{head} is a CPU-only build: the GPU is not used, training runs on the CPU",
-                f"for the GPU run `{cuda_install}`",
+                f"for the GPU {gpu_fix}",
             )
         )
     elif not report.get("cuda_available"):
         why = report.get("cuda_error") or "torch.cuda.is_available() is False"
+        if driver_cuda is not None and version_numbers(cuda) > driver_cuda:
+            why = f"the driver supports CUDA {driver_cuda[0]}.{driver_cuda[1]} at most"
         issues.append(
             Verdict(
                 WARN,
                 f"{head} (CUDA {cuda}) cannot use the GPU ({why}): training runs on the CPU",
                 f"update the NVIDIA driver to one that supports CUDA {cuda}, or "
-                f"install a torch build for the driver's CUDA version",
+                f"install a torch build for the driver's CUDA version: {gpu_fix}",
             )
         )
     else:
@@ -393,7 +539,7 @@ def judge(report: dict[str, Any], python: str, gpus: Sequence[tuple[int, int]] =
                     BAD,
                     f"{head} (CUDA {cuda}) has no kernels for this GPU "
                     f"({_sm(unsupported[0])}; it was built for {built_for})",
-                    f"run `{cuda_install}`",
+                    gpu_fix,
                 )
             )
         else:
@@ -418,11 +564,17 @@ def judge(report: dict[str, Any], python: str, gpus: Sequence[tuple[int, int]] =
 
 
 def check(
-    candidate: Candidate, gpus: Sequence[tuple[int, int]] = (), timeout: float = SURVEY_TIMEOUT_S
+    candidate: Candidate,
+    gpus: Sequence[tuple[int, int]] = (),
+    timeout: float = SURVEY_TIMEOUT_S,
+    driver_cuda: tuple[int, int] | None = None,
 ) -> Surveyed:
-    """Survey one candidate and judge it; ``gpus`` are the compute capabilities of the GPUs here."""
+    """Survey one candidate and judge it; ``gpus`` are the compute capabilities of the GPUs
+    here (from NVML, which then also says the driver's CUDA unless ``driver_cuda`` is given)."""
     report = survey(candidate.path, timeout)
-    return Surveyed(candidate, report, judge(report, candidate.path, gpus))
+    if gpus and driver_cuda is None:
+        driver_cuda = driver_cuda_version()
+    return Surveyed(candidate, report, judge(report, candidate.path, gpus, driver_cuda))
 
 
 def check_all(

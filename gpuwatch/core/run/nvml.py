@@ -472,6 +472,28 @@ def driver_version() -> Any:
     return NA if value is NA else _text(value)
 
 
+def cuda_driver_version() -> tuple[int, int] | None:
+    """The newest CUDA version the driver supports, e.g. (12, 8); None if NVML cannot say.
+
+    ``nvmlSystemGetCudaDriverVersion`` answers ``major * 1000 + minor * 10`` (12080 for 12.8:
+    nvml.h's ``NVML_CUDA_DRIVER_VERSION_MAJOR(v) = v / 1000`` and ``..._MINOR(v) = v % 1000 /
+    10``, https://docs.nvidia.com/deploy/nvml-api/group__nvmlSystemQueries.html). It is what
+    ``nvidia-smi`` prints as "CUDA Version" and decides which PyTorch CUDA build can run.
+    """
+    value = query("nvmlSystemGetCudaDriverVersion")
+    if value is NA or int(value) <= 0:
+        return None
+    return int(value) // 1000, int(value) % 1000 // 10
+
+
+def compute_capability(handle: Any) -> tuple[int, int] | None:
+    """A GPU's CUDA compute capability, e.g. (8, 6) for sm_86; None if NVML cannot say."""
+    value = query("nvmlDeviceGetCudaComputeCapability", handle)
+    if value is NA:
+        return None
+    return int(value[0]), int(value[1])
+
+
 def _driver_models(pynvml: Any) -> dict[int, str]:
     return {
         getattr(pynvml, "NVML_DRIVER_WDDM", 0): "WDDM",
@@ -518,12 +540,15 @@ def describe() -> dict[str, Any]:
         "reason": reason,
         "binding_version": _binding_version(),
         "driver_version": None,
+        "cuda_driver_version": None,
         "devices": [],
     }
     if reason is not None:
         return info
     version = driver_version()
     info["driver_version"] = None if version is NA else version
+    cuda = cuda_driver_version()
+    info["cuda_driver_version"] = None if cuda is None else f"{cuda[0]}.{cuda[1]}"
     for dev in list_devices():
         model = driver_model(dev.handle)
         info["devices"].append({**dev.as_dict(), "driver_model": None if model is NA else model})
