@@ -702,3 +702,88 @@ def test_losses_within_noise_do_not_add_up_over_the_stages() -> None:
         ("compile", True),
     ]
     assert conductor.results()[3].ratio == pytest.approx(184 / 200)
+
+
+# ---- The speaker drives: next, back, hold -----------------------------------------------------
+
+
+def test_hold_keeps_a_stable_stage_until_released() -> None:
+    session, clock = FakeSession(schema(cuda=False)), FakeClock()
+    conductor = conductor_for(session, [[], ["num_workers=2"]], clock)
+    conductor.tick()
+    conductor.hold(True)
+    session.measure(0, steps=50, steady_s=6.0, rates=(100.0, 101.0, 100.0))
+    progress = conductor.tick()
+    assert progress.held and progress.state == "steady" and session.sent == []
+    assert progress.fraction == 1.0 and "held" in progress.message
+    clock.advance(60.0)
+    assert conductor.tick().index == 0  # held however long it has been steady
+    conductor.hold(False)
+    progress = conductor.tick()
+    assert not progress.held and progress.index == 1
+    assert session.sent == [(1, {"num_workers": 2}, "num_workers=2")]
+
+
+def test_next_moves_on_at_once_judging_or_skipping_the_stage() -> None:
+    session, clock = FakeSession(schema(cuda=False)), FakeClock()
+    stages = plan_stages(session.knobs, [[], ["num_workers=2"], ["log_every=50"]])
+    conductor = Conductor(session, stages, min_steady_s=100.0, clock=clock, revert_slower=True)
+    conductor.tick()
+    session.measure(0, steps=50, steady_s=6.0, rates=(100.0, 101.0, 100.0))
+    progress = conductor.tick()
+    assert progress.state == "steady" and progress.fraction == pytest.approx(0.06)
+    assert conductor.next()
+    assert conductor.tick().index == 1  # steady figures: judged, then the next stage
+    assert [(r.label, r.kept) for r in conductor.results()][:1] == [("baseline", True)]
+    # Next while the stage's change is still applying: it moves on once the answer is in.
+    assert conductor.next()
+    assert conductor.tick().state == "applying"
+    config_id = session.apply(1)
+    progress = conductor.tick()
+    assert progress.index == 2 and progress.state == "applying"
+    assert session.changes[config_id].label == "num_workers=2 — skipped"
+    workers = conductor.results()[1]
+    assert workers.skipped and workers.kept is False
+    assert workers.verdict == "num_workers=2: skipped before it was measured"
+    # The skipped stage is not kept: the next one is built on the baseline's settings.
+    assert session.sent[-1] == (2, {"num_workers": 0, "log_every": 50}, "log_every=50")
+
+
+def test_back_measures_the_stage_before_again() -> None:
+    session, clock = FakeSession(schema(cuda=False)), FakeClock()
+    conductor = conductor_for(session, [[], ["num_workers=2"]], clock, revert_slower=True)
+    assert not conductor.back()  # nothing before the first stage
+    conductor.tick()
+    session.measure(0, steps=50, steady_s=6.0, rates=(100.0, 101.0, 100.0))
+    assert conductor.tick().index == 1
+    config_id = session.apply(1)
+    conductor.tick()
+    assert conductor.back()
+    progress = conductor.tick()
+    assert progress.index == 0 and progress.state == "applying"
+    assert session.changes[config_id].label == "num_workers=2 — skipped"
+    assert session.sent[-1] == (2, {"num_workers": 0}, "baseline")
+    assert conductor.results() == []  # the baseline's verdict is made again
+    again = session.apply(2)
+    session.measure(again, steps=50, steady_s=6.0, rates=(102.0, 101.0, 102.0))
+    conductor.tick()
+    assert conductor.tick().index == 1
+    assert [(r.label, r.config_id) for r in conductor.results()][:1] == [("baseline", again)]
+
+
+def test_a_compiling_stage_says_so_with_its_elapsed_time() -> None:
+    session, clock = FakeSession(schema(cuda=False)), FakeClock()
+    conductor = conductor_for(session, [[], ["compile=default"]], clock)
+    conductor.tick()
+    assert conductor.tick().phase == "warming up… 0 s"
+    session.measure(0, steps=50, steady_s=6.0, rates=(100.0, 101.0, 100.0))
+    progress = conductor.tick()
+    assert progress.index == 1 and progress.phase == "compiling… 0 s"
+    clock.advance(12.0)
+    assert conductor.tick().phase == "compiling… 12 s"
+    config_id = session.apply(1)
+    clock.advance(8.0)
+    progress = conductor.tick()
+    assert progress.state == "transition" and progress.phase == "compiling… 20 s"
+    session.measure(config_id, steps=30, steady_s=1.0, rates=(150.0, 151.0, 150.0))
+    assert conductor.tick().phase == ""

@@ -45,6 +45,8 @@ BASELINE_CAPTION = "the workload's naive defaults: the reference every speedup i
 #: The stage a tour adds when its last stage was reverted: the kept configuration, measured.
 BEST_LABEL = "best found"
 REVERTED = "reverted"
+#: A stage the speaker moved on from (next or back) before it had steady figures.
+SKIPPED = "skipped"
 
 APPLYING, TRANSITION, STEADY, DONE, FAILED = "applying", "transition", "steady", "done", "failed"
 
@@ -75,6 +77,7 @@ class StageResult:
     ``ratio`` is its steady samples/s over that of the fastest kept configuration before it
     (None for the first stage, or one not measured), judged against ``noise`` (a fraction).
     ``kept``: False once reverted; None while it is measured, or when it never was.
+    ``skipped``: the speaker moved on before it had steady figures (not kept, not judged).
     """
 
     stage: Stage
@@ -83,10 +86,14 @@ class StageResult:
     ratio: float | None = None
     noise: float = MIN_NOISE
     kept: bool | None = None
+    skipped: bool = False
 
     @property
     def label(self) -> str:
-        """The stage's name, saying so when it was reverted (its scoreboard row is named so)."""
+        """The stage's name, saying so when it was reverted or skipped (its scoreboard row is
+        named so)."""
+        if self.skipped:
+            return f"{self.stage.label} — {SKIPPED}"
         return f"{self.stage.label} — {REVERTED}" if self.kept is False else self.stage.label
 
     @property
@@ -97,6 +104,8 @@ class StageResult:
     @property
     def verdict(self) -> str:
         """One line for people: ``AMP: 0.28× the best so far — reverted``."""
+        if self.skipped:
+            return f"{self.stage.label}: {SKIPPED} before it was measured"
         if self.ratio is None:
             return f"{self.stage.label}: the reference"
         if self.stage.label == BEST_LABEL:
@@ -123,6 +132,12 @@ class TourProgress:
     message: str  # one human line
     #: The verdict on the last stage judged (``StageResult.verdict``), "" before the first.
     note: str = ""
+    #: The speaker holds the stage: it is measured but the tour does not move on by itself.
+    held: bool = False
+    #: How far the stage is towards its steady time, 0 to 1 (0 while it applies or warms up).
+    fraction: float = 0.0
+    #: While the stage applies, compiles or warms up: ``compiling… 12 s`` (else "").
+    phase: str = ""
 
 
 # ---- Planning ---------------------------------------------------------------------------------
@@ -326,7 +341,7 @@ def closing_sentence(results: Sequence[StageResult], where: str) -> str | None:
     reverted: list[str] = []
     fastest_before = base
     for r in results[1:]:
-        if r.stage.label == BEST_LABEL:
+        if r.stage.label == BEST_LABEL or r.skipped:
             continue
         if r.kept is False:
             reverted.append(r.stage.label)
@@ -458,6 +473,11 @@ class Conductor:
         self._last_step_seen_ns = 0
         self._row: SegmentStats | None = None
         self._held: list[StageResult] = []
+        #: The speaker's hold (no automatic advance) and a next (+1) or back (-1) waiting
+        #: for the stage's configuration to be known.
+        self._holding = False
+        self._move = 0
+        self._stage_since_ns = 0
         self._failed: str | None = None
         self.refusal: Refusal | None = None
         self.stopped = False
@@ -505,6 +525,31 @@ class Conductor:
         ]
         return closing_sentence(results, where_of(self._session.hello))
 
+    @property
+    def holding(self) -> bool:
+        return self._holding
+
+    def hold(self, on: bool) -> None:
+        """Hold the current stage (it goes on being measured, the tour waits) or let the
+        tour move on by itself again."""
+        self._holding = on
+
+    def next(self) -> bool:
+        """Move on to the next stage at the next ``tick``: the current one is judged if it
+        has steady figures, else marked skipped (and not kept). False when nothing moves."""
+        if self._state in (DONE, FAILED):
+            return False
+        self._move = 1
+        return True
+
+    def back(self) -> bool:
+        """Go back to the stage before at the next ``tick`` (its settings again, measured
+        anew; verdicts from it on are forgotten). False on the first stage."""
+        if self._state in (DONE, FAILED) or self._index == 0:
+            return False
+        self._move = -1
+        return True
+
     def stop(self) -> None:
         """End the tour where it is (the run itself goes on; its owner stops it)."""
         if self._state not in (DONE, FAILED):
@@ -535,6 +580,12 @@ class Conductor:
             self._poll_answer(now)
         if self._config_id is not None and self._state in (TRANSITION, STEADY):
             self._watch_segment(now)
+        if self._move and self._config_id is not None and self._state in (TRANSITION, STEADY):
+            move, self._move = self._move, 0
+            if move > 0:
+                self._next_stage(now)
+            else:
+                self._go_back(now)
 
     def _begin_stage(self, now: int) -> None:
         stage = self._on_kept(self._stages[self._index])
@@ -543,7 +594,7 @@ class Conductor:
         missing = object()
         wanted = {k: v for k, v in stage.values.items() if current.get(k, missing) != v}
         self._sent = True
-        self._phase_since_ns = now
+        self._phase_since_ns = self._stage_since_ns = now
         self._compiling = wanted.get("compile", "off") != "off"
         try:
             request = self._session.set_knobs(wanted, label=stage.label) if wanted else None
@@ -609,7 +660,7 @@ class Conductor:
             self._state = TRANSITION
             return
         self._state = STEADY
-        if self._stable(row):
+        if self._stable(row) and not self._holding and not self._move:
             self._next_stage(now)
 
     def _replaced(self) -> bool:
@@ -653,9 +704,14 @@ class Conductor:
         return stage if values == stage.values else dataclasses.replace(stage, values=values)
 
     def _judged(self) -> StageResult:
-        """The verdict on the stage just held; a reverted one's row is renamed to say so."""
-        assert self._config_id is not None and self._row is not None
+        """The verdict on the stage just held; a reverted or skipped one's row is renamed to
+        say so."""
+        assert self._config_id is not None
         stage, row = self._stages[self._index], self._row
+        if row is None or not row.steady:
+            skipped = StageResult(stage, self._config_id, kept=False, skipped=True)
+            self._session.label_segment(self._config_id, skipped.label)
+            return skipped
         final_best = self._best_added and self._index == len(self._stages) - 1
         rows = {r.config_id: r for r in self._session.scoreboard()}
         best = rows.get(self._best_id) if self._best_id is not None else None
@@ -693,6 +749,32 @@ class Conductor:
         self._state = APPLYING
         self._begin_stage(now)
 
+    def _go_back(self, now: int) -> None:
+        """The stage before again: its verdict and those after it are forgotten, the stage
+        being left is marked skipped, and the earlier stage's settings are sent anew."""
+        assert self._config_id is not None
+        stage = self._stages[self._index]
+        if self._row is None or not self._row.steady:
+            left = StageResult(stage, self._config_id, kept=False, skipped=True)
+            self._session.label_segment(self._config_id, left.label)
+        if self._best_added and self._index == len(self._stages) - 1:
+            self._stages.pop()
+            self._best_added = False
+        self._index -= 1
+        self._held = self._held[: self._index]
+        self._kept_values, self._best_id = None, None
+        best_rate = -1.0
+        for result in self._held:
+            if result.kept:
+                self._kept_values = dict(result.stage.values)
+                if (result.samples_per_s or 0.0) > best_rate:
+                    self._best_id, best_rate = result.config_id, result.samples_per_s or 0.0
+        self._config_id = None
+        self._row = None
+        self._sent = False
+        self._state = APPLYING
+        self._begin_stage(now)
+
     def _fail(self, message: str) -> None:
         self._failed = message
         self._state = FAILED
@@ -707,16 +789,33 @@ class Conductor:
         steady_s = row.steady_s if row is not None else 0.0
         rate = row.samples_per_s if row is not None else None
         stage = self._stages[self._index]
+        state = self._state
+        fraction = min(1.0, steady_s / self._min_steady_s) if state == STEADY else 0.0
         return TourProgress(
             self._index,
             len(self._stages),
             stage,
-            self._state,
+            state,
             steady_s,
             rate,
             self._message(steady_s, rate),
             self._held[-1].verdict if len(self._held) > 1 else "",
+            held=self._holding,
+            fraction=1.0 if state == DONE else fraction,
+            phase=self._phase_text(),
         )
+
+    def _phase_text(self) -> str:
+        """``compiling… 12 s`` from the stage's start while it applies or warms up (what a
+        headline says instead of an empty samples/s), else ""."""
+        if self._state not in (APPLYING, TRANSITION) or self._session.hello is None:
+            return ""
+        waited = max(0, self._clock() - self._stage_since_ns) / 1e9
+        if self._compiling:
+            what = "compiling…"
+        else:
+            what = "applying…" if self._state == APPLYING else "warming up…"
+        return f"{what} {waited:.0f} s"
 
     def _message(self, steady_s: float, rate: float | None) -> str:
         state = self._state
@@ -738,6 +837,8 @@ class Conductor:
             what = "compiling…" if self._compiling else "warming up"
             return f"{head}: {what} {waited:.0f} s"
         figure = f"{rate:,.1f} samples/s" if rate is not None else "n/a samples/s"
+        if self._holding:
+            return f"{head}: held, steady {steady_s:.1f} s, {figure} (next stage: Page Down)"
         return f"{head}: steady {steady_s:.1f}/{self._min_steady_s:g} s, {figure}" + (
             "" if steady_s < self._min_steady_s else " (waiting for stable rates)"
         )
