@@ -62,7 +62,7 @@ def test_rows_with_figures_and_na(board):
     assert cell(board, 1, "changed") == "num_workers=2, persistent_workers=on"
     assert cell(board, 0, "changed") == "—"
     assert cell(board, 0, "samples/s") == "360"
-    assert cell(board, 1, "speedup") == "1.95×"
+    assert cell(board, 1, "speedup") == "1.95× ±5%"  # with its noise band
     assert cell(board, 1, "input wait %") == "5%"
     assert cell(board, 1, "busy %") == "43%"
     assert cell(board, 1, "transition s") == "2.1"
@@ -133,7 +133,7 @@ def test_pin_a_baseline(board, qtbot):
     assert "“workers”" in board.hint.text()
     board.show_rows(three_rows())  # the next refresh keeps the pin and the selection
     assert board.selected_config_id() == 1
-    board.pin_baseline(None)
+    board.pin(None)
     assert board.session.baseline_id is None
     assert cell(board, 0, "stage", Qt.ItemDataRole.FontRole).bold()
 

@@ -257,3 +257,132 @@ def test_real_conductor_reverts_a_slower_stage_in_the_window(tour):
     assert "0.60× the best so far — reverted" in controller.caption.text()
     assert "Tour 3/6 · batched logging" in controller.caption.text()
     controller.stop()
+
+
+class Clock:
+    """The conductor's clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.ns = 10**12
+
+    def __call__(self) -> int:
+        return self.ns
+
+
+def touring_window(show_window, qtbot, **tour_parts: Any):
+    """A shown window over a Session whose knob half is a FakeSession, RUNNING; the window's
+    own timer stopped, so only the test (and the keys) tick the tour."""
+    from gpuwatch.core.run.session import Session
+
+    session = Session(sample_coarse=False)
+    fake = FakeSession()
+    for name in ("config_values", "config_changes", "scoreboard", "label_segment"):
+        setattr(session, name, getattr(fake, name))
+    session.set_knobs = fake.set_knobs
+    session.answer = fake.answer
+    session.hello = fake.hello
+    session._state = SessionState.RUNNING
+    win = show_window(session)
+    win.timer.stop()
+    for name, part in tour_parts.items():
+        setattr(win.tour, name, part)
+    win.activateWindow()
+    qtbot.waitUntil(win.isActiveWindow)
+    return win, fake
+
+
+def test_clicker_keys_move_and_hold_the_stage(show_window, qtbot):
+    """Page Down / Page Up, B and "." (a presentation clicker's buttons), and the arrows
+    unless a view that uses them has the focus."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    win, fake = touring_window(show_window, qtbot)
+    tour = win.tour
+    tour.start()
+    assert "Tour 1/6 · baseline" in tour.caption.text()
+    assert tour.progress_bar.isVisible() and tour.progress_bar.value() == 0
+    fake.rows = [row(0, "baseline", live=True)]  # 14 s steady, stable: it would move on
+    QTest.keyClick(win, Qt.Key.Key_B)
+    assert tour.hold_action.isChecked() and tour.conductor.holding
+    tour.tick()
+    assert "Tour 1/6 · baseline" in tour.caption.text() and "held" in tour.caption.text()
+    assert tour.progress_bar.value() == 100
+    QTest.keyClick(win, Qt.Key.Key_PageDown)
+    assert "Tour 2/6 · workers" in tour.caption.text()
+    assert fake.sent == [(1, {"num_workers": 2, "persistent_workers": True}, "workers")]
+    QTest.keyClick(win, Qt.Key.Key_Period)
+    assert not tour.hold_action.isChecked() and not tour.conductor.holding
+    fake.apply(1)
+    QTest.keyClick(win, Qt.Key.Key_PageUp)
+    assert "Tour 1/6 · baseline" in tour.caption.text()
+    assert fake.sent[-1] == (2, {"num_workers": 0, "persistent_workers": False}, "baseline")
+    assert fake.config_changes()[1].label == "workers — skipped"
+    fake.apply(2)
+    fake.rows = [row(2, "baseline", live=True)]
+    QTest.keyClick(win, Qt.Key.Key_B)  # held again: only the keys move it now
+    win.scoreboard.table.setFocus()
+    QTest.keyClick(win.scoreboard.table, Qt.Key.Key_Right)  # the table's arrow, not the tour's
+    tour.tick()
+    assert "Tour 1/6 · baseline" in tour.caption.text()
+    win.headline.samples.help_button.setFocus()
+    QTest.keyClick(win, Qt.Key.Key_Right)
+    assert "Tour 2/6 · workers" in tour.caption.text()
+    tour.stop()
+    assert not tour.next_action.isEnabled() and not tour.hold_action.isChecked()
+    assert not tour.progress_bar.isVisible()
+    win.session._state = SessionState.IDLE
+
+
+def test_a_compiling_stage_headline_shows_its_growing_elapsed_time(show_window, qtbot):
+    from functools import partial
+
+    from gpuwatch.core.run.tour import BASELINE_LABEL, defaults_of
+
+    clock = Clock()
+    win, fake = touring_window(show_window, qtbot, _make_conductor=partial(Conductor, clock=clock))
+    defaults = defaults_of(fake.knobs)
+    compile_stage = Stage(
+        "compile", {**defaults, "compile": "default"}, "fuses", {"compile": "default"}
+    )
+    win.tour._plan = lambda knobs, workload, cores: (
+        [Stage(BASELINE_LABEL, defaults, "defaults"), compile_stage],
+        [],
+    )
+    tour, samples = win.tour, win.headline.samples.value
+    tour.start()
+    fake.rows = [row(0, "baseline", live=True)]
+    tour.tick()
+    assert "Tour 2/2 · compile" in tour.caption.text()
+    assert samples.text() == "compiling… 0 s"
+    clock.ns += 12 * 10**9
+    tour.tick()
+    assert samples.text() == "compiling… 12 s"  # instead of "—" over an empty timeline
+    fake.apply(1)
+    clock.ns += 5 * 10**9
+    tour.tick()
+    assert samples.text() == "compiling… 17 s"
+    win.presentation.set_active(True, fullscreen=False)
+    assert win.presentation.big_headline.text().startswith(
+        "compiling… 17 s · no steady samples/s yet<br>"
+    )
+    win.presentation.set_active(False)
+    fake.rows = [row(0, "baseline"), row(1, "compile", live=True, steady=False)]
+    tour.tick()
+    assert samples.text() == "compiling… 17 s"  # warming up: no steady figures yet
+    fake.rows = [row(0, "baseline"), row(1, "compile", live=True)]
+    tour.tick()
+    assert samples.text() == "—"  # steady: the headline's own figure again
+    tour.stop()
+    win.session._state = SessionState.IDLE
+
+
+def test_the_tour_keys_are_in_the_shortcut_list():
+    from gpuwatch.qt.help_view import shortcuts_html
+    from gpuwatch.qt.shortcuts import SHORTCUTS
+
+    keys = {key: s.action for s in SHORTCUTS for key in s.keys}
+    assert keys["PgDown"] == "tour.next_action" and keys["PgUp"] == "tour.back_action"
+    assert keys["B"] == keys["."] == "tour.hold_action"
+    assert keys["Right"] == "tour.next_arrow_action"
+    assert "clicker" in shortcuts_html()

@@ -3,7 +3,9 @@
 Each recording has its own scoreboard and its own 1.00× baseline, so two scoreboards side by
 side never state how B did against A. ``RunComparison`` does, from one row of each: the last
 configuration with steady figures (where each run ended up: after a tour, the configuration it
-kept), so the sentence names that row in both runs.
+kept), so the sentence names that row in both runs. Both recordings' tables measure their
+speedups against that row of A (``shared_baseline``), so B's table shows the ratio to A rather
+than a second 1.00×.
 """
 
 from __future__ import annotations
@@ -41,6 +43,13 @@ def describe(session: ReplaySession) -> str:
 def reference_row(rows: Sequence[SegmentStats]) -> SegmentStats | None:
     """The last row with steady figures (``REFERENCE_ROW``), or None if none has them."""
     return next((row for row in reversed(rows) if row.steady), None)
+
+
+def shared_baseline(a_rows: Sequence[SegmentStats]) -> tuple[str, SegmentStats] | None:
+    """The row both tables of a comparison measure against: A's reference row, named
+    ``A · workers`` in their hints (None when A has no steady row)."""
+    row = reference_row(a_rows)
+    return (f"A · {row.label}", row) if row is not None else None
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from gpuwatch.core.figures.analysis import phase_durations
 from gpuwatch.core.files.replay import ReplaySession
 from gpuwatch.core.model.store import StepsView
 from gpuwatch.protocol import ALL_PHASES
-from gpuwatch.qt.compare_summary import describe
+from gpuwatch.qt.compare_summary import describe, shared_baseline
 from gpuwatch.qt.scoreboard_view import ScoreboardView
 
 
@@ -82,6 +82,7 @@ class CompareView(QWidget):
         boards.setContentsMargins(0, 0, 0, 0)
         self.scoreboards: list[ScoreboardView] = []
         self.titles: list[QLabel] = []
+        shared = shared_baseline(left.scoreboard())  # B's speedups against A, not 1.00×
         for letter, session in zip("AB", self.sessions, strict=True):
             column = QVBoxLayout()
             title = QLabel(f"<b>{letter}</b> · {describe(session)}")
@@ -90,6 +91,8 @@ class CompareView(QWidget):
             self.titles.append(title)
             board = ScoreboardView(session)
             board.show_rows(session.scoreboard())
+            if shared is not None:
+                board.compare_with(*shared)
             # Two boards and the breakdown share the window's width: the hint wraps, and a
             # recording's baseline is pinned in its own replay window, not here.
             board.hint.setWordWrap(True)

@@ -10,6 +10,11 @@ utilization plot (one value per coarse sample) measure the same thing over other
 so every busy figure here names its window in its caption ("compute busy %, last 5 s"), and
 the runner's CPU figure its unit (% of one core, where the scoreboard divides by the cores).
 The wording lives in the functions below, which presentation mode shares.
+
+While a tour stage applies, compiles or warms up, the samples/s figure says so with its
+elapsed time (``compiling… 12 s``, ``show_phase``) instead of a dash over an empty timeline;
+the live configuration's samples/s against the scoreboard's baseline (``show_change``) is in
+its tooltip, and presentation mode leads with it.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from PySide6.QtGui import QMouseEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from gpuwatch.core.figures.frame import HEADLINE_WINDOW_S, HeadlineFigures
+from gpuwatch.core.run.runs import SpeedChange
 from gpuwatch.qt import palette
 from gpuwatch.qt.help_view import HELP_SECTION_PROPERTY, TOOLTIP_HINT
 
@@ -138,6 +144,10 @@ class HeadlineBar(QFrame):
     def __init__(self) -> None:
         super().__init__()
         self.figures: HeadlineFigures | None = None
+        #: ``compiling… 12 s`` while a tour stage applies or warms up (None otherwise).
+        self.phase: str | None = None
+        #: The live configuration's samples/s against the baseline, when known.
+        self.change: SpeedChange | None = None
         self.setFrameShape(QFrame.Shape.StyledPanel)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(4, 2, 4, 2)
@@ -159,11 +169,14 @@ class HeadlineBar(QFrame):
         """Show a new set of figures (and tooltips that say what each one measures)."""
         w = f"{f.window_s:g} s"
         last = window_words(f.window_s)
-        self.samples.set(
-            _num(f.samples_per_s, "{:,.0f}"),
-            f"Training samples finished per second over the last {w}, from the "
-            "runner's step marks.",
+        samples_tip = (
+            f"Training samples finished per second over the last {w}, from the runner's step marks."
         )
+        if self.phase:
+            samples_tip += f" The tour's stage is {self.phase.split('…')[0]}: no steady rate yet."
+        if self.change is not None:
+            samples_tip += f"\n\nThis configuration: {self.change.text()} (scoreboard)."
+        self.samples.set(self.phase or _num(f.samples_per_s, "{:,.0f}"), samples_tip)
         step = _num(f.step_ms_p50, "{:.1f} ms")
         if f.step_ms_p95 is not None:
             step += f" ({f.step_ms_p95:.1f})"
@@ -217,6 +230,18 @@ class HeadlineBar(QFrame):
         )
         self.figures = f
         self.sig_figures_shown.emit(f)
+
+    def show_phase(self, phase: str | None) -> None:
+        """A tour stage applies, compiles or warms up (``compiling… 12 s``), or None."""
+        if phase != self.phase:
+            self.phase = phase
+            self.show_figures(self.figures or HeadlineFigures(window_s=HEADLINE_WINDOW_S))
+
+    def show_change(self, change: SpeedChange | None) -> None:
+        """The live configuration's samples/s against the baseline (from the scoreboard)."""
+        if change != self.change:
+            self.change = change
+            self.show_figures(self.figures or HeadlineFigures(window_s=HEADLINE_WINDOW_S))
 
 
 def _num(value: float | None, fmt: str) -> str:

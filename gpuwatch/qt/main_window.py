@@ -45,6 +45,7 @@ from gpuwatch.qt.replay_mode import ReplayMode
 from gpuwatch.qt.run_banner import RunBanner
 from gpuwatch.qt.run_session import RunSession
 from gpuwatch.qt.run_toolbar import RunToolbar
+from gpuwatch.qt.runs_dock import add_runs_dock
 from gpuwatch.qt.session_signals import SessionSignals
 from gpuwatch.qt.settings import Settings, save_on_close
 from gpuwatch.qt.shortcuts import apply_shortcuts
@@ -150,6 +151,7 @@ class MainWindow(QMainWindow):
         self.run_bar.addSeparator()
         self.run_bar.addAction(self.tour.action)
         layout.addWidget(self.tour.caption)
+        layout.addWidget(self.tour.progress_bar)
         self.headline = HeadlineBar()
         self.presentation = PresentationMode(self, self.headline)  # its sentence: a top dock
         layout.addWidget(SteadyHeight(self.headline))  # new figures never re-lay-out the window
@@ -164,6 +166,12 @@ class MainWindow(QMainWindow):
         docks = WindowDocks(self, session, self.tour)
         self.log_pane, self.scoreboard = docks.log_pane, docks.scoreboard
         self.knob_panel, self.advisor = docks.knob_panel, docks.advisor
+        #: Every start, restart and tour, kept: the Runs panel, the scoreboard's groups.
+        self.runs_view = add_runs_dock(self, self.scoreboard)
+        self.tour.runs = self.scoreboard.runs
+        self.tour.phase_changed.connect(self.headline.show_phase)
+        self.scoreboard.live_change.connect(self.headline.show_change)
+        self.scoreboard.baseline_changed.connect(lambda t: self.statusBar().showMessage(t, 15_000))
         self.status_line = StatusLine(self.statusBar())
 
         self.recording = RecordControl(
@@ -248,6 +256,7 @@ class MainWindow(QMainWindow):
             spec = LaunchSpec(
                 workload=self.workload_combo.currentText(), device=device, python=self.python
             )
+        self.scoreboard.keep_run()  # the run so far keeps its rows in the scoreboard
         self.session.start(spec)
         self.follow_action.setChecked(True)
         self._sync_state()
@@ -396,6 +405,7 @@ class MainWindow(QMainWindow):
             session = self.session
             rows = session.scoreboard()
             self.scoreboard.show_rows(rows)
+            self.runs_view.refresh()
             self.knob_panel.refresh(rows)
             self.advisor.refresh(rows)
             changes = session.config_changes()

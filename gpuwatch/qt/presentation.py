@@ -6,7 +6,9 @@ taller one, so the stage looks the same on a 1280×720 projector and on 4K; a hi
 palette; the secondary panels (log, knobs, advisor, menu and status bars) hidden; the host
 phases in three lanes instead of seven; the scoreboard beside the plots with its headline
 columns only; and across the top the tour's caption and one big sentence built from the very
-figures the headline bar shows. Off (F11 again, or Esc): everything exactly as it was (fonts,
+figures the headline bar shows. That sentence leads with what the room came for: the samples/s
+change against the scoreboard's baseline, or while a stage compiles or warms up, that it does
+and for how long. Off (F11 again, or Esc): everything exactly as it was (fonts,
 panels, docks, window state, geometry, theme).
 """
 
@@ -29,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from gpuwatch.core.figures.frame import HEADLINE_WINDOW_S, HeadlineFigures
+from gpuwatch.core.run.runs import SpeedChange
 from gpuwatch.qt.headline_bar import (
     CPU_UNIT,
     DASH,
@@ -59,7 +62,7 @@ NEWCOMERS_MS = 300
 #: The scoreboard's share of the width on stage, at most.
 SCOREBOARD_SHARE = 0.4
 #: Docks hidden while presenting (by object name): detail for the desk, noise on stage.
-SECONDARY_DOCKS = ("log", "knobs", "advisor")
+SECONDARY_DOCKS = ("log", "knobs", "advisor", "runs")
 #: The big sentence's size relative to the (already scaled) window font...
 HEADLINE_FACTOR = 1.6
 #: ...and the line of figures under it, relative to the sentence.
@@ -90,6 +93,15 @@ def presentation_detail(f: HeadlineFigures) -> str:
     step = DASH if f.step_ms_p50 is None else f"{f.step_ms_p50:.1f} ms"
     unit = f" · runner CPU in {CPU_UNIT}" if f.coarse_short == "runner CPU" else ""
     return f"{rate} samples/s · step time p50 {step}{unit}"
+
+
+def presentation_lead(phase: str | None, change: SpeedChange | None) -> str | None:
+    """The big sentence's first line, when there is a change to lead with: the stage's
+    ``compiling… 12 s``, else ``1.81× samples/s vs “baseline” (691 → 1,253/s)`` (marked
+    ``≈`` within noise); None while the live configuration is the baseline itself."""
+    if phase:
+        return f"{phase} · no steady samples/s yet"
+    return change.text() if change is not None else None
 
 
 def presentation_tooltip(f: HeadlineFigures) -> str:
@@ -171,6 +183,7 @@ class PresentationMode(QObject):
         self.big_headline.setToolTip(
             presentation_tooltip(HeadlineFigures(window_s=HEADLINE_WINDOW_S))
         )
+        self._progress_home: tuple[QBoxLayout, int] | None = None
         #: On stage the tour caption and the big sentence span the full width, above the plots
         #: and the scoreboard beside them: a top dock without a title bar, hidden at the desk.
         self.stage_dock = QDockWidget("Stage headline", window)
@@ -302,6 +315,10 @@ class PresentationMode(QObject):
             return None
         index = home.indexOf(caption)
         self._stage_layout.insertWidget(0, caption)  # takes it out of ``home``
+        bar = getattr(getattr(self.window, "tour", None), "progress_bar", None)
+        if isinstance(bar, QWidget) and home.indexOf(bar) >= 0:
+            self._progress_home = (home, home.indexOf(bar))
+            self._stage_layout.insertWidget(1, bar)
         return home, index
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
@@ -341,6 +358,10 @@ class PresentationMode(QObject):
             if saved.caption_home is not None:
                 home, index = saved.caption_home
                 home.insertWidget(index, tour.caption)
+            if self._progress_home is not None:
+                home, index = self._progress_home
+                home.insertWidget(index, tour.progress_bar)
+                self._progress_home = None
         w.setFont(saved.font if saved.font is not None else QFont())
         if saved.font is None:
             w.setAttribute(Qt.WidgetAttribute.WA_SetFont, False)
@@ -455,8 +476,14 @@ class PresentationMode(QObject):
         if self.active:
             # In points: Qt's rich text ignores a percentage font size.
             detail_pt = self.big_headline.font().pointSizeF() * DETAIL_PERCENT / 100
-            self.big_headline.setText(
-                f"{html.escape(presentation_sentence(figures))}<br>"
+            sentence, detail = presentation_sentence(figures), presentation_detail(figures)
+            lead = presentation_lead(self.headline.phase, self.headline.change)
+            if lead is not None:  # the change first; the busy sentence joins the detail line
+                sentence, detail = lead, f"{sentence} · {detail}"
+            text = (
+                f"{html.escape(sentence)}<br>"
                 f'<span style="font-size: {detail_pt:.1f}pt; font-weight: normal;">'
-                f"{html.escape(presentation_detail(figures))}</span>"
+                f"{html.escape(detail)}</span>"
             )
+            if text != self.big_headline.text():
+                self.big_headline.setText(text)

@@ -24,7 +24,9 @@ from PySide6.QtCore import (
     QModelIndex,
     QPersistentModelIndex,
     QPoint,
+    QSize,
     Qt,
+    Signal,
 )
 from PySide6.QtGui import QAction, QFont
 from PySide6.QtWidgets import (
@@ -34,6 +36,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QMenu,
     QPushButton,
+    QSizePolicy,
     QTableView,
     QVBoxLayout,
     QWidget,
@@ -42,6 +45,20 @@ from PySide6.QtWidgets import (
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.figures.step_breakdown import idle_summary, summary
 from gpuwatch.core.model.messages import Hello, describe_change
+from gpuwatch.core.run.runs import (
+    RECORDING,
+    SCRIPT,
+    WORKLOAD,
+    RowRef,
+    Run,
+    RunGroup,
+    RunInfo,
+    Runs,
+    ScoredRow,
+    SpeedChange,
+    noise_text,
+    speedup_text,
+)
 from gpuwatch.qt import palette
 
 NA = "n/a"
@@ -152,6 +169,7 @@ COLUMNS: tuple[Column, ...] = (
 
 
 FIRST_FIGURE = next(i for i, c in enumerate(COLUMNS) if c.numeric)
+SPEEDUP = next(i for i, c in enumerate(COLUMNS) if c.title == "speedup")
 
 
 def cell_text(row: SegmentStats, column: Column) -> str:
@@ -166,33 +184,81 @@ def cell_text(row: SegmentStats, column: Column) -> str:
     return "measuring" if wait.live else NA
 
 
+def speedup_cell(scored: ScoredRow) -> str:
+    """``1.81× ±5%``; a speedup within its noise band is marked ``≈`` (no change beyond
+    noise); the baseline row reads ``1.00×``."""
+    speedup = scored.row.speedup
+    if speedup is None or scored.is_baseline or scored.noise is None:
+        return cell_text(scored.row, COLUMNS[SPEEDUP])
+    mark = "≈" if scored.within_noise else ""
+    return f"{mark}{speedup_text(speedup)} {noise_text(scored.noise)}"
+
+
+def group_heading(run: Run) -> str:
+    """A run's separator line: ``run 2 · train.py · cpu · 06:41``."""
+    if run.renamed or run.kind == RECORDING:
+        return f"{run.label} — {run.describe()}"
+    when = run.describe().rsplit(" · ", 1)[-1]
+    return " · ".join(part for part in (run.label, run.device, when) if part)
+
+
+#: A line of the table: a run's heading (its separator), or one of its rows.
+Line = Run | ScoredRow
+
+
+def _line_key(line: Line) -> tuple[int, int | None]:
+    return (line.run_id, None) if isinstance(line, Run) else (line.run_id, line.row.config_id)
+
+
 class ScoreboardModel(QAbstractTableModel):
-    """Rows of ``SegmentStats``; the baseline row is bold, the live one italic."""
+    """The runs' rows, each run under its heading when there are several; the baseline row is
+    bold, the live one italic."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.rows: list[SegmentStats] = []
-        self.baseline_id: int | None = None
+        self.lines: list[Line] = []
+        self.baseline: RowRef | None = None
         #: The view's font: bold/italic rows derive from it, so they grow with it
         #: (presentation mode) instead of staying at the application's default size.
         self.base_font = QFont()
         #: "cuda" or "cpu": the breakdown says "kernel" on a GPU, "compute" on a CPU.
         self.device_kind: str | None = None
 
-    def set_rows(self, rows: Sequence[SegmentStats], baseline_id: int | None) -> None:
-        rows = list(rows)
-        if baseline_id is None and rows:
-            baseline_id = rows[0].config_id
-        if [r.config_id for r in rows] != [r.config_id for r in self.rows]:
+    @property
+    def rows(self) -> list[SegmentStats]:
+        """Every shown row's figures, speedups against the baseline, in table order."""
+        return [line.row for line in self.lines if isinstance(line, ScoredRow)]
+
+    @property
+    def baseline_id(self) -> int | None:
+        """The baseline row's configuration id (None before any row)."""
+        return self.baseline.config_id if self.baseline is not None else None
+
+    def set_groups(self, groups: Sequence[RunGroup], baseline: RowRef | None) -> bool:
+        """Show ``groups``; a run gets a heading line when there is more than one. Returns
+        True when the lines changed (the view then re-lays its headings)."""
+        headed = len(groups) > 1
+        lines: list[Line] = []
+        for group in groups:
+            if headed:
+                lines.append(group.run)
+            lines.extend(group.rows)
+        if [_line_key(x) for x in lines] != [_line_key(x) for x in self.lines]:
             self.beginResetModel()
-            self.rows, self.baseline_id = rows, baseline_id
+            self.lines, self.baseline = lines, baseline
             self.endResetModel()
-        elif rows != self.rows or baseline_id != self.baseline_id:
-            self.rows, self.baseline_id = rows, baseline_id
-            self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, len(COLUMNS) - 1))
+            return True
+        if lines != self.lines or baseline != self.baseline:
+            self.lines, self.baseline = lines, baseline
+            self.dataChanged.emit(self.index(0, 0), self.index(len(lines) - 1, len(COLUMNS) - 1))
+        return False
+
+    def ref_at(self, row: int) -> RowRef | None:
+        line = self.lines[row] if 0 <= row < len(self.lines) else None
+        return line.ref if isinstance(line, ScoredRow) else None
 
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = _ROOT) -> int:
-        return 0 if parent.isValid() else len(self.rows)
+        return 0 if parent.isValid() else len(self.lines)
 
     def columnCount(self, parent: QModelIndex | QPersistentModelIndex = _ROOT) -> int:
         return 0 if parent.isValid() else len(COLUMNS)
@@ -200,11 +266,14 @@ class ScoreboardModel(QAbstractTableModel):
     def data(
         self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole
     ) -> Any:
-        if not index.isValid() or index.row() >= len(self.rows):
+        if not index.isValid() or index.row() >= len(self.lines):
             return None
-        row, column = self.rows[index.row()], COLUMNS[index.column()]
+        line, column = self.lines[index.row()], COLUMNS[index.column()]
+        if isinstance(line, Run):
+            return self._heading_data(line, index.column(), role)
+        row = line.row
         if role == Qt.ItemDataRole.DisplayRole:
-            return cell_text(row, column)
+            return speedup_cell(line) if column is COLUMNS[SPEEDUP] else cell_text(row, column)
         if role == Qt.ItemDataRole.TextAlignmentRole:
             horizontal = (
                 Qt.AlignmentFlag.AlignRight if column.numeric else Qt.AlignmentFlag.AlignLeft
@@ -213,16 +282,40 @@ class ScoreboardModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.FontRole:
             font = QFont(self.base_font)
             font.setItalic(row.live)
-            font.setBold(row.config_id == self.baseline_id)
+            font.setBold(line.is_baseline)
             return font
         if role == Qt.ItemDataRole.ToolTipRole:
-            return self._tooltip(row, column)
+            return self._tooltip(line, column)
         return None
 
-    def _tooltip(self, row: SegmentStats, column: Column) -> str:
+    def _heading_data(self, run: Run, column: int, role: int) -> Any:
+        if role == Qt.ItemDataRole.DisplayRole:
+            return group_heading(run) if column == 0 else ""
+        if role == Qt.ItemDataRole.FontRole:
+            font = QFont(self.base_font)
+            font.setBold(True)
+            return font
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return f"{run.label}: {run.describe()} (rename it in the Runs panel)"
+        if role == Qt.ItemDataRole.SizeHintRole:  # it spans the row: never widen a column
+            return QSize(1, 1)
+        return None
+
+    def _tooltip(self, line: ScoredRow, column: Column) -> str:
+        row = line.row
         lines = [column.tip]
-        if row.config_id == self.baseline_id:
+        if line.is_baseline:
             lines.append("This row is the baseline of the speedups.")
+        if column is COLUMNS[SPEEDUP] and line.noise is not None and row.speedup is not None:
+            verdict = (
+                "within noise: no change beyond it"
+                if line.within_noise
+                else "beyond noise: a real change"
+            )
+            lines.append(
+                f"noise band {noise_text(line.noise)} (twice the combined uncertainty of the "
+                f"two medians, 5-10 %): {verdict}"
+            )
         wait = row.waiting
         if wait is not None and column.numeric:
             lines.append(
@@ -270,22 +363,55 @@ class ScoredRun(Protocol):
     def scoreboard(self) -> Sequence[SegmentStats]: ...
 
 
-class ScoreboardView(QWidget):
-    """The table with a "Pin as baseline" button and context-menu entry."""
+def run_key(session: ScoredRun) -> object:
+    """What tells one run of a session from the next: its start time on the run clock (a
+    test's stand-in without one: its hello)."""
+    t0 = getattr(session, "t0_ns", None)
+    return t0 if isinstance(t0, int) else id(session.hello)
 
-    def __init__(self, session: ScoredRun) -> None:
+
+def run_info(session: ScoredRun) -> RunInfo:
+    """The kind, name and device of the session's current run."""
+    hello = session.hello
+    device = (hello.device.name or hello.device.kind) if hello is not None else ""
+    recording = getattr(session, "recording", None)
+    if recording is not None:
+        return RunInfo(RECORDING, recording.path.name, device)
+    spec = getattr(session, "spec", None)
+    if spec is not None:
+        return RunInfo(SCRIPT if spec.script else WORKLOAD, spec.name, device)
+    if hello is not None and hello.script and hello.script.get("path"):
+        name = str(hello.script["path"]).replace("\\", "/").rsplit("/", 1)[-1]
+        return RunInfo(SCRIPT, name, device)
+    return RunInfo(WORKLOAD, hello.workload if hello is not None else "run", device)
+
+
+class ScoreboardView(QWidget):
+    """The table with a "Pin as baseline" button and context-menu entry. It keeps every run
+    the window watched (``runs``): a restart adds a group instead of dropping the rows."""
+
+    #: The baseline changed: one sentence saying against what every speedup now is.
+    baseline_changed = Signal(str)
+    #: The live row's samples/s against the baseline changed (a ``SpeedChange`` or None).
+    live_change = Signal(object)
+
+    def __init__(self, session: ScoredRun, runs: Runs | None = None) -> None:
         super().__init__()
         self.session = session
+        self.runs = runs if runs is not None else Runs()
+        self._change: SpeedChange | None = None
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 2, 4, 2)
         layout.setSpacing(2)
         top = QHBoxLayout()
         self.hint = QLabel(HINT_NO_RUN)
         self.hint.setTextFormat(Qt.TextFormat.PlainText)
+        # A long baseline name is cut rather than widen the dock (and the window) with it.
+        self.hint.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         palette.set_style(self.hint, "color: $note_text;")
         top.addWidget(self.hint, 1)
         self.pin_button = QPushButton("Pin as baseline")
-        self.pin_button.setToolTip("Measure every speedup against the selected row")
+        self.pin_button.setToolTip("Measure every speedup, in every run, against the selected row")
         self.pin_button.clicked.connect(self.pin_selected)
         top.addWidget(self.pin_button)
         layout.addLayout(top)
@@ -316,76 +442,122 @@ class ScoreboardView(QWidget):
         super().changeEvent(event)
 
     def show_rows(self, rows: Sequence[SegmentStats]) -> None:
-        """New rows from ``session.scoreboard()`` (call at ~2 Hz)."""
-        selected = self.selected_config_id()
-        count_before = self.model.rowCount()
+        """New rows from ``session.scoreboard()`` (call at ~2 Hz): the current run's, beside
+        the runs before it."""
         hello = self.session.hello
+        if hello is not None or rows:  # a run that never came up is not a run
+            self.runs.follow(run_key(self.session), run_info(self.session), rows)
         kind = hello.device.kind if hello else None
         if kind != self.model.device_kind:  # the coarse header names its device's unit
             self.model.device_kind = kind
             self.model.headerDataChanged.emit(Qt.Orientation.Horizontal, 0, len(COLUMNS) - 1)
-        self.model.set_rows(rows, self.session.baseline_id)
+        self._render()
+
+    def keep_run(self) -> None:
+        """The session is about to start again: its run so far keeps its rows as they are
+        now (call before ``Session.start``, which clears them)."""
+        if self.session.hello is not None:
+            self.runs.follow(
+                run_key(self.session), run_info(self.session), self.session.scoreboard()
+            )
+        self.runs.finish()
+        self._render()
+
+    def compare_with(self, label: str, row: SegmentStats) -> None:
+        """Measure this board's speedups against another run's row (Compare: B's table
+        against A), named ``label`` in the hint."""
+        self.runs.set_reference(label, row)
+        self._render()
+
+    def _render(self) -> None:
+        runs = self.runs
+        selected = self.selected_ref()
+        count_before = self.model.rowCount()
+        relaid = self.model.set_groups(runs.groups(), runs.baseline())
+        if relaid:
+            self._span_headings()
         if self.model.rowCount() != count_before:
             self.table.resizeColumnsToContents()
             if selected is not None:
-                self.select_config(selected)
+                self.select_ref(selected)
             self.table.scrollToBottom()  # the live segment is the last row
+        change = runs.live_change()
+        if change != self._change:
+            self._change = change
+            self.live_change.emit(change)
         self._sync_controls()
 
+    def _span_headings(self) -> None:
+        self.table.clearSpans()
+        for i, line in enumerate(self.model.lines):
+            if isinstance(line, Run):
+                self.table.setSpan(i, 0, 1, len(COLUMNS))
+
     def _sync_hint(self) -> None:
-        rows = self.model.rows
-        base = next((r for r in rows if r.config_id == self.model.baseline_id), None)
-        if not rows:
+        label = self.runs.baseline_label()
+        if not self.model.lines:
             hint = HINT_NO_RUN
-        elif base is not None:
-            hint = f"speedup vs “{base.label}”; transition steps excluded; n/a = not measured"
+        elif label:
+            chosen = " (pinned)" if self.runs.chosen_baseline is not None else ""
+            hint = (
+                f"speedup vs “{label}”{chosen} ± its noise band, ≈ = within noise; "
+                "transition steps excluded; n/a = not measured"
+            )
         else:
             hint = ""
         if self.hint.text() != hint:
             self.hint.setText(hint)
+            self.hint.setToolTip(hint)
+
+    def selected_ref(self) -> RowRef | None:
+        rows = self.table.selectionModel().selectedRows()
+        return self.model.ref_at(rows[0].row()) if rows else None
 
     def selected_config_id(self) -> int | None:
-        rows = self.table.selectionModel().selectedRows()
-        if not rows or rows[0].row() >= len(self.model.rows):
-            return None
-        return self.model.rows[rows[0].row()].config_id
+        ref = self.selected_ref()
+        return ref.config_id if ref is not None else None
 
-    def select_config(self, config_id: int) -> None:
-        for i, row in enumerate(self.model.rows):
-            if row.config_id == config_id:
+    def select_ref(self, ref: RowRef) -> None:
+        for i in range(self.model.rowCount()):
+            if self.model.ref_at(i) == ref:
                 self.table.selectRow(i)
                 return
 
-    def pin_baseline(self, config_id: int | None) -> None:
-        """Make ``config_id`` the baseline of the speedups (None: back to the first row)."""
-        self.session.baseline_id = config_id
-        self.model.set_rows(self.session.scoreboard(), config_id)
-        self._sync_controls()
+    def pin(self, ref: RowRef | None) -> None:
+        """Make ``ref`` the baseline of every speedup (None: back to the first row), and say
+        so."""
+        self.runs.choose_baseline(ref)
+        run = self.runs.run(ref.run_id) if ref is not None else None
+        # The session's own figures follow when the row is one of its live run's.
+        self.session.baseline_id = ref.config_id if ref is not None and run and run.live else None
+        self._render()
+        self.baseline_changed.emit(
+            f"Baseline: every speedup is now against “{self.runs.baseline_label()}”"
+        )
 
     def pin_selected(self) -> None:
-        config_id = self.selected_config_id()
-        if config_id is not None:
-            self.pin_baseline(config_id)
+        ref = self.selected_ref()
+        if ref is not None:
+            self.pin(ref)
 
     def _sync_controls(self) -> None:
         self._sync_hint()
-        selected = self.selected_config_id()
-        self.pin_button.setEnabled(selected is not None and selected != self.model.baseline_id)
+        selected = self.selected_ref()
+        self.pin_button.setEnabled(selected is not None and selected != self.model.baseline)
 
     def _context_menu(self, pos: QPoint) -> None:
         index = self.table.indexAt(pos)
-        if not index.isValid():
+        ref = self.model.ref_at(index.row()) if index.isValid() else None
+        if ref is None:
             return
         self.table.selectRow(index.row())
-        config_id = self.model.rows[index.row()].config_id
         menu = QMenu(self)
         pin = QAction("Pin as baseline", menu)
-        pin.setEnabled(config_id != self.model.baseline_id)
-        pin.triggered.connect(lambda: self.pin_baseline(config_id))
+        pin.setEnabled(ref != self.model.baseline)
+        pin.triggered.connect(lambda: self.pin(ref))
         menu.addAction(pin)
-        first = self.model.rows[0].config_id if self.model.rows else None
-        if self.session.baseline_id is not None and self.session.baseline_id != first:
+        if self.runs.chosen_baseline is not None:
             reset = QAction("Baseline: back to the first row", menu)
-            reset.triggered.connect(lambda: self.pin_baseline(None))
+            reset.triggered.connect(lambda: self.pin(None))
             menu.addAction(reset)
         menu.exec(self.table.viewport().mapToGlobal(pos))

@@ -4,6 +4,11 @@ Ctrl+S is "save a recording": it toggles File → Record. The first press starts
 (what the window already holds is written too), the second finishes the file and the status
 bar names it. That is what Ctrl+S means in a live tool with no document open; a replay is
 already a file, so there it does nothing.
+
+The tour's keys are those a presentation clicker sends: Page Down and Page Up for its forward
+and back buttons, B or "." for its blank-screen button (PowerPoint's keys: the clicker's vendors
+map their buttons to them), here "hold the stage". The arrows move the tour too, unless a view
+that uses them (the timeline, a table, an editor) has the focus.
 """
 
 from __future__ import annotations
@@ -41,7 +46,28 @@ def shortcuts_of(rows: tuple[Row, ...]) -> tuple[Shortcut, ...]:
     )
 
 
-SHORTCUTS: tuple[Shortcut, ...] = shortcuts_of(WINDOW_ACTIONS)
+#: The tour's keys (``TourController`` makes their actions; enabled only while it tours).
+TOUR_SHORTCUTS: tuple[Shortcut, ...] = (
+    Shortcut(("PgDown",), "tour.next_action", "Tour: next stage (a clicker's forward button)"),
+    Shortcut(("PgUp",), "tour.back_action", "Tour: previous stage (a clicker's back button)"),
+    Shortcut(
+        ("B", "."),
+        "tour.hold_action",
+        "Tour: hold the stage / let it move on by itself (a clicker's blank-screen button)",
+    ),
+    Shortcut(
+        ("Right",),
+        "tour.next_arrow_action",
+        "Tour: next stage, unless the timeline, a table or an editor has the focus",
+    ),
+    Shortcut(
+        ("Left",),
+        "tour.back_arrow_action",
+        "Tour: previous stage, unless the timeline, a table or an editor has the focus",
+    ),
+)
+
+SHORTCUTS: tuple[Shortcut, ...] = shortcuts_of(WINDOW_ACTIONS) + TOUR_SHORTCUTS
 
 
 def apply_shortcuts(window: QMainWindow) -> list[str]:

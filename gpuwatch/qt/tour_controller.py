@@ -8,6 +8,11 @@ is shown large above the plots, because the audience of a talk reads it from afa
 verdict on the stage before ("AMP: 0.28× the best so far — reverted"), and at the end the
 tour's story in one sentence and what was skipped. Stopping the tour leaves the run going in its
 current configuration.
+
+The speaker drives: next, back and hold, on the keys a presentation clicker sends (Page Down,
+Page Up, and B or "." for its blank-screen button; the arrows too, unless a view that uses them
+has the focus), a bar under the caption shows how far the stage is, and while a stage applies,
+compiles or warms up ``phase_changed`` says so with its elapsed time for the headline.
 """
 
 from __future__ import annotations
@@ -17,10 +22,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QLabel, QWidget
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtGui import QAction, QKeyEvent
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QAbstractSlider,
+    QAbstractSpinBox,
+    QApplication,
+    QComboBox,
+    QGraphicsView,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QTextEdit,
+    QWidget,
+)
 
+from gpuwatch.core.run.runs import Runs
 from gpuwatch.core.run.session import SessionState
 from gpuwatch.core.run.tour import Conductor, Skipped, TourProgress, plan_tour
 from gpuwatch.qt import palette
@@ -34,6 +52,17 @@ TICK_MS = 200
 CLOSING_REFRESH_S = 0.5
 
 LogFn = Callable[[str, str], None]  # (level, text)
+#: Widgets whose arrow keys are their own (the timeline, tables, editors): with one of them
+#: focused, Left and Right go to it, not to the tour.
+ARROW_USERS = (
+    QGraphicsView,
+    QAbstractItemView,
+    QAbstractSpinBox,
+    QAbstractSlider,
+    QComboBox,
+    QLineEdit,
+    QTextEdit,
+)
 
 
 def _escape(text: str) -> str:
@@ -45,6 +74,8 @@ class TourController(QObject):
 
     #: True while a tour drives the knobs (the knob panel stops sending meanwhile).
     active_changed = Signal(bool)
+    #: ``compiling… 12 s`` while a stage applies, compiles or warms up; None otherwise.
+    phase_changed = Signal(object)
 
     def __init__(
         self,
@@ -83,11 +114,94 @@ class TourController(QObject):
         palette.set_style(self.caption, palette.TOUR_STYLE)
         self.caption.setWordWrap(True)
         self.caption.hide()
+        #: How far the stage is towards its steady time (shown under the caption).
+        self.progress_bar = QProgressBar()
+        self.progress_bar.setRange(0, 100)
+        self.progress_bar.setTextVisible(False)
+        self.progress_bar.setFixedHeight(6)
+        self.progress_bar.setToolTip("The stage's steady time so far, out of what it is held for")
+        self.progress_bar.hide()
+        self._make_drive_actions(parent)
+        #: The window's runs: a tour is a run of its own there (None: not kept).
+        self.runs: Runs | None = None
+        self._tour_run: int | None = None
+        self._phase: str | None = None
         #: Presentation mode: the stage's sentence only; the progress line is desk detail.
         self.compact = False
         self._tick_s = tick_ms / 1000
         self._tick_due = 0.0
         self.sync()
+
+    def _make_drive_actions(self, parent: QWidget) -> None:
+        """Next, back and hold (their keys come from ``shortcuts.SHORTCUTS``), and the arrow
+        twins of next and back, which leave the arrows to a focused view that uses them."""
+        self.next_action = QAction("Next tour stage", parent)
+        self.next_action.triggered.connect(self.next_stage)
+        self.back_action = QAction("Previous tour stage", parent)
+        self.back_action.triggered.connect(self.previous_stage)
+        self.next_arrow_action = QAction("Next tour stage (arrow)", parent)
+        self.next_arrow_action.triggered.connect(
+            lambda: self._arrow(self.next_arrow_action, Qt.Key.Key_Right, self.next_stage)
+        )
+        self.back_arrow_action = QAction("Previous tour stage (arrow)", parent)
+        self.back_arrow_action.triggered.connect(
+            lambda: self._arrow(self.back_arrow_action, Qt.Key.Key_Left, self.previous_stage)
+        )
+        self.hold_action = QAction("Hold tour stage", parent)
+        self.hold_action.setCheckable(True)
+        self.hold_action.setToolTip(
+            "Hold the stage: it goes on being measured, the tour waits for Next (B or .)"
+        )
+        self.hold_action.toggled.connect(self._on_hold)
+
+    @property
+    def drive_actions(self) -> tuple[QAction, ...]:
+        return (
+            self.next_action,
+            self.back_action,
+            self.next_arrow_action,
+            self.back_arrow_action,
+            self.hold_action,
+        )
+
+    def next_stage(self) -> None:
+        """Move on now (the clicker's forward key)."""
+        if self.conductor is not None and self.conductor.next():
+            self._log("info", "tour: next stage (asked for)")
+            self.tick()
+
+    def previous_stage(self) -> None:
+        """Back to the stage before (the clicker's back key)."""
+        if self.conductor is not None and self.conductor.back():
+            self._log("info", "tour: back to the stage before (asked for)")
+            self.tick()
+
+    def _arrow(self, action: QAction, key: Qt.Key, move: Callable[[], None]) -> None:
+        """An arrow key: the focused view's if it uses arrows (handed on to it, with the
+        shortcut off meanwhile so it does not catch the key again), else the tour's."""
+        focus = QApplication.focusWidget()
+        if isinstance(focus, ARROW_USERS) or (
+            focus is not None and isinstance(focus.parentWidget(), QGraphicsView)
+        ):
+            action.setEnabled(False)
+            try:
+                for kind in (QEvent.Type.KeyPress, QEvent.Type.KeyRelease):
+                    event = QKeyEvent(kind, key, Qt.KeyboardModifier.NoModifier)
+                    QApplication.sendEvent(focus, event)
+            finally:
+                action.setEnabled(self.active)
+            return
+        move()
+
+    def _on_hold(self, on: bool) -> None:
+        if self.conductor is None:
+            if on:
+                self.hold_action.setChecked(False)
+            return
+        if on != self.conductor.holding:
+            self.conductor.hold(on)
+            self._log("info", "tour: stage held" if on else "tour: moves on by itself again")
+            self.tick()
 
     @property
     def active(self) -> bool:
@@ -121,6 +235,7 @@ class TourController(QObject):
         self._stage_index = None
         self._skipped = list(skipped)
         self._closing = None
+        self._tour_run = self.runs.begin_tour() if self.runs is not None else None
         self._tick_due = time.monotonic() + self._tick_s
         self._log(
             "info", f"tour: {len(stages)} stage(s): " + ", ".join(stage.label for stage in stages)
@@ -153,6 +268,8 @@ class TourController(QObject):
         if conductor is None:
             return
         progress: TourProgress = conductor.tick()
+        self._claim_configs(conductor)
+        self._show_phase(progress.phase or None)
         stage = progress.stage
         if progress.index != self._stage_index and stage is not None:
             self._stage_index = progress.index
@@ -185,12 +302,28 @@ class TourController(QObject):
             return
         self._show_progress(progress)
 
+    def _claim_configs(self, conductor: Any) -> None:
+        """Tell the runs which configuration the tour's first stage runs as (once)."""
+        if self.runs is None or self._tour_run is None:
+            return
+        configs = conductor.stage_configs() if hasattr(conductor, "stage_configs") else []
+        if configs:
+            self.runs.tour_config(self._tour_run, configs[0][1])
+            self._tour_run = None
+
+    def _show_phase(self, phase: str | None) -> None:
+        if phase != self._phase:
+            self._phase = phase
+            self.phase_changed.emit(phase)
+
     def sync(self) -> None:
         """Follow the session (call a few times a second): action state, stale caption, and
         the closing sentence's speedup kept equal to the scoreboard's final row."""
         running = self.session.state is SessionState.RUNNING and bool(self.session.knobs)
         self.action.setText("Stop tour" if self.active else "Tour")
         self.action.setEnabled(self.active or running)
+        for action in self.drive_actions:
+            action.setEnabled(self.active)
         if not self.active and self.caption.isVisible() and self.session.hello is not self._hello:
             self.caption.hide()  # a new run: the last tour's closing words are stale
             self._closing = None
@@ -220,14 +353,25 @@ class TourController(QObject):
             text = f"<b>{title}</b>"
         if progress.note:  # the verdict on the stage before: part of the story, always shown
             text += f"<br>{_escape(progress.note)}"
+        if progress.held:
+            text += " <b>· held</b>"
         if not self.compact:  # <small> is relative to the caption's font
             text += f"<br><small>{_escape(progress.message)}</small>"
         if self.caption.text() != text:
             self.caption.setText(text)
         self.caption.show()
+        percent = round(100 * progress.fraction)
+        if self.progress_bar.value() != percent:
+            self.progress_bar.setValue(percent)
+        self.progress_bar.show()
 
     def _end(self, log_text: str, level: str, caption: str, *, rich: bool = False) -> None:
         self.conductor = None
+        self._tour_run = None
+        self._show_phase(None)
+        self.progress_bar.hide()
+        if self.hold_action.isChecked():
+            self.hold_action.setChecked(False)
         self._log(level, log_text)
         self.caption.setText(caption if rich else _escape(caption))
         self.caption.show()
