@@ -24,12 +24,16 @@ from gpuwatch.core.figures.kernel_window import KernelWindow, describe
 from gpuwatch.core.files.recording import Recorder, RecordingError
 from gpuwatch.core.model.knob_values import KnobValueError
 from gpuwatch.core.model.messages import Hello
+from gpuwatch.core.run.gpu_mismatch import BackgroundCheck
 from gpuwatch.core.run.session import LaunchSpec, Session, SessionError, SessionState
 from gpuwatch.core.run.tour import Conductor, Skipped, Stage, plan_stages, plan_tour
 
 #: The runner imports torch and builds its workload first; a cold start can be slow.
 HELLO_TIMEOUT_S = 180.0
 TICK_S = 0.25
+#: After the runner's hello, how long the GPU check (a survey of the same Python, started
+#: beside it) may still take before the stages begin without its sentence.
+GPU_CHECK_WAIT_S = 10.0
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -80,6 +84,7 @@ def run_bench(
     logging.getLogger("gpuwatch").addHandler(logging.NullHandler())  # errors come back to us
     out = ProgressLine(progress if progress is not None else sys.stderr)
     session = session or Session()
+    gpu_check = BackgroundCheck(options.python)  # can it use the NVIDIA GPU? said once
     conductor: Conductor | None = None
     skipped: list[Skipped] = []
     outcome = BenchOutcome(EXIT_OK)
@@ -102,6 +107,7 @@ def run_bench(
             session, stages, min_steady_s=options.seconds, revert_slower=options.tour
         )
         _announce(out, hello, stages, skipped, options.seconds)
+        gpu_check.say(out.line, timeout=GPU_CHECK_WAIT_S)
         runner_errors = _conduct(session, conductor, out, tick_s, options)
         if conductor.failed is not None:
             code = EXIT_USAGE if conductor.refusal is not None else EXIT_FAILED

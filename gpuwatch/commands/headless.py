@@ -26,6 +26,7 @@ from gpuwatch.core.figures.analysis import headline
 from gpuwatch.core.figures.frame import RunData, whole_run_figures
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.messages import describe_change
+from gpuwatch.core.run.gpu_mismatch import BackgroundCheck
 from gpuwatch.core.run.outcome import describe, facts_from, step_definition
 from gpuwatch.core.run.session import (
     ACTIVE_STATES,
@@ -72,8 +73,12 @@ def run_headless(
     out: TextIO | None = None,
     err: TextIO | None = None,
     session: Session | None = None,
+    gpu_check: BackgroundCheck | None = None,
 ) -> int:
-    """Run the script to its end (or ``--seconds``, or Ctrl-C); print the summary; exit code."""
+    """Run the script to its end (or ``--seconds``, or Ctrl-C); print the summary; exit code.
+
+    ``gpu_check``: whether the training Python can use the NVIDIA GPU here, said once on
+    stderr (default: checked beside the run, off its path)."""
     logging.getLogger("gpuwatch").addHandler(logging.NullHandler())  # lines come back to us
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
@@ -83,18 +88,20 @@ def run_headless(
     spec = options.spec()
     recorder = None
     interrupted = False
+    gpu_check = gpu_check or BackgroundCheck(options.python)
     try:
         if options.record:
             recorder = _start_recorder(options.record, session, spec, err)
             if recorder is None:
                 return EXIT_ERROR
         session.start(spec)
-        _follow(session, progress, err)
+        _follow(session, progress, err, gpu_check)
     except KeyboardInterrupt:
         interrupted = True
         progress.line("gpuwatch: interrupted: stopping the script")
     finally:
         progress.clear()
+        gpu_check.say(progress.line, timeout=TICK_S)
         _echo_while_stopping(session, progress)
         stop_run(session, progress, "the script")
         _echo(session.drain_log(), progress)
@@ -130,12 +137,15 @@ def _start_recorder(path: str, session: Session, spec: LaunchSpec, err: TextIO) 
     return recorder
 
 
-def _follow(session: Session, progress: ProgressLine, err: TextIO) -> None:
+def _follow(
+    session: Session, progress: ProgressLine, err: TextIO, gpu_check: BackgroundCheck
+) -> None:
     """Echo the run's lines and a progress line until the runner and its tree are gone."""
     name = session.spec.name if session.spec else "the script"
     started = time.monotonic()
     wait = TICK_S
     while not session.wait_ended(wait):
+        gpu_check.say(progress.line)
         lines = session.drain_log()
         _echo(lines, progress)
         # A script printing fast fills the log within a tick and then waits for us: read on.
