@@ -263,3 +263,23 @@ def test_bench_prints_the_sentence_on_stderr_once(monkeypatch):
     outcome, progress = bench(ScriptedSession(), groups=[["num_workers=0"], ["num_workers=2"]])
     assert outcome.exit_code == 0
     assert progress.count(f"gpuwatch: {found.sentence} Fix: p -m x") == 1
+
+
+def test_doctor_prints_the_one_command_that_fits_this_machine():
+    from gpuwatch.commands.doctor import gpu_rows
+
+    runner_survey = {k: v for k, v in LINUX_CU130.items() if k != "arch_list"}
+    rows = dict(gpu_rows("/home/ana/.venv/bin/python", runner_survey, GpuView(((8, 9),), (12, 8))))
+    assert rows["GPU use"].startswith("The training Python's torch 2.14.1+cu130 is built for")
+    assert rows["torch for this GPU (cu128)"] == (
+        "/home/ana/.venv/bin/python -m pip install --force-reinstall torch torchvision "
+        f"--index-url {URL}cu128"
+    )
+    old = dict(gpu_rows("/p", runner_survey, GpuView(((8, 9),), (12, 2))))
+    assert old["NVIDIA driver"].startswith("update the NVIDIA driver to ")
+    assert "torch for this GPU (cu126)" in old
+    fine = dict(
+        gpu_rows("/p", dict(runner_survey, cuda_available=True), GpuView(((8, 9),), (13, 0)))
+    )
+    assert fine["GPU use"] == "torch can use the NVIDIA GPU"
+    assert gpu_rows("/p", runner_survey, GpuView()) == []  # no NVIDIA GPU: nothing to say

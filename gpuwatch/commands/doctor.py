@@ -13,8 +13,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.core.run import launcher, nvml
+from gpuwatch.core.run import interpreters, launcher, nvml
 from gpuwatch.core.run.display import describe_display
+from gpuwatch.core.run.gpu_mismatch import GpuView, TorchBuild, mismatch
 from gpuwatch.core.run.json_survey import run_json_survey
 
 SURVEY_TIMEOUT_S = 120.0
@@ -93,7 +94,10 @@ def report(python: str) -> tuple[list[tuple[str, str]], bool]:
         rows.append(("Triton", "importable" if survey.get("triton") else "not installed"))
     info = nvml.describe()
     if info.get("available"):
-        rows.append(("NVML", f"driver {info.get('driver_version')}"))
+        cuda = info.get("cuda_driver_version")
+        rows.append(
+            ("NVML", f"driver {info.get('driver_version')}" + (f", CUDA {cuda}" if cuda else ""))
+        )
         for dev in info.get("devices", []):
             rows.append(
                 (
@@ -110,7 +114,27 @@ def report(python: str) -> tuple[list[tuple[str, str]], bool]:
                 "(process CPU %) instead of GPU utilization",
             )
         )
+    rows += gpu_rows(python, survey, GpuView.from_nvml())
     return rows, ok
+
+
+def gpu_rows(python: str, survey: dict[str, Any], gpus: GpuView) -> list[tuple[str, str]]:
+    """Whether the training Python can use the NVIDIA GPUs, and the one command that installs
+    the torch build that fits them and the driver (nothing without an NVIDIA GPU)."""
+    if not gpus.capabilities:
+        return []
+    rows = []
+    if "error" not in survey and survey.get("torch"):
+        found = mismatch(gpus, TorchBuild.from_report(survey), python)
+        rows.append(("GPU use", found.sentence if found else "torch can use the NVIDIA GPU"))
+    fix = interpreters.cuda_fix(python, gpus.capabilities, gpus.driver_cuda, survey)
+    if fix.driver_update:
+        rows.append(("NVIDIA driver", fix.driver_update))
+    if fix.command and fix.index:
+        rows.append((f"torch for this GPU ({fix.index.name})", fix.command))
+    else:
+        rows.append(("torch for this GPU", "no PyTorch CUDA build has kernels for it"))
+    return rows
 
 
 def run_doctor(python: str | None) -> int:
