@@ -48,12 +48,20 @@ def shortcuts_of(rows: tuple[Row, ...]) -> tuple[Shortcut, ...]:
 
 #: The tour's keys (``TourController`` makes their actions; enabled only while it tours).
 TOUR_SHORTCUTS: tuple[Shortcut, ...] = (
-    Shortcut(("PgDown",), "tour.next_action", "Tour: next stage (a clicker's forward button)"),
-    Shortcut(("PgUp",), "tour.back_action", "Tour: previous stage (a clicker's back button)"),
+    Shortcut(
+        ("PgDown",),
+        "tour.next_action",
+        "Tour: next stage (the forward button of a presentation clicker)",
+    ),
+    Shortcut(
+        ("PgUp",),
+        "tour.back_action",
+        "Tour: previous stage (the back button of a presentation clicker)",
+    ),
     Shortcut(
         ("B", "."),
         "tour.hold_action",
-        "Tour: hold the stage / let it move on by itself (a clicker's blank-screen button)",
+        "Tour: hold the stage / let it move on by itself (the blank-screen button of a clicker)",
     ),
     Shortcut(
         ("Right",),
