@@ -2,7 +2,13 @@
 
 Spawn semantics only (a new interpreter, never fork): the GUI process holds Qt and threads,
 and CUDA cannot live in a forked child. The runner gets its own session/process group
-(a new process group on Windows) so stop reaches DataLoader workers too.
+(a new process group on Windows) so stop reaches DataLoader workers too. On Windows it also
+goes into a kill-on-close Job Object (``win_job``), so the tree ends with gpuwatch however
+gpuwatch ends, and a GUI without a console starts it with its console hidden.
+
+What differs by OS is decided by small functions that take the platform as a parameter
+(``popen_group_options``, ``stop_stages``), so both branches are tested on any OS
+(tests/test_platform_launcher.py; docs/platforms.md says what only Windows itself can show).
 """
 
 from __future__ import annotations
@@ -15,13 +21,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 import gpuwatch
 from gpuwatch import protocol
+from gpuwatch.core.run import win_job
 
 #: gpuwatch's own package directory; the runner's source is taken from here.
 PACKAGE_DIR = Path(gpuwatch.__file__).resolve().parent
@@ -204,13 +212,23 @@ def _inside(path: str, root: str) -> bool:
     return normal == root or normal.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def prepare_frozen_children() -> None:
+def prepare_frozen_children(
+    *, platform: str | None = None, frozen: bool | None = None, kernel32: Any = None
+) -> bool:
     """Undo the bootloader's ``SetDllDirectoryW`` (inherited by children) on Windows, so a
-    training Python loads its own DLLs; nothing to do elsewhere or from a source install."""
-    if is_frozen() and sys.platform == "win32":
+    training Python loads its own DLLs; nothing to do elsewhere or from a source install.
+    Returns whether it was undone (the arguments default to this process and its kernel32)
+    (https://learn.microsoft.com/en-us/windows/win32/api/winbase/nf-winbase-setdlldirectoryw)."""
+    platform = sys.platform if platform is None else platform
+    frozen = is_frozen() if frozen is None else frozen
+    if not (frozen and platform == "win32"):
+        return False
+    if kernel32 is None:
         import ctypes
 
-        ctypes.windll.kernel32.SetDllDirectoryW(None)
+        kernel32 = ctypes.windll.kernel32  # type: ignore[attr-defined]
+    kernel32.SetDllDirectoryW(None)
+    return True
 
 
 def child_env(pythonpath: str) -> dict[str, str]:
@@ -232,6 +250,46 @@ def runner_env() -> dict[str, str]:
     return clean_env()
 
 
+#: Process creation flags
+#: (https://learn.microsoft.com/en-us/windows/win32/procthread/process-creation-flags).
+#: Spelled out because ``subprocess`` defines them on Windows only.
+CREATE_NEW_PROCESS_GROUP = 0x00000200
+CREATE_NO_WINDOW = 0x08000000
+
+
+def popen_group_options(platform: str, *, has_console: bool) -> dict[str, Any]:
+    """The ``Popen`` options that make the runner lead a process group of its own.
+
+    POSIX: a new session (its own process group, which no terminal's Ctrl-C reaches).
+    Windows: ``CREATE_NEW_PROCESS_GROUP``, so ``CTRL_BREAK_EVENT`` can be sent to the runner's
+    group alone (``stop_stages``); and, when gpuwatch itself has no console (the installed
+    windowed app, ``pythonw``), ``CREATE_NO_WINDOW``: the console the runner (a console
+    program) would get would otherwise open as a window beside gpuwatch's. With a console
+    (``gpuwatch-cli.exe``, ``python -m gpuwatch`` in a terminal) the runner shares it, which is
+    what lets ``CTRL_BREAK_EVENT`` reach it: the event goes only to processes attached to the
+    sender's console
+    (https://learn.microsoft.com/en-us/windows/console/generateconsolectrlevent).
+    """
+    if platform == "win32":
+        flags = CREATE_NEW_PROCESS_GROUP | (0 if has_console else CREATE_NO_WINDOW)
+        return {"creationflags": flags}
+    return {"start_new_session": True}
+
+
+def has_console() -> bool:
+    """Whether this process has a console (Windows; elsewhere the question does not arise)
+    (https://learn.microsoft.com/en-us/windows/console/getconsolewindow)."""
+    if sys.platform != "win32":
+        return True
+    import ctypes
+
+    return bool(ctypes.windll.kernel32.GetConsoleWindow())  # type: ignore[attr-defined]
+
+
+#: Each runner's Job Object (Windows), by pid, closed once ``end_tree`` has ended the tree.
+_jobs: dict[int, win_job.WinJob] = {}
+
+
 def spawn(
     cmd: list[str], env: dict[str, str], cwd: str | None = None, *, authkey: bytes | None = None
 ) -> subprocess.Popen:
@@ -239,13 +297,9 @@ def spawn(
 
     With ``authkey`` its stdin is a pipe holding the key's hex and a newline, then closed (the
     runner reads that line and puts ``os.devnull`` in its place, so a watched script's stdin
-    is the null device either way); without it, stdin is the null device.
+    is the null device either way); without it, stdin is the null device. On Windows the
+    process goes into a kill-on-close Job Object (``win_job``) before its key is written.
     """
-    kwargs: dict = {}
-    if sys.platform == "win32":
-        kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP
-    else:
-        kwargs["start_new_session"] = True
     stdin = subprocess.DEVNULL if authkey is None else subprocess.PIPE
     proc = subprocess.Popen(
         cmd,
@@ -254,8 +308,12 @@ def spawn(
         stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        **kwargs,
+        **popen_group_options(sys.platform, has_console=has_console()),
     )
+    if sys.platform == "win32":
+        job = win_job.contain(proc.pid)
+        if job is not None:
+            _jobs[proc.pid] = job
     if proc.stdin is not None:
         # 65 bytes fit any pipe's buffer: this never waits for the child to read them. A
         # child that is no runner (or is gone already) simply never reads them.
@@ -283,13 +341,58 @@ LEFTOVER_GRACE_S = 1.0
 _POLL_S = 0.05
 
 
+#: The stages of a stop once the polite wait (the ``stop`` message) is over.
+BREAK, TERMINATE, KILL = "break", "terminate", "kill"
+
+
+def stop_stages(platform: str) -> tuple[str, ...]:
+    """What a stop tries, in order, after the runner ignored the polite ``stop`` message.
+
+    Windows: ``CTRL_BREAK_EVENT`` to the runner's process group first (the runner turns it into
+    a ``KeyboardInterrupt``, as Ctrl-C, and can still send its last steps and ``bye``:
+    ``gpuwatch.runner.link.interrupt_on_break``); there is no SIGTERM to catch, so the next
+    stage, ``TerminateProcess``, ends a process outright. POSIX: SIGTERM to the group, then
+    SIGKILL."""
+    return (BREAK, TERMINATE, KILL) if platform == "win32" else (TERMINATE, KILL)
+
+
+@dataclass
+class TreeSignals:
+    """How ``end_tree`` reaches a process tree on ``platform`` (tests pass a recording fake)."""
+
+    platform: str = field(default_factory=lambda: sys.platform)
+
+    def interrupt(self, proc: subprocess.Popen) -> None:
+        """``CTRL_BREAK_EVENT`` to the group ``proc`` leads (Windows; ``os.kill`` calls
+        ``GenerateConsoleCtrlEvent`` for it). It reaches the group only through a console
+        both share (``popen_group_options``): without one it fails, and the next stage goes on."""
+        with contextlib.suppress(OSError):
+            os.kill(proc.pid, getattr(signal, "CTRL_BREAK_EVENT", 1))
+
+    def end(self, proc: subprocess.Popen, known: dict[int, psutil.Process], *, kill: bool) -> None:
+        """SIGTERM/SIGKILL the group (POSIX), then every known process (terminate/kill)."""
+        if self.platform != "win32":
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+        for p in known.values():
+            with contextlib.suppress(psutil.Error):
+                p.kill() if kill else p.terminate()
+
+    def members(self, pid: int) -> dict[int, psutil.Process]:
+        """The tree of ``pid`` and, on POSIX, everything left in its process group: once the
+        runner has died, its orphaned children are nobody's descendants but stay in the group.
+        """
+        return _members(pid, self.platform)
+
+
 @dataclass(frozen=True)
 class TreeEnd:
     """How ``end_tree`` ended a process tree.
 
-    ``how`` is what the root (the runner) took: "polite" (it left by itself), "terminated" or
-    "killed". ``leftovers`` counts the processes it had started that were still running
-    ``LEFTOVER_GRACE_S`` after it left by itself, which ``end_tree`` then ended.
+    ``how`` is what the root (the runner) took: "polite" (it left by itself), "interrupted"
+    (it left after ``CTRL_BREAK_EVENT``, Windows), "terminated" or "killed". ``leftovers``
+    counts the processes it had started that were still running ``LEFTOVER_GRACE_S`` after it
+    left by itself, which ``end_tree`` then ended.
     """
 
     how: str
@@ -303,37 +406,79 @@ def end_tree(
     kill_after: float,
     leftover_grace: float = LEFTOVER_GRACE_S,
     on_escalate: Callable[[str], None] | None = None,
+    signals: TreeSignals | None = None,
 ) -> TreeEnd:
-    """Wait up to ``terminate_after`` for ``proc`` to leave by itself, then terminate, then
-    kill its whole tree; once ``proc`` has left by itself, what it leaves behind gets only
-    ``leftover_grace`` before it is ended the same way (terminate, then kill).
+    """Wait up to ``terminate_after`` for ``proc`` to leave by itself, then go through
+    ``stop_stages`` (Windows: break, terminate, kill; POSIX: terminate, kill), ``kill_after``
+    each; once ``proc`` has left by itself, what it leaves behind gets only ``leftover_grace``
+    before it is ended the same way (terminate, then kill). On Windows the runner's Job
+    Object is closed last, which ends anything still in it.
 
     ``on_escalate`` hears "terminated"/"killed" just *before* the signal goes out to a root
     that did not leave in time, so whoever reports the end knows it by the time the process
-    is gone (leftovers never escalate: the run itself ended by itself). Descendants are
-    collected before signalling: once the root is gone, orphaned DataLoader workers are no
-    longer its children and could not be found (on POSIX its process group still finds them).
+    is gone (leftovers never escalate: the run itself ended by itself; nor does the break,
+    which still lets the runner end its own way). Descendants are collected before
+    signalling: once the root is gone, orphaned DataLoader workers are no longer its children
+    and could not be found (on POSIX its process group still finds them).
     """
-    known = _members(proc.pid)
-    if _wait_root(proc, terminate_after):
-        known.update(_members(proc.pid))
-        return TreeEnd("polite", _end_leftovers(proc, known, leftover_grace, kill_after))
+    signals = signals if signals is not None else TreeSignals()
+    waits = _Waits(terminate_after, kill_after, leftover_grace)
+    try:
+        return _end_tree(proc, waits, on_escalate, signals)
+    finally:
+        job = _jobs.pop(proc.pid, None)
+        if job is not None:
+            job.close()
+
+
+@dataclass(frozen=True)
+class _Waits:
+    """``end_tree``'s three waits (seconds)."""
+
+    terminate_after: float
+    kill_after: float
+    leftover_grace: float
+
+
+def _end_tree(
+    proc: subprocess.Popen,
+    waits: _Waits,
+    on_escalate: Callable[[str], None] | None,
+    signals: TreeSignals,
+) -> TreeEnd:
+    kill_after, leftover_grace = waits.kill_after, waits.leftover_grace
+    known = signals.members(proc.pid)
+    if _wait_root(proc, waits.terminate_after):
+        known.update(signals.members(proc.pid))
+        return TreeEnd("polite", _end_leftovers(proc, known, leftover_grace, kill_after, signals))
+    stages = stop_stages(signals.platform)
+    if BREAK in stages:
+        known.update(signals.members(proc.pid))
+        signals.interrupt(proc)
+        if _wait_root(proc, kill_after):
+            known.update(signals.members(proc.pid))
+            left = _end_leftovers(proc, known, leftover_grace, kill_after, signals)
+            return TreeEnd("interrupted", left)
     if on_escalate is not None:
         on_escalate("terminated")
-    known.update(_members(proc.pid))
-    _signal_all(proc, known, kill=False)
+    known.update(signals.members(proc.pid))
+    signals.end(proc, known, kill=False)
     if _wait(proc, kill_after, known):
         return TreeEnd("terminated")
     if on_escalate is not None:
         on_escalate("killed")
-    known.update(_members(proc.pid))
-    _signal_all(proc, known, kill=True)
+    known.update(signals.members(proc.pid))
+    signals.end(proc, known, kill=True)
     _wait(proc, kill_after, known)
     return TreeEnd("killed")
 
 
 def _end_leftovers(
-    proc: subprocess.Popen, known: dict[int, psutil.Process], grace: float, kill_after: float
+    proc: subprocess.Popen,
+    known: dict[int, psutil.Process],
+    grace: float,
+    kill_after: float,
+    signals: TreeSignals,
 ) -> int:
     """The root has exited: give the rest ``grace``, then terminate, then kill what is left.
     Returns how many were still running after the grace."""
@@ -341,19 +486,17 @@ def _end_leftovers(
     left = _wait_gone(rest, grace)
     if not left:
         return 0
-    _signal_all(proc, {p.pid: p for p in left}, kill=False)
+    signals.end(proc, {p.pid: p for p in left}, kill=False)
     still = _wait_gone(left, kill_after)
     if still:
-        _signal_all(proc, {p.pid: p for p in still}, kill=True)
+        signals.end(proc, {p.pid: p for p in still}, kill=True)
         _wait_gone(still, kill_after)
     return len(left)
 
 
-def _members(pid: int) -> dict[int, psutil.Process]:
-    """The tree of ``pid`` and, on POSIX, everything left in its process group: once the
-    runner has died, its orphaned children are nobody's descendants but stay in the group."""
+def _members(pid: int, platform: str) -> dict[int, psutil.Process]:
     members = {p.pid: p for p in tree(pid)}
-    if sys.platform != "win32":
+    if platform != "win32":
         for p in psutil.process_iter():
             with contextlib.suppress(OSError, psutil.Error):
                 if p.pid not in members and p.pid != os.getpid() and os.getpgid(p.pid) == pid:
@@ -398,15 +541,6 @@ def _running(p: psutil.Process) -> bool:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def _signal_all(proc: subprocess.Popen, known: dict[int, psutil.Process], kill: bool) -> None:
-    if sys.platform != "win32":
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
-    for p in known.values():
-        with contextlib.suppress(psutil.Error):
-            p.kill() if kill else p.terminate()
 
 
 def describe_exit(code: int | None) -> str:
