@@ -20,7 +20,7 @@ import shutil
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,13 +226,14 @@ def compile_toolchain_problem(torch: Any, device: Any) -> str | None:
     return None
 
 
-def cpp_compiler() -> str:
-    """The compiler inductor uses for CPU code; read without importing inductor (~2 s)."""
-    if os.environ.get("CXX"):
-        return os.environ["CXX"]
-    if sys.platform == "win32":
+def cpp_compiler(platform: str = sys.platform, environ: Mapping[str, str] = os.environ) -> str:
+    """The compiler inductor uses for CPU code on ``platform``; read without importing
+    inductor (~2 s)."""
+    if environ.get("CXX"):
+        return environ["CXX"]
+    if platform == "win32":
         return "cl"
-    return "clang++" if sys.platform == "darwin" else "g++"
+    return "clang++" if platform == "darwin" else "g++"
 
 
 def fused_problem(torch: Any, device: Any, optimizer_cls: type[Any]) -> str | None:

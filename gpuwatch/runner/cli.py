@@ -24,7 +24,13 @@ import re
 from collections.abc import Sequence
 
 from gpuwatch.protocol import AUTHKEY_ENV, AUTHKEY_STDIN_FLAG
-from gpuwatch.runner.link import Link, LinkError, read_authkey, read_authkey_stdin
+from gpuwatch.runner.link import (
+    Link,
+    LinkError,
+    interrupt_on_break,
+    read_authkey,
+    read_authkey_stdin,
+)
 from gpuwatch.runner.script_environment import configure_stdio, settle_source_root
 from gpuwatch.runner.workloads import WORKLOAD_NAMES
 
@@ -128,6 +134,7 @@ def main(argv: Sequence[str] | None = None, *, source_root: str | None = None) -
         from gpuwatch.runner import survey
 
         return survey.main()
+    interrupt_on_break()  # Windows: a stop's CTRL_BREAK_EVENT ends the run as Ctrl-C does
     from gpuwatch.runner.session import say
 
     try:

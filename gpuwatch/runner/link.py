@@ -270,11 +270,32 @@ class Link:
         os._exit(0)
 
 
-def leads_own_session() -> bool:
+def leads_own_session(platform: str = sys.platform) -> bool:
     """True when gpuwatch started us as the leader of a new session (its launcher does, on
     POSIX): then our process group is ours alone, never a shell job's group with other
-    members."""
-    return sys.platform != "win32" and os.getsid(0) == os.getpid()
+    members. Never on Windows, which has no sessions or ``killpg``: there the runner's Job
+    Object (``gpuwatch.core.run.win_job``) ends its tree when the GUI goes."""
+    return platform != "win32" and os.getsid(0) == os.getpid()
+
+
+#: Windows' ``signal.SIGBREAK`` (the C runtime's number), spelled out for other OSes' tests.
+SIGBREAK = getattr(signal, "SIGBREAK", 21)
+
+
+def interrupt_on_break(platform: str = sys.platform, set_handler: Any = signal.signal) -> bool:
+    """On Windows, make ``CTRL_BREAK_EVENT`` a ``KeyboardInterrupt`` in the main thread, as
+    Ctrl-C is; returns whether a handler was set (only there, and from the main thread).
+
+    A stop that the runner did not answer in time sends ``CTRL_BREAK_EVENT`` to its process
+    group before it terminates it (``gpuwatch.core.run.launcher.stop_stages``): Windows has no
+    SIGTERM, and Python's default for SIGBREAK ends the process at once, losing its last steps
+    and ``bye``. Interrupted instead, the runner leaves through its usual stop path. A handler
+    the script sets later still wins.
+    """
+    if platform != "win32" or threading.current_thread() is not threading.main_thread():
+        return False
+    set_handler(SIGBREAK, signal.default_int_handler)
+    return True
 
 
 def end_own_group() -> None:

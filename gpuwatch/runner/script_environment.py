@@ -31,9 +31,11 @@ def settle_source_root(root: str, path: list[str] | None = None) -> None:
         path.append(root)
 
 
-def script_path_entry(script: str) -> str:
-    """The ``sys.path[0]`` that ``python SCRIPT`` computes for ``script``."""
-    full = os.path.abspath(script) if sys.platform == "win32" else os.path.realpath(script)
+def script_path_entry(script: str, platform: str = sys.platform) -> str:
+    """The ``sys.path[0]`` that ``python SCRIPT`` computes for ``script`` on ``platform``:
+    symbolic links resolved on POSIX, not on Windows (where CPython makes the path absolute
+    only)."""
+    full = os.path.abspath(script) if platform == "win32" else os.path.realpath(script)
     return os.path.dirname(full)
 
 

@@ -1,9 +1,9 @@
 """GUI side of the authenticated local link to the runner (docs/design.md, "Lifecycle").
 
 A ``multiprocessing.connection`` Listener on an AF_UNIX socket inside a private 0700 temp
-dir (a named pipe on Windows), authenticated with a random 32-byte key that reaches the
-runner through its environment. Only ``send_bytes``/``recv_bytes`` with JSON payloads are
-used: ``Connection.recv()`` would unpickle whatever the peer sent.
+dir (a named pipe, AF_PIPE, on Windows: ``link_address``), authenticated with a random 32-byte
+key that reaches the runner on its stdin. Only ``send_bytes``/``recv_bytes`` with JSON payloads
+are used: ``Connection.recv()`` would unpickle whatever the peer sent.
 """
 
 from __future__ import annotations
@@ -50,13 +50,27 @@ HANDSHAKE_TIMEOUT_S = 5.0
 MAX_PENDING_HANDSHAKES = 32
 
 
+def link_address(platform: str, private_dir: Path, token: str) -> tuple[str, str]:
+    """Where the runner connects on ``platform``, and the ``multiprocessing.connection`` family.
+
+    Windows has no AF_UNIX in ``multiprocessing.connection``: a named pipe (AF_PIPE, in the
+    local machine's ``pipe`` namespace) whose name holds ``token``, which nobody can guess.
+    Elsewhere a socket file in ``private_dir``, which only this user can enter.
+    """
+    if platform == "win32":
+        return rf"\\.\pipe\gpuwatch-{token}", "AF_PIPE"
+    return str(private_dir / "link.sock"), "AF_UNIX"
+
+
 class LinkListener:
     """Listens for exactly one runner; closes the listening endpoint once it is connected.
 
     On POSIX every connection gets its own challenge thread with a deadline on the *whole*
     challenge (a timer shuts its socket down), so neither a peer that connects and says
     nothing nor one that answers a byte at a time holds up the real runner: it is accepted as
-    soon as it has answered, whatever other local connections are doing.
+    soon as it has answered, whatever other local connections are doing. A Windows pipe
+    listener runs the challenge itself, inside ``accept`` (its pipe has no socket to put a
+    deadline on).
     """
 
     def __init__(
@@ -64,14 +78,11 @@ class LinkListener:
     ) -> None:
         self.authkey = authkey
         self.handshake_timeout_s = handshake_timeout_s
-        if sys.platform == "win32":
-            self.address = rf"\\.\pipe\gpuwatch-{secrets.token_hex(12)}"
-            self._listener: Listener | None = Listener(
-                self.address, family="AF_PIPE", authkey=authkey
-            )
-        else:
-            self.address = str(private_dir / "link.sock")
-            self._listener = Listener(self.address, family="AF_UNIX")
+        self.address, self.family = link_address(sys.platform, private_dir, secrets.token_hex(12))
+        self._pipe = self.family == "AF_PIPE"
+        self._listener: Listener | None = Listener(
+            self.address, family=self.family, authkey=authkey if self._pipe else None
+        )
         self._closed = False
         self._lock = threading.Lock()
         self._accepted: queue.Queue[Connection | None] = queue.Queue()
@@ -115,7 +126,7 @@ class LinkListener:
                 self._slots.release()
                 conn.close()
                 return
-            if sys.platform == "win32":  # the listener ran the challenge already
+            if self._pipe:  # the listener ran the challenge already
                 self._slots.release()
                 self._won(conn)
                 return
@@ -180,7 +191,7 @@ class LinkListener:
         it is a plain socket that connects and hangs up; on Windows a pipe client in a
         daemon thread.
         """
-        if sys.platform == "win32":
+        if self._pipe:
 
             def knock() -> None:
                 with contextlib.suppress(Exception):
@@ -200,10 +211,15 @@ class LinkListener:
 
 
 class Link:
-    """An accepted connection that speaks protocol messages."""
+    """An accepted connection that speaks protocol messages.
 
-    def __init__(self, conn: Connection) -> None:
+    ``pipe``: the connection is a Windows pipe handle (the default there), which has no file
+    descriptor to read frames from; ``recv_bytes`` then reads them and names no size.
+    """
+
+    def __init__(self, conn: Connection, *, pipe: bool | None = None) -> None:
         self._conn = conn
+        self._pipe = sys.platform == "win32" if pipe is None else pipe
         self._send_lock = threading.Lock()
 
     def send(self, kind: str, **fields: Any) -> bool:
@@ -225,7 +241,7 @@ class Link:
         (``OversizedMessage`` for a message over the hard limit), ProtocolError for a
         message that must be dropped (the link stays usable)."""
         try:
-            if sys.platform == "win32":  # a pipe handle: no fd to read frames from
+            if self._pipe:  # a pipe handle: no fd to read frames from
                 data = self._conn.recv_bytes(protocol.HARD_MESSAGE_BYTES)
             else:
                 data = _read_frame(self._conn.fileno(), protocol.HARD_MESSAGE_BYTES)
