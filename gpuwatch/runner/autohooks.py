@@ -11,6 +11,9 @@ Installed in the runner's main process only, before the script runs, and removed
 * ``torch.autograd.backward`` is wrapped (``Tensor.backward`` calls it); re-entrant calls count
   once.
 * the global optimizer step post hook (``register_optimizer_step_post_hook``).
+* with ``scaling`` set (the zero-code fp16, ``grad_scaling``): ``torch.amp.GradScaler.__init__``,
+  to notice a GradScaler of the script's own; ``scaling`` is told each backward and optimizer
+  step, and may scale the backward's tensors (its work is the knob's, not counted as the hooks').
 
 Only the main thread is observed. The hooks are class attributes and module globals of *this*
 process: spawned DataLoader workers import torch fresh and never see them, and in a forked
@@ -49,7 +52,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from gpuwatch.runner.step_columns import SpentTime
 from gpuwatch.runner.step_recorder import StepRecorder
@@ -61,6 +64,22 @@ LOADER_HOOK = "DataLoader hook"
 FORWARD_HOOK = "forward hook"
 BACKWARD_HOOK = "backward hook"
 OPTIMIZER_HOOK = "optimizer step hook"
+
+
+class BackwardScaling(Protocol):
+    """What the hooks tell the zero-code fp16 (``grad_scaling.GradScaling``); none raises."""
+
+    skipped_step: Callable[[Any], None]
+
+    def saw_grad_scaler(self, scaler: Any) -> None: ...
+
+    def before_backward(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]: ...
+
+    def after_backward(self) -> None: ...
+
+    def optimizer_stepped(self, optimizer: Any) -> None: ...
 
 
 def compiling_predicate(torch: Any) -> Callable[[], bool]:
@@ -132,6 +151,8 @@ class AutoHooks:
         self._quieted = False
         #: Told each module whose forward is an outermost one (the zero-code model knobs).
         self.on_outermost: Callable[[Any], None] | None = None
+        #: Told each backward and optimizer step, and may scale the backward (fp16).
+        self.scaling: BackwardScaling | None = None
         if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
             os.register_at_fork(after_in_child=self._forked)
 
@@ -157,15 +178,22 @@ class AutoHooks:
             self._patch(export, "export", self._wrap_export(export.export))
         is_compiling = self._is_compiling
         spent, clock = self.spent, _clock
+        scaling = self.scaling
 
         def optimizer_post(optimizer: Any, args: Any, kwargs: Any) -> None:
             if is_compiling():  # first: nothing below may be traced (module docstring)
                 return
             if self._watching():
                 start = clock()
+                if scaling is not None:  # first: a boundary in the step below may change amp
+                    scaling.optimizer_stepped(optimizer)
                 self._report(OPTIMIZER_HOOK, self.recorder.optimizer_stepped)
                 spent.ns += clock() - start
 
+        if scaling is not None:
+            scaling.skipped_step = lambda optimizer: optimizer_post(optimizer, (), {})
+            grad_scaler = torch.amp.GradScaler
+            self._patch(grad_scaler, "__init__", self._wrap_scaler_init(grad_scaler.__init__))
         self._handles = [register_optimizer_step_post_hook(optimizer_post)]
         self._register_module_hooks()
         self._quiet_optimized_module()  # Dynamo may be imported already
@@ -314,6 +342,7 @@ class AutoHooks:
 
     def _wrap_backward(self, original: Any) -> Any:
         recorder, spent, clock = self.recorder, self.spent, _clock
+        scaling = self.scaling
 
         @functools.wraps(original)
         def backward(*args: Any, **kwargs: Any) -> Any:
@@ -323,6 +352,8 @@ class AutoHooks:
             self._backward_depth += 1
             self._report(BACKWARD_HOOK, recorder.backward_started)
             spent.ns += clock() - start
+            if scaling is not None:
+                args, kwargs = scaling.before_backward(args, kwargs)
             try:
                 return original(*args, **kwargs)
             finally:
@@ -330,8 +361,21 @@ class AutoHooks:
                 self._backward_depth -= 1
                 self._report(BACKWARD_HOOK, recorder.backward_returned)
                 spent.ns += clock() - start
+                if scaling is not None:
+                    scaling.after_backward()
 
         return backward
+
+    def _wrap_scaler_init(self, original: Any) -> Any:
+        """``GradScaler.__init__``: each scaler made is shown to ``scaling`` (fp16)."""
+
+        @functools.wraps(original)
+        def __init__(scaler: Any, *args: Any, **kwargs: Any) -> None:
+            original(scaler, *args, **kwargs)
+            if self.scaling is not None and threading.get_ident() == self._main:
+                self.scaling.saw_grad_scaler(scaler)
+
+        return __init__
 
     # --- forward --------------------------------------------------------------------------
 

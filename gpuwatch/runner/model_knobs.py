@@ -9,18 +9,21 @@ suggestions reach them. Until one is changed nothing is attached to any module.
   dtype=torch.bfloat16)`` (entered by a forward pre-hook, left by a forward hook that always
   runs), and its floating outputs come back as float32, so the loss computed from them is
   computed in float32, as autocast itself does for losses. A forward the script already runs
-  under its own autocast is left alone (the script owns its precision). ``fp16`` would need a
-  GradScaler around the script's own ``backward()`` and ``optimizer.step()``, which cannot be
-  inserted safely from outside (the script may clip, accumulate or step several optimizers), so
-  it is offered as unavailable with that reason (and "needs CUDA" off CUDA). bf16 is checked on
-  the device as for the built-in knob: a bf16 that works but is emulated (slower than float32)
-  is offered with that reason in ``slow_choices``.
+  under its own autocast is left alone (the script owns its precision). bf16 is checked on the
+  device as for the built-in knob: a bf16 that works but is emulated (slower than float32) is
+  offered with that reason in ``slow_choices``.
+* ``amp = fp16``: the same autocast in float16, with a GradScaler inserted around the script's
+  backward() and optimizer.step() (``grad_scaling``) where that is safe: one optimizer, one
+  backward per step, no GradScaler of the script's own. Until then, or where it is not, fp16 is
+  offered as unavailable with the reason (``knobs`` messages follow what the hooks see); off
+  CUDA it "needs CUDA", as for the built-in knob (the mechanism itself works on any device that
+  has fp16 autocast and a GradScaler).
 * ``channels_last = on``: the models' 4-D parameters are restrided to channels_last
-  (``Module.to(memory_format=...)``, gradients included) and a forward pre-hook gives the model
-  its 4-D tensor inputs in channels_last; off restores the contiguous layout and removes the
-  hook. Offered only for a model with 2-D convolutions. The optimizer's per-element state keeps
-  its layout (elementwise updates do not care; a fused optimizer walking flat memory would, as
-  docs/knobs.md §1 explains for the built-in knob).
+  (``Module.to(memory_format=...)``, gradients included), and so is the per-element state of
+  every optimizer seen stepping (``exp_avg``, ``momentum_buffer``...: a fused optimizer walks a
+  parameter and its state as flat memory, docs/knobs.md §1); a forward pre-hook gives the model
+  its 4-D tensor inputs in channels_last; off restores the contiguous layout (state included)
+  and removes the hook. Offered only for a model with 2-D convolutions.
 
 Both change at a step boundary (``rebuilds: "model"``, 3 warm-up steps) and revert cleanly.
 """
@@ -33,14 +36,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuwatch.runner.availability import NEEDS_CUDA, Bf16Check, check_bf16
+from gpuwatch.runner.grad_scaling import GradScaling
 from gpuwatch.runner.knobs import SPECS
 from gpuwatch.runner.probe_knobs import ProbeKnobs
+from gpuwatch.runner.training_state import state_follows_parameters
 
 MODEL_WARMUP_STEPS = 3
-NO_SCALER = (
-    "needs a GradScaler around the script's backward() and optimizer.step(): "
-    "gpuwatch cannot insert one safely"
-)
 NO_CONVOLUTIONS = "needs a model with 2-D convolutions (4-D image inputs)"
 
 
@@ -49,7 +50,9 @@ class ModelKnobs:
 
     rebuilds = "model"
 
-    def __init__(self, torch: Any, knobs: ProbeKnobs, *, device: Any) -> None:
+    def __init__(
+        self, torch: Any, knobs: ProbeKnobs, *, device: Any, fp16_needs_cuda: bool = True
+    ) -> None:
         self.torch = torch
         self.knobs = knobs
         self.device = device
@@ -65,6 +68,11 @@ class ModelKnobs:
         self._active: tuple[Any, Any] | None = None  # (module, its autocast) inside a forward
         self._failed = False
         self._bf16: Bf16Check | None = None  # probed once, when the knobs are first listed
+        #: The availability rule of the built-in knob; False lets a test run fp16 on a CPU.
+        self.fp16_needs_cuda = fp16_needs_cuda
+        #: Watches backward/optimizer steps; the GradScaler of ``amp = fp16``.
+        self.scaling = GradScaling(torch, device.type, on_change=self._scaling_changed)
+        self._amp_off_shown: dict[str, str] = {}  # the amp choices the panel shows disabled
 
     # --- the models -----------------------------------------------------------------------
 
@@ -101,14 +109,46 @@ class ModelKnobs:
         conv = self.torch.nn.Conv2d
         return any(isinstance(m, conv) for model in self.models for m in model.modules())
 
-    def entries(self) -> list[dict[str, Any]]:
-        torch, device = self.torch, self.device
-        amp_off = {"fp16": NEEDS_CUDA if device.type != "cuda" else NO_SCALER}
+    def _amp_disabled(self) -> dict[str, str]:
+        """The ``amp`` choices not available now, with their reasons."""
         if self._bf16 is None:
-            self._bf16 = check_bf16(torch, device)
+            self._bf16 = check_bf16(self.torch, self.device)
+        out = {}
+        if self.fp16_needs_cuda and self.device.type != "cuda":
+            out["fp16"] = NEEDS_CUDA
+        elif self.scaling.problem is not None:
+            out["fp16"] = self.scaling.problem
+        if self._bf16.problem is not None:
+            out["bf16"] = self._bf16.problem
+        return out
+
+    def _scaling_changed(self) -> None:
+        """What the hooks saw made fp16 available or ruled it out (never raises)."""
+        if not self.announced:
+            return
+        try:
+            if self.amp == "fp16" and self.scaling.problem is not None:
+                self._set_amp("off")
+                self.knobs.link.log(
+                    "warning",
+                    f"fp16 is off from here on (the model runs in float32): {self.scaling.problem}",
+                )
+            else:
+                disabled = self._amp_disabled()
+                if disabled == self._amp_off_shown:
+                    return  # e.g. fp16 "needs CUDA" whatever the hooks see
+            self._amp_off_shown = self._amp_disabled()
+            self.knobs.update_entry(
+                self.names["amp"], value=self.amp, disabled_choices=self._amp_off_shown
+            )
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                self.knobs.link.log("warning", f"the fp16 knob could not be updated: {exc}")
+
+    def entries(self) -> list[dict[str, Any]]:
+        amp_off = self._amp_off_shown = self._amp_disabled()
         bf16 = self._bf16
-        if bf16.problem is not None:
-            amp_off["bf16"] = bf16.problem
+        assert bf16 is not None
         layout = None if self._has_convolutions() else NO_CONVOLUTIONS
         amp, layout_spec = SPECS["amp"], SPECS["channels_last"]
         return [
@@ -128,7 +168,7 @@ class ModelKnobs:
                 "slow_choices": {"bf16": bf16.slow} if bf16.slow is not None else {},
                 "rebuilds": "model",
                 "help": f"{amp.help} (autocast around the script's model; its outputs go on "
-                "in float32)",
+                "in float32; fp16 adds a GradScaler around its backward() and step())",
             },
             {
                 "name": self.names["channels_last"],
@@ -180,12 +220,18 @@ class ModelKnobs:
             with contextlib.suppress(Exception):
                 handle.remove()
         self._amp_hooks, self._layout_hooks = [], []
+        with contextlib.suppress(Exception):
+            self.scaling.stop()
 
     # --- amp ------------------------------------------------------------------------------
 
     def _set_amp(self, value: str) -> None:
         if value == self.amp:
             return
+        if value == "fp16":
+            self.scaling.start()  # raises, changing nothing, where it cannot be inserted
+        elif self.amp == "fp16":
+            self.scaling.stop()
         for handle in self._amp_hooks:
             handle.remove()
         self._amp_hooks = []
@@ -233,11 +279,18 @@ class ModelKnobs:
         self._layout_hooks = []
         for model in list(self.models):
             model.to(memory_format=self.torch.contiguous_format)
+        self._state_follows_parameters()
+
+    def _state_follows_parameters(self) -> None:
+        """The optimizers' per-element state in its parameter's layout again."""
+        for optimizer in list(self.scaling.optimizers):
+            state_follows_parameters(optimizer)
 
     def _to_channels_last(self, module: Any) -> None:
         torch = self.torch
         layout = torch.channels_last
         module.to(memory_format=layout)
+        self._state_follows_parameters()
 
         def inputs(module: Any, args: Any) -> Any:
             return tuple(
