@@ -66,6 +66,7 @@ class ScriptInstruments:
         control.flush = recorder.flush
         hooks = AutoHooks(torch, recorder, spent)
         hooks.on_outermost = model_knobs.saw_outermost
+        hooks.scaling = model_knobs.scaling  # fp16's GradScaler sees backward and step
         return cls(
             knobs,
             loader_knobs,
