@@ -321,8 +321,12 @@ def test_clicker_keys_move_and_hold_the_stage(show_window, qtbot):
     fake.apply(2)
     fake.rows = [row(2, "baseline", live=True)]
     QTest.keyClick(win, Qt.Key.Key_B)  # held again: only the keys move it now
-    win.scoreboard.table.setFocus()
-    QTest.keyClick(win.scoreboard.table, Qt.Key.Key_Right)  # the table's arrow, not the tour's
+    table = win.scoreboard.table
+    win.scoreboard.show_rows(fake.rows)
+    table.setFocus()
+    table.setCurrentIndex(table.model().index(0, 0))
+    QTest.keyClick(table, Qt.Key.Key_Right)  # the table's arrow, not the tour's
+    assert table.currentIndex().column() == 1
     tour.tick()
     assert "Tour 1/6 · baseline" in tour.caption.text()
     win.headline.samples.help_button.setFocus()

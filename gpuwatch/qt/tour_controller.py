@@ -106,7 +106,8 @@ class TourController(QObject):
             f"Walk the run through the well-known fixes one by one (workers, pinned memory, "
             f"batched logging, AMP, channels_last, compile), holding each stage until it has "
             f"{self._min_steady_s:g} s of steady rates; a stage that made the run slower is "
-            "reverted, and the scoreboard shows what each bought."
+            "reverted, and the scoreboard shows what each bought. While it runs, Page Down and "
+            "Page Up move between stages and B holds one (a presentation clicker's keys)."
         )
         self.action.triggered.connect(self.toggle)
         self.caption = QLabel()
