@@ -34,6 +34,7 @@ from gpuwatch.qt.actions import build_actions, build_menus
 from gpuwatch.qt.compare_mode import CompareMode
 from gpuwatch.qt.docks import WindowDocks
 from gpuwatch.qt.file_dialogs import FileDialogs
+from gpuwatch.qt.gpu_banner import GpuBanner
 from gpuwatch.qt.headline_bar import HeadlineBar
 from gpuwatch.qt.help_view import HelpDialog, open_help, section_under_cursor
 from gpuwatch.qt.interpreter_picker import InterpreterChoice, needs_choice
@@ -147,6 +148,13 @@ class MainWindow(QMainWindow):
         #: Run → Choose Python…, and the frozen app's search for a Python with torch.
         self.interpreter = InterpreterChoice(self, self)
         layout.addWidget(self.interpreter.banner)
+        #: Why the NVIDIA GPU here is not used (e.g. a CPU-only torch), checked off the GUI
+        #: thread, and again whenever another Python is chosen; a replay trains nothing.
+        self.gpu_banner = GpuBanner(self.interpreter.action)
+        layout.addWidget(self.gpu_banner)
+        self.interpreter.sig_chosen.connect(self.gpu_banner.check)
+        if not isinstance(session, ReplaySession):
+            self.gpu_banner.check(self.python)
         self.tour = TourController(session, self, self._log_gui)
         self.run_bar.addSeparator()
         self.run_bar.addAction(self.tour.action)
