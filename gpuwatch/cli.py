@@ -550,22 +550,10 @@ def _bench(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
-def script_problem(script: str) -> str | None:
-    """Why ``script`` cannot be run (one sentence), or None: checked before anything starts."""
-    path = Path(script).expanduser()
-    if not path.exists():
-        return f"no such script: {script}"
-    if path.is_dir():
-        return f"{script} is a directory, not a Python script"
-    if not path.is_file():
-        return f"{script} is not a regular file"
-    if not os.access(path, os.R_OK):
-        return f"cannot read {script}: permission denied"
-    return None
-
-
 def _run(args: argparse.Namespace) -> int:
     """``gpuwatch run SCRIPT``: bad input is refused (exit 2) before anything starts."""
+    from gpuwatch.core.run.session import script_problem
+
     problem = script_problem(args.script)
     if problem is None and args.record is not None and not args.record.parent.is_dir():
         problem = f"--record: folder {str(args.record.parent)!r} does not exist"

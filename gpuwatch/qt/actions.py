@@ -6,6 +6,11 @@ the menu bar from it, and the help's key list (``gpuwatch.qt.shortcuts.SHORTCUTS
 from the same rows, so a key, its menu entry and its description cannot drift apart.
 Entries whose ``QAction`` a part of the window owns (presentation mode's F11, the tour, kernel
 capture, the interpreter choice) are ``Slot`` rows: the table places them, the part makes them.
+
+A row may carry a rule (``why_not``): a small function of the window that returns None when
+the action can run now, or the sentence saying why not. ``ActionEnablement`` disables such an
+action with that sentence as its tooltip and status tip, so nothing is offered that would
+then be refused; the window re-evaluates the rules when its state changes, never per frame.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ from PySide6.QtCore import QObject, QUrl
 from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import QApplication, QMenu, QMenuBar
 
+from gpuwatch.core.files.replay import READ_ONLY, ReplaySession
 from gpuwatch.core.run.app_log import log_dir
+from gpuwatch.core.run.session import SessionState
 from gpuwatch.qt.about_dialog import copy_diagnostics
 from gpuwatch.qt.settings import apply_last_knobs
 from gpuwatch.qt.view_control import set_view_paused, zoom
@@ -25,6 +32,9 @@ from gpuwatch.qt.window_shell import WindowShell
 
 #: The menu bar, left to right (``&`` marks the mnemonic).
 MENUS = ("&File", "&View", "&Run", "&Settings", "&Help")
+
+#: Why an action cannot run in this window now (one sentence), or None when it can.
+Rule = Callable[[WindowShell], str | None]
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,7 @@ class Action:
     tip: str = ""
     checked: bool = False
     group: int = 0
+    why_not: Rule | None = None
 
     @property
     def checkable(self) -> bool:
@@ -72,9 +83,67 @@ class Slot:
     what: str = ""
     attribute: str = ""
     group: int = 0
+    why_not: Rule | None = None
 
 
 Row = Action | Slot
+
+
+# ---- Rules: None when the action can run now, else why not ---------------------------------
+
+
+def _is_replay(window: WindowShell) -> bool:
+    return isinstance(window.session, ReplaySession)
+
+
+def _compare_why_not(window: WindowShell) -> str | None:
+    if _is_replay(window):
+        return None
+    return (
+        "Compare works in a recording's window: open a recording first "
+        "(File → Open recording…), then compare it with another"
+    )
+
+
+def _record_why_not(window: WindowShell) -> str | None:
+    return "This window shows a recording: it is saved already" if _is_replay(window) else None
+
+
+def _export_why_not(window: WindowShell) -> str | None:
+    return window.files.nothing_to_export()
+
+
+def _watch_script_why_not(window: WindowShell) -> str | None:
+    if _is_replay(window):
+        return "This window shows a recording: watch a script from a live window"
+    return None
+
+
+def _restart_why_not(window: WindowShell) -> str | None:
+    session = window.session
+    if isinstance(session, ReplaySession):
+        return "A recording starts nothing"
+    if session.state is SessionState.STOPPING:
+        return "Stopping the run: restart once it has ended"
+    if session.spec is None:
+        return "Nothing was started in this window yet: press Start"
+    return None
+
+
+def _apply_knobs_why_not(window: WindowShell) -> str | None:
+    session = window.session
+    if isinstance(session, ReplaySession):
+        return READ_ONLY
+    if window.tour.active:
+        return "The tour is driving the knobs: stop it first"
+    if session.state is not SessionState.RUNNING:
+        return "Start a run first: knobs apply to a running run"
+    remembered = window.settings.knobs
+    if not remembered:
+        return "No knobs remembered from a last session"
+    if not {k.get("name") for k in session.knobs} & set(remembered):
+        return "This run has none of the remembered knobs"
+    return None
 
 
 def _open_log_folder(window: WindowShell) -> None:
@@ -124,12 +193,14 @@ WINDOW_ACTIONS: tuple[Row, ...] = (
         shortcut=("Ctrl+O",),
         what="Open a recording",
     ),
+    Slot("watch_script", "&File", why_not=_watch_script_why_not),
     Action(
         "compare",
         "Compare with…",
         "&File",
         lambda w: w.files.ask_compare(),
         tip="Show this recording and another side by side",
+        why_not=_compare_why_not,
     ),
     Action(
         "record",
@@ -140,6 +211,7 @@ WINDOW_ACTIONS: tuple[Row, ...] = (
         what="Save a recording: first press starts recording (what is on screen included), "
         "second press finishes the file",
         group=1,
+        why_not=_record_why_not,
     ),
     Action(
         "export_perfetto",
@@ -149,8 +221,16 @@ WINDOW_ACTIONS: tuple[Row, ...] = (
         shortcut=("Ctrl+E",),
         what="Export the recording as Perfetto JSON (ui.perfetto.dev)",
         group=1,
+        why_not=_export_why_not,
     ),
-    Action("export_csv", "CSV…", "&File/Export", lambda w: w.files.ask_export("csv"), group=1),
+    Action(
+        "export_csv",
+        "CSV…",
+        "&File/Export",
+        lambda w: w.files.ask_export("csv"),
+        group=1,
+        why_not=_export_why_not,
+    ),
     Action(
         "export_png",
         "PNG of the window…",
@@ -209,6 +289,7 @@ WINDOW_ACTIONS: tuple[Row, ...] = (
     Slot("workload", "&Run"),
     Slot("device", "&Run"),
     Action("start", "Start", "&Run", lambda w: w.start_or_stop(), group=1),
+    Slot("restart", "&Run", group=1, why_not=_restart_why_not),
     Action(
         "follow",
         "Follow",
@@ -229,6 +310,7 @@ WINDOW_ACTIONS: tuple[Row, ...] = (
         _apply_last_knobs,
         tip="The knob values the last window closed with, sent "
         "to the running workload (never applied silently)",
+        why_not=_apply_knobs_why_not,
     ),
     Action("reset_settings", "Reset settings", "&Settings", _reset_settings, group=1),
     # ---- Help
@@ -272,6 +354,49 @@ def build_actions(
     return {row.id: make_action(row, window, parent) for row in rows if isinstance(row, Action)}
 
 
+class ActionEnablement:
+    """Each ruled action enabled, or disabled with its rule's reason as tooltip and status
+    tip. ``update`` evaluates the rules (a few attribute reads each) and touches only the
+    actions whose answer changed; the window calls it when its state changes."""
+
+    def __init__(
+        self,
+        window: WindowShell,
+        entries: Mapping[str, QAction | QMenu],
+        rows: tuple[Row, ...] = WINDOW_ACTIONS,
+    ) -> None:
+        self.window = window
+        self._ruled: list[tuple[str, Rule, QAction]] = []
+        for row in rows:
+            entry = entries.get(row.id)
+            if row.why_not is not None and isinstance(entry, QAction):
+                self._ruled.append((row.id, row.why_not, entry))
+        self._reasons: dict[str, str | None] = {}
+        #: Tooltip and status tip of a disabled action, given back when it is enabled again.
+        self._tips: dict[str, tuple[str, str]] = {}
+
+    def update(self) -> None:
+        for ident, rule, action in self._ruled:
+            reason = rule(self.window)
+            if ident in self._reasons and self._reasons[ident] == reason:
+                continue
+            self._reasons[ident] = reason
+            if reason is None:
+                tip, status = self._tips.pop(ident, (action.toolTip(), action.statusTip()))
+                action.setEnabled(True)
+                action.setToolTip(tip)
+                action.setStatusTip(status)
+            else:
+                self._tips.setdefault(ident, (action.toolTip(), action.statusTip()))
+                action.setEnabled(False)
+                action.setToolTip(reason)
+                action.setStatusTip(reason)
+
+    def reason(self, ident: str) -> str | None:
+        """Why the action ``ident`` is disabled (None: it is enabled, or has no rule)."""
+        return self._reasons.get(ident)
+
+
 def build_menus(
     bar: QMenuBar,
     entries: Mapping[str, QAction | QMenu],
@@ -281,6 +406,8 @@ def build_menus(
     (a row without one, e.g. the workload in script mode, is left out). Returns the menus
     by path."""
     menus: dict[str, QMenu] = {title: bar.addMenu(title) for title in MENUS}
+    for menu in menus.values():  # a disabled entry says why when hovered
+        menu.setToolTipsVisible(True)
     groups: dict[str, int] = {}
     for row in rows:
         entry = entries.get(row.id)
@@ -294,6 +421,7 @@ def build_menus(
         if sub:
             if row.menu not in menus:
                 menus[row.menu] = menu.addMenu(sub)
+                menus[row.menu].setToolTipsVisible(True)
             menu = menus[row.menu]
         if isinstance(entry, QMenu):
             menu.addMenu(entry)

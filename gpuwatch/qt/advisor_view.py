@@ -34,6 +34,8 @@ HINT_NO_RUN = (
     "Start a run: the advisor reads each configuration's steady steps and says why "
     "the device waits and which knob to try."
 )
+#: Why Apply is off when the run is not running (a stopped run would refuse the change).
+NOT_RUNNING = "The run is not running: Apply sends the change to a running run"
 _SMALL = "font-size: 11px;"
 
 
@@ -111,6 +113,7 @@ class FindingCard(QFrame):
             locked
             or f"send {finding.apply_text} to the run; the advisor then reports what it changed"
         )
+        self.apply_button.setStatusTip(locked or "")
         self.status.setVisible(bool(status))
         if self.status.text() != status:
             self.status.setText(status)
@@ -254,9 +257,12 @@ class AdvisorView(QWidget):
             card = FindingCard(self)
             self._list.insertWidget(len(self.cards) + 1, card)  # after the summary
             self.cards.append(card)
+        # Apply is offered to a running run only (any other would refuse it), saying why.
+        running = self.session.state is SessionState.RUNNING
+        locked = self._locked or (None if running else NOT_RUNNING)
         for card, finding in zip(self.cards, self.findings, strict=False):
             status = self._status.get((finding.rule, finding.apply_text), "")
-            card.show_finding(finding, status, self._locked)
+            card.show_finding(finding, status, locked)
             card.show()
         for card in self.cards[len(self.findings) :]:
             card.hide()

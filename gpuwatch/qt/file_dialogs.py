@@ -1,13 +1,16 @@
 """File → Open recording, Compare with, Export: the dialogs and what each choice does.
 
-Every failure is a message (a bad file, nothing to export, a folder that cannot be written)
-and the window stays as it was. Recordings open in windows of their own, kept here so they
-live as long as the window they were opened from; a comparison is shown in this window
-(``compare_mode``), one at a time, until it is closed.
+Every failure is a message (a bad file, a folder that cannot be written) and the window stays
+as it was. Export writes the window's recording, or in a live window what the window holds
+(as Record would write it), so it never asks to record first; ``nothing_to_export`` says why
+Export is disabled when the window holds nothing. Recordings open in windows of their own,
+kept here so they live as long as the window they were opened from; a comparison is shown in
+this window (``compare_mode``), one at a time, until it is closed.
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -32,6 +35,20 @@ class ShownComparison(Protocol):
 #: Shows the window's recording and another one side by side in the window.
 CompareFn = Callable[[ReplaySession], ShownComparison]
 
+
+class LiveRun(Protocol):
+    """What a live window holds, written as a recording (``record_control.RecordControl``)."""
+
+    def holds_run(self) -> bool: ...
+
+    def snapshot(self, path: Path) -> Path: ...
+
+
+NOTHING_TO_EXPORT = (
+    "Nothing to export yet: start a run or open a recording (there is no need to record the "
+    "run first: Export writes what the window holds)"
+)
+
 RECORDING_FILTER = f"gpuwatch recordings (*{SUFFIX});;All files (*)"
 #: Shows a non-blocking message: (title, text).
 ErrorFn = Callable[[str, str], None]
@@ -55,11 +72,14 @@ class FileDialogs:
         status: QStatusBar,
         show_error: ErrorFn,
         compare_in_window: CompareFn | None = None,
+        live: LiveRun | None = None,
     ) -> None:
         """``replay`` is the window's recording (None: a live window, whose exports come
-        from ``last_recording()``); ``open_window`` makes a window for a recording;
-        ``compare_in_window`` shows ``replay`` and another recording in the window."""
+        from what ``live`` holds, else from ``last_recording()``); ``open_window`` makes a
+        window for a recording; ``compare_in_window`` shows ``replay`` and another recording
+        in the window."""
         self.parent = parent
+        self._live = live
         self._compare_in_window = compare_in_window
         #: The comparison shown in this window, if any.
         self.comparison: ShownComparison | None = None
@@ -133,6 +153,14 @@ class FileDialogs:
 
     # ---- Export -----------------------------------------------------------------------
 
+    def nothing_to_export(self) -> str | None:
+        """Why Export cannot write anything now (None: it can)."""
+        if self.replay is not None or self._last_recording() is not None:
+            return None
+        if self._live is not None and self._live.holds_run():
+            return None
+        return NOTHING_TO_EXPORT
+
     def ask_export(self, kind: str) -> None:
         """Ask where to write the recording as ``perfetto`` or ``csv``, then write it."""
         suffix, title = (".json", "Perfetto JSON") if kind == "perfetto" else (".csv", "CSV")
@@ -145,8 +173,9 @@ class FileDialogs:
             self.export_recording(kind, path)
 
     def export_recording(self, kind: str, path: str | Path) -> bool:
-        """Write the shown recording (or the last one recorded here) as ``perfetto`` or
-        ``csv``; a message says why when there is none or the file cannot be written."""
+        """Write the shown recording, or in a live window what it holds (else the last
+        recording made here), as ``perfetto`` or ``csv``; a message says why when there is
+        nothing or the file cannot be written."""
         from gpuwatch.core.files.export_csv import write_csv
         from gpuwatch.core.files.export_perfetto import write_perfetto
 
@@ -154,14 +183,13 @@ class FileDialogs:
         try:
             if self.replay is not None:
                 recording = self.replay.recording
+            elif self._live is not None and self._live.holds_run():
+                with tempfile.TemporaryDirectory(prefix="gpuwatch-export-") as folder:
+                    recording = open_recording(self._live.snapshot(Path(folder) / f"x{SUFFIX}"))
             elif last is not None:
                 recording = open_recording(last)
             else:
-                self._show_error(
-                    "Nothing to export",
-                    "Exports are made from a recording: "
-                    "record the run (File → Record) or open a recording first.",
-                )
+                self._show_error("Nothing to export", NOTHING_TO_EXPORT)
                 return False
             (write_perfetto if kind == "perfetto" else write_csv)(recording, Path(path))
         except RecordingError as exc:

@@ -30,7 +30,7 @@ from gpuwatch.core.files.replay import ReplaySession
 from gpuwatch.core.run.session import ACTIVE_STATES, LaunchSpec, LogLine, SessionState
 from gpuwatch.qt import palette
 from gpuwatch.qt.about_dialog import AboutDialog
-from gpuwatch.qt.actions import build_actions, build_menus
+from gpuwatch.qt.actions import ActionEnablement, build_actions, build_menus
 from gpuwatch.qt.compare_mode import CompareMode
 from gpuwatch.qt.docks import WindowDocks
 from gpuwatch.qt.file_dialogs import FileDialogs
@@ -47,6 +47,7 @@ from gpuwatch.qt.run_banner import RunBanner
 from gpuwatch.qt.run_session import RunSession
 from gpuwatch.qt.run_toolbar import RunToolbar
 from gpuwatch.qt.runs_dock import add_runs_dock
+from gpuwatch.qt.script_dialog import ScriptWatch
 from gpuwatch.qt.session_signals import SessionSignals
 from gpuwatch.qt.settings import Settings, save_on_close
 from gpuwatch.qt.shortcuts import apply_shortcuts
@@ -106,6 +107,10 @@ class MainWindow(QMainWindow):
         self._panels_key: tuple[object, ...] | None = None
         self._closed = False
         self._live_shown: bool | None = None  # what the Start/Stop action shows
+        #: Restart (or a newly chosen script): start again once the run in progress ended.
+        self._start_when_ended = False
+        #: Actions that cannot run now are disabled with the reason (``actions.why_not``).
+        self.enablement: ActionEnablement | None = None
         self._knobs_due = 0.0
         self._scoreboard_due = 0.0
         #: Space: the plots and headline freeze while the run goes on.
@@ -200,6 +205,7 @@ class MainWindow(QMainWindow):
             status=self.statusBar(),
             show_error=self.show_error,
             compare_in_window=self._compare_in_window,
+            live=self.recording,
         )
         self.run_bar.addAction(self.record_action)
         self.run_bar.addSeparator()
@@ -232,7 +238,21 @@ class MainWindow(QMainWindow):
         menus.update(
             choose_python=self.interpreter.action, nsight=self.kernel_capture.nsight_action
         )
+        #: File → Watch a training script…, a .py dropped on the window, Run → Restart.
+        self.script_watch = ScriptWatch(
+            self,
+            self.settings,
+            lambda: self.python,
+            watch=self.watch_script,
+            restart=self.restart_run,
+            choose_python=self.interpreter.open_picker,
+        )
+        menus.update(
+            watch_script=self.script_watch.action, restart=self.script_watch.restart_action
+        )
         build_menus(self.menuBar(), {**self.qactions, **menus})
+        self.enablement = ActionEnablement(self, {**self.qactions, **menus})
+        self.enablement.update()
         apply_shortcuts(self)
         self.headline.sig_help_requested.connect(self.show_guide)
         self.settings.restore_window(self)
@@ -268,6 +288,25 @@ class MainWindow(QMainWindow):
         self.session.start(spec)
         self.follow_action.setChecked(True)
         self._sync_state()
+
+    def watch_script(self, spec: LaunchSpec) -> None:
+        """Watch ``spec``'s script from now on (File → Watch a training script…): Start and
+        Restart run it as ``gpuwatch run`` would; a run in progress is stopped first."""
+        self.script_spec = self.recording.script = spec
+        self.setWindowTitle(f"gpuwatch — {spec.name}")
+        self.run_bar.show_script(spec)
+        self.script_label = self.run_bar.script_label
+        self.restart_run()
+
+    def restart_run(self) -> None:
+        """Run → Restart: the same script or workload again, with the same device and
+        Python; a run in progress is stopped first and the new one starts once it ended."""
+        if self.session.state in ACTIVE_STATES:
+            self._start_when_ended = True
+            self.session.stop()
+            self._sync_state()
+        else:
+            self.start_run()
 
     def start_or_stop(self) -> None:
         """The Start/Stop action: start a run, or stop the one in progress."""
@@ -467,6 +506,12 @@ class MainWindow(QMainWindow):
         self.start_action.setEnabled(state is not SessionState.STOPPING and not replay)
         self.workload_combo.setEnabled(not live and not replay)
         self.device_combo.setEnabled(not live and not replay)
+        if self._start_when_ended and not live:
+            self._start_when_ended = False
+            self.start_run()  # syncs the state again
+            return
+        if self.enablement is not None:
+            self.enablement.update()
         device_name = session.hello.device.name if session.hello is not None else None
         self.status_line.show_run(state, device_name, session.device_kind)
         restyled = self.banner.show_for(session, self.script_spec is not None)

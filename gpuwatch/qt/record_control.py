@@ -2,7 +2,9 @@
 
 The first press starts recording (what the window already holds is written too), the second
 finishes the file and the status bar names it. A recorder that fails meanwhile (a full disk)
-is stopped at the next frame and says why.
+is stopped at the next frame and says why. ``snapshot`` writes what the window holds the same
+way, finished at once: Export in a live window writes from it, so it never asks the user to
+record first.
 """
 
 from __future__ import annotations
@@ -59,17 +61,7 @@ class RecordControl:
         script, workload = self.script, self.run_bar.workload_combo.currentText()
         name = script.name if script else workload
         path = recordings_dir() / f"{Path(name).stem}-{stamp}{SUFFIX}"
-        recorder = Recorder(
-            path,
-            self.session,
-            spec={
-                "script": script.script if script else None,
-                "args": list(script.script_args) if script else [],
-                "workload": None if script else workload,
-                "device": self.run_bar.device_combo.currentData() or "auto",
-                "python": self._python(),
-            },
-        )
+        recorder = Recorder(path, self.session, spec=self._spec())
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             recorder.start()
@@ -79,6 +71,34 @@ class RecordControl:
             return
         self.recorder = recorder
         self.status.showMessage(f"recording to {path}")
+
+    def _spec(self) -> dict[str, object]:
+        """How the run was started, as the file keeps it."""
+        script, workload = self.script, self.run_bar.workload_combo.currentText()
+        return {
+            "script": script.script if script else None,
+            "args": list(script.script_args) if script else [],
+            "cwd": script.cwd if script else None,
+            "workload": None if script else workload,
+            "device": self.run_bar.device_combo.currentData() or "auto",
+            "python": self._python(),
+        }
+
+    def holds_run(self) -> bool:
+        """A live window that holds a run (its hello came): something a snapshot can write."""
+        return isinstance(self.session, Session) and self.session.hello is not None
+
+    def snapshot(self, path: Path) -> Path:
+        """What the window holds, written to ``path`` as Record would start it and finished
+        at once; ``RecordingError`` or ``OSError`` when it cannot be written."""
+        if not isinstance(self.session, Session):
+            raise RecordingError("a replay is already a recording")
+        recorder = Recorder(path, self.session, spec=self._spec(), overwrite=True)
+        recorder.start()
+        recorder.close()
+        if recorder.error:
+            raise RecordingError(recorder.error)
+        return path
 
     def stop(self) -> None:
         """Finish the file (if recording) and say where it is or why it failed."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import html
+import shlex
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QLabel, QMainWindow, QMenu, QToolBar, QWidget
@@ -53,19 +54,18 @@ class RunToolbar(QToolBar):
         if workload in WORKLOADS:
             self.workload_combo.setCurrentText(workload)
         self.workload_combo.setToolTip(WORKLOAD_TIP)
+        #: Script mode: the script takes the workload's place (the combo stays unshown).
         self.script_label: QLabel | None = None
-        if script is not None:
-            # Script mode: the script takes the workload's place (the combo stays unshown).
-            self.addWidget(QLabel(" Script "))
-            self.script_label = QLabel(f"<b>{html.escape(script.name)}</b>")
-            args = " ".join(script.script_args)
-            self.script_label.setToolTip(
-                f"{script.script} {args}".rstrip() + f"\nrun from {script.cwd}" * bool(script.cwd)
-            )
-            self.addWidget(self.script_label)
-        else:
-            self.addWidget(QLabel(" Workload "))
-            self.addWidget(self.workload_combo)
+        self._script_name = QLabel()
+        self._script_widgets = (
+            self.addWidget(QLabel(" Script ")),
+            self.addWidget(self._script_name),
+        )
+        self._workload_widgets = (
+            self.addWidget(QLabel(" Workload ")),
+            self.addWidget(self.workload_combo),
+        )
+        self.show_script(script)
         self.addWidget(QLabel("  Device "))
         self.device_combo = QComboBox()
         for label, value in device_entries():
@@ -78,6 +78,21 @@ class RunToolbar(QToolBar):
         self.device_combo.setToolTip(DEVICE_TIP)
         self.addWidget(self.device_combo)
         self.addSeparator()
+
+    def show_script(self, script: LaunchSpec | None) -> None:
+        """Name ``script`` where the workload was (None: the workload combo again)."""
+        label = self._script_name
+        if script is not None:
+            label.setText(f"<b>{html.escape(script.name)}</b>")
+            args = shlex.join(script.script_args)
+            label.setToolTip(
+                f"{script.script} {args}".rstrip() + f"\nrun from {script.cwd}" * bool(script.cwd)
+            )
+        self.script_label = label if script is not None else None
+        for action in self._script_widgets:
+            action.setVisible(script is not None)
+        for action in self._workload_widgets:
+            action.setVisible(script is None)
 
     def combo_menus(self, parent: QWidget) -> dict[str, QMenu]:
         """The Run menu's Workload (not in script mode) and Device submenus."""

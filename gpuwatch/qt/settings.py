@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,6 +25,45 @@ from gpuwatch.qt.run_session import RunSession
 SETTINGS_DIR_ENV = "GPUWATCH_SETTINGS_DIR"
 SETTINGS_NAME = "gpuwatch.ini"
 THEMES = ("system", "light", "dark")
+#: How many scripts File → "Watch a training script…" remembers.
+RECENT_SCRIPTS = 8
+
+
+@dataclass(frozen=True)
+class RecentScript:
+    """A script watched from the window, with what it ran with (the dialog's fields)."""
+
+    script: str
+    args: tuple[str, ...] = ()
+    cwd: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "script": self.script,
+            "args": list(self.args),
+            "cwd": self.cwd,
+            "env": [list(pair) for pair in self.env],
+        }
+
+    @classmethod
+    def from_json(cls, value: object) -> RecentScript | None:
+        """None for anything that is not a well-formed entry (a hand-edited file)."""
+        if not isinstance(value, dict) or not isinstance(value.get("script"), str):
+            return None
+        args, cwd, env = value.get("args") or [], value.get("cwd"), value.get("env") or []
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            return None
+        if not isinstance(env, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in env
+        ):
+            return None
+        return cls(
+            value["script"],
+            tuple(args),
+            cwd if isinstance(cwd, str) else None,
+            tuple((k, v) for k, v in env),
+        )
 
 
 def settings_dir() -> Path:
@@ -109,6 +149,39 @@ class Settings:
     @knobs.setter
     def knobs(self, values: dict[str, Any]) -> None:
         self._set_text("run/knobs", json.dumps(values, sort_keys=True) if values else None)
+
+    @property
+    def recent_scripts(self) -> list[RecentScript]:
+        """Scripts watched from the window, newest first (at most ``RECENT_SCRIPTS``)."""
+        text = self._text("run/recent_scripts")
+        try:
+            values = json.loads(text) if text else []
+        except ValueError:
+            return []
+        if not isinstance(values, list):
+            return []
+        entries = (RecentScript.from_json(v) for v in values)
+        return [e for e in entries if e is not None][:RECENT_SCRIPTS]
+
+    @recent_scripts.setter
+    def recent_scripts(self, entries: list[RecentScript]) -> None:
+        text = json.dumps([e.to_json() for e in entries[:RECENT_SCRIPTS]]) if entries else None
+        self._set_text("run/recent_scripts", text)
+
+    def remember_script(self, entry: RecentScript) -> None:
+        """``entry`` first; an older entry of the same script gives way to it."""
+        older = [e for e in self.recent_scripts if e.script != entry.script]
+        self.recent_scripts = [entry, *older]
+
+    def present_scripts(self) -> tuple[list[RecentScript], list[RecentScript]]:
+        """The recent scripts that still exist, and those that no longer do (dropped from
+        the list here, so each is reported once)."""
+        entries = self.recent_scripts
+        present = [e for e in entries if Path(e.script).is_file()]
+        gone = [e for e in entries if not Path(e.script).is_file()]
+        if gone:
+            self.recent_scripts = present
+        return present, gone
 
     # ---- Window -------------------------------------------------------------------------
 

@@ -82,7 +82,8 @@ class LaunchSpec:
     ``script`` (a path) replaces the workload; the runner executes it as ``__main__`` with
     ``script_args`` as its argv, in ``cwd`` (like ``python SCRIPT ARGS`` started there).
     ``seconds`` stops the run cleanly that long after the runner's ``hello`` (the script's
-    start, not the torch import before it).
+    start, not the torch import before it). ``env`` adds variables to the environment the
+    runner (and so the script) starts with, over the user's own.
     """
 
     workload: str = "vision"
@@ -93,11 +94,27 @@ class LaunchSpec:
     script_args: tuple[str, ...] = ()
     cwd: str | None = None
     seconds: float | None = None
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
         """What the run is called on screen: the script's file name, or the workload."""
         return Path(self.script).name if self.script else self.workload
+
+
+def script_problem(script: str) -> str | None:
+    """Why ``script`` cannot be run (one sentence), or None: checked before anything starts
+    (``gpuwatch run`` and the window's "Watch a training script…" alike)."""
+    path = Path(script).expanduser()
+    if not path.exists():
+        return f"no such script: {script}"
+    if path.is_dir():
+        return f"{script} is a directory, not a Python script"
+    if not path.is_file():
+        return f"{script} is not a regular file"
+    if not os.access(path, os.R_OK):
+        return f"cannot read {script}: permission denied"
+    return None
 
 
 class Session(ModelAccess):
@@ -372,7 +389,8 @@ class Session(ModelAccess):
             cmd = launcher.runner_command(
                 python, self._listener.address, spec.workload, spec.device, extra, root=root
             )
-        self._proc = launcher.spawn(cmd, launcher.runner_env(), cwd=spec.cwd, authkey=authkey)
+        env = {**launcher.runner_env(), **dict(spec.env)}
+        self._proc = launcher.spawn(cmd, env, cwd=spec.cwd, authkey=authkey)
         if self._sample_coarse:
             self._add_sampler(ProcessTreeSampler(self.coarse, self._proc.pid))
         self._link_thread = self._spawn_thread("gpuwatch-link", self._read_link)
