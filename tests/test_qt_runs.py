@@ -153,3 +153,30 @@ def test_the_window_has_a_runs_panel_beside_the_log(show_window):
     assert docks["runs"].widget() is win.runs_view
     assert win.runs_view.runs is win.scoreboard.runs is win.tour.runs
     assert docks["runs"] in win.tabifiedDockWidgets(docks["log"])
+
+
+def test_start_again_in_the_window_keeps_the_first_runs_row(show_window, qtbot, monkeypatch):
+    """The window's Start after a run ended: the scoreboard keeps the first run's row (78
+    samples/s) and measures the new run against it, instead of "baseline 138, 1.00×"."""
+    session = Session(sample_coarse=False)
+    win = show_window(session)
+    rows = [rated(0, "baseline", 78.0)]
+    monkeypatch.setattr(session, "scoreboard", lambda: rows)
+    hello = {"kind": "hello", "workload": "vision", "device": {"kind": "cpu", "name": "sim"}}
+    session.model.fold(hello)  # the first run is up (its scoreboard: one row at 78/s)
+    qtbot.waitUntil(lambda: win.scoreboard.model.rowCount() == 1, timeout=5000)
+
+    def start_without_a_runner(spec) -> None:  # what Session.start does to what views read
+        session.model.reset()
+        rows[:] = []
+
+    monkeypatch.setattr(session, "start", start_without_a_runner)
+    win.start_run()
+    rows[:] = [rated(0, "baseline", 138.0, live=True)]
+    session.model.fold(hello)  # the second run says hello
+    qtbot.waitUntil(lambda: win.scoreboard.model.rowCount() == 4, timeout=5000)
+    board = win.scoreboard
+    assert cell(board, 1, "samples/s") == "78" and cell(board, 1, "speedup") == "1.00×"
+    assert cell(board, 3, "speedup") == "1.77× ±5%"
+    qtbot.waitUntil(lambda: win.runs_view.table.rowCount() == 2, timeout=5000)
+    assert win.headline.change is not None and win.headline.change.ratio == pytest.approx(138 / 78)
