@@ -390,3 +390,32 @@ def test_the_tour_keys_are_in_the_shortcut_list():
     assert keys["B"] == keys["."] == "tour.hold_action"
     assert keys["Right"] == "tour.next_arrow_action"
     assert "clicker" in shortcuts_html()
+
+
+def test_each_tour_is_a_run_of_its_own(tour):
+    """A tour begun right away is the run; a second one is a new run from its first stage's
+    configuration on, and the first keeps its rows."""
+    from gpuwatch.core.run.runs import RunInfo, Runs
+
+    session = FakeSession()
+    controller, _ = tour(session, plan=plan_tour, conductor=Conductor, min_steady_s=5.0)
+    runs = controller.runs = Runs()
+    info = RunInfo("workload", "vision", "fake CPU")
+    runs.follow("run", info, [row(0, "baseline", live=True, steady=False)])
+    controller.start()
+    assert [r.label for r in runs.runs] == ["tour 1 · vision"]
+    session.rows = [row(0, "baseline", live=True)]
+    controller.tick()
+    session.apply(1)
+    controller.tick()
+    controller.stop()
+    rows = [row(0, "baseline"), row(1, "workers", live=True)]
+    runs.follow("run", info, rows)
+    controller.start()  # back to the defaults: a new configuration, once applied
+    assert [r.label for r in runs.runs] == ["tour 1 · vision", "tour 2 · vision"]
+    session.apply(2)
+    controller.tick()
+    runs.follow("run", info, [*rows, row(2, "baseline", live=True)])
+    groups = runs.groups()
+    assert [[s.row.config_id for s in g.rows] for g in groups] == [[0, 1], [2]]
+    controller.stop()
