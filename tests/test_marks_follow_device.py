@@ -20,8 +20,10 @@ from gpuwatch.runner.timing import CudaEventBackend, HostBackend, TimingBackend
 #: 1 ms of device work per ``_sleep`` phase at this simulated clock rate.
 CLOCK_HZ = 1.0e9
 WORK = 1_000_000
-#: The calibration bracket and float32 rounding over a second's offset.
-TOLERANCE_NS = 20_000
+#: Float32 milliseconds over a second's offset round by well under this; the rest of a mark's
+#: error is its anchor's calibration bracket, which the backend reports (``bracket_ns``): a few
+#: µs on an idle machine, more when the test's thread is preempted inside the bracket.
+ROUNDING_NS = 2_000
 
 
 @pytest.fixture
@@ -62,9 +64,18 @@ def drain(backend: TimingBackend) -> dict[int, list[int]]:
     return dict(backend.poll(wait=True))
 
 
-def assert_close(marks: list[int], truth: list[int]) -> None:
+def tolerance_ns(backend: TimingBackend) -> int:
+    """The widest calibration bracket among ``backend``'s devices, plus rounding: the bound
+    the backend itself claims for its marks."""
+    backend = getattr(backend, "inner", backend)  # NVTX ranges around the device marks
+    backends = getattr(backend, "backends", None)
+    cuda = list(backends.values()) if backends is not None else [backend]
+    return max(b.bracket_ns for b in cuda) + ROUNDING_NS
+
+
+def assert_close(marks: list[int], truth: list[int], backend: TimingBackend) -> None:
     errors = [abs(m - t) for m, t in zip(marks, truth, strict=True)]
-    assert max(errors) <= TOLERANCE_NS, errors
+    assert max(errors) <= tolerance_ns(backend), (errors, tolerance_ns(backend))
 
 
 def test_recording_after_set_device_is_refused_by_the_simulated_device(two_gpus: SimGpu) -> None:
@@ -94,7 +105,7 @@ def test_nothing_starts_cuda_before_the_script_does(two_gpus: SimGpu) -> None:
     assert backend.skips.no_cuda == 1
     torch.ones(4, device="cuda")  # the script starts CUDA
     truth = step(two_gpus, backend, 1)
-    assert_close(drain(backend)[1], truth)
+    assert_close(drain(backend)[1], truth, backend)
     assert notices.devices == [0]
     assert any("follow the current stream of cuda:0" in text for text in notices.texts)
 
@@ -109,7 +120,7 @@ def test_marks_follow_set_device_mid_run(two_gpus: SimGpu) -> None:
     marks = drain(backend)
     assert sorted(marks) == list(range(10)) and backend.skipped == 0
     for s, expected in truth.items():
-        assert_close(marks[s], expected)
+        assert_close(marks[s], expected, backend)
     assert notices.devices == [0, 1]
     assert [m.stream for m in two_gpus.devices[1].markers][-N_MARKS:] == [0] * N_MARKS
     # A step that changes device in its middle: no marks, no exception, counted.
@@ -132,7 +143,7 @@ def test_a_step_on_a_side_stream_is_measured_there(two_gpus: SimGpu) -> None:
     torch.cuda._sleep(50 * WORK)  # the default stream is busy for 50 ms: its markers are late
     truth = step(two_gpus, backend, 0, stream=side)
     assert {m.stream for m in list(two_gpus.devices[0].markers)[-N_MARKS:]} == {side.stream_id}
-    assert_close(drain(backend)[0], truth)
+    assert_close(drain(backend)[0], truth, backend)
     # Marks split over two streams: the set is done only when every event is.
     backend.begin(1)
     backend.mark(0)
@@ -145,7 +156,7 @@ def test_a_step_on_a_side_stream_is_measured_there(two_gpus: SimGpu) -> None:
     backend.end()
     assert backend.poll() == []
     marks = drain(backend)[1]
-    assert marks[-1] - marks[0] >= 30 * WORK - TOLERANCE_NS
+    assert marks[-1] - marks[0] >= 30 * WORK - tolerance_ns(backend)
     assert any("2 streams" in text and "not measured" in text for text in notices.texts)
 
 
@@ -179,8 +190,8 @@ def test_capture_is_skipped_and_replays_are_device_work(two_gpus: SimGpu) -> Non
     marks = drain(backend)
     assert set(marks) == {0, 3}
     assert len(replayed) == 1 and replayed[0].end_ns - replayed[0].start_ns == 3 * WORK
-    assert marks[3][ACTIVE_FIRST] <= replayed[0].start_ns + TOLERANCE_NS
-    assert marks[3][ACTIVE_LAST] >= replayed[0].end_ns - TOLERANCE_NS
+    assert marks[3][ACTIVE_FIRST] <= replayed[0].start_ns + tolerance_ns(backend)
+    assert marks[3][ACTIVE_LAST] >= replayed[0].end_ns - tolerance_ns(backend)
     assert any("CUDA-graph capture" in text for text in notices.texts)
 
 
@@ -193,7 +204,7 @@ def test_event_sets_of_dropped_steps_go_back_to_the_pool(two_gpus: SimGpu) -> No
         backend.mark(0)
         backend.mark(1)
     truth = step(two_gpus, backend, 200)
-    assert_close(drain(backend)[200], truth)
+    assert_close(drain(backend)[200], truth, backend)
     assert backend.skipped == 0
 
 

@@ -6,6 +6,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeySequence
 from PySide6.QtTest import QTest
+from test_qt_replay import feed
 
 from gpuwatch.core.run.session import Session
 from gpuwatch.qt import file_dialogs, record_control
@@ -84,7 +85,13 @@ def test_ctrl_s_starts_then_finishes_a_recording(window, qtbot, tmp_path, monkey
     assert window.recording.last_recording.exists()
 
 
-def test_ctrl_e_asks_where_to_export_perfetto(window, monkeypatch):
+def test_ctrl_e_asks_where_to_export_perfetto(window, qtbot, monkeypatch):
+    """With a run in the window (Export writes what it holds); an empty window's Export is
+    disabled with the reason, which ``test_qt_actions`` checks."""
+    feed(window.session, 12)
+    qtbot.waitUntil(window.qactions["export_perfetto"].isEnabled, timeout=5000)
+    window.activateWindow()  # offscreen, the window can lose activation as the state changes
+    qtbot.waitUntil(window.isActiveWindow)
     asked = []
     monkeypatch.setattr(
         file_dialogs.QFileDialog,
