@@ -322,3 +322,51 @@ def test_windows_are_recorded_replayed_and_exported(tmp_path, late: bool) -> Non
     for events in by_track.values():
         for a, b in itertools.pairwise(events):
             assert a["ts"] + a["dur"] <= b["ts"] + 1e-6
+
+
+def test_op_table_self_time_subtracts_direct_children_on_the_same_thread() -> None:
+    # Thread 1: a [0,100] holds b [10,40] (which holds d [20,30]) and c [50,60]; e [90,120]
+    # starts inside a but ends after it (not a child); a second a [200,250] has no children.
+    # Thread 2: b [20,90] overlaps a in time but runs on another thread (not a child).
+    rows = [  # (name, thread, start, end)
+        (0, 1, 0, 100),
+        (1, 1, 10, 40),
+        (3, 1, 20, 30),
+        (2, 1, 50, 60),
+        (4, 1, 90, 120),
+        (0, 1, 200, 250),
+        (1, 2, 20, 90),
+    ]
+    message = window([(OP, t, s, e, None, None) for _, t, s, e in rows], device="cpu", t1=300)
+    message.update(names=["a", "b", "c", "d", "e"], name=[r[0] for r in rows])
+    table = {r.name: r for r in KernelWindow.from_message(message).op_table()}
+    assert {n: (r.calls, r.total_ns, r.self_ns) for n, r in table.items()} == {
+        "a": (2, 150, 150 - 30 - 10),
+        "b": (2, 100, 30 - 10 + 70),
+        "c": (1, 10, 10),
+        "d": (1, 10, 10),
+        "e": (1, 30, 30),
+    }
+    assert [r.name for r in KernelWindow.from_message(message).op_table()][:2] == ["a", "b"]
+    assert table["a"].kind == "cpu_op" and table["a"].mean_ns == 75
+
+
+def test_op_table_of_a_cuda_window_keeps_device_activities_only() -> None:
+    # SIMULATED: kernels a, b, a on stream 7 one after another, a memcpy (b) on stream 9,
+    # and a CPU op that a CUDA window's figures leave out.
+    message = window(
+        [
+            (K, 7, 100, 200, 90, None),
+            (K, 7, 210, 260, 205, None),
+            (K, 7, 300, 340, 280, None),
+            (CPY, 9, 100, 400, 95, None),
+            (OP, 1, 0, 900, None, None),
+        ]
+    )
+    table = KernelWindow.from_message(message).op_table()
+    assert [(r.name, r.kind, r.calls, r.total_ns, r.self_ns) for r in table] == [
+        ("b", "memcpy", 1, 300, 300),
+        ("a", "kernel", 2, 140, 140),
+        ("b", "kernel", 1, 50, 50),
+    ]
+    assert KernelWindow.from_message(window([], t1=10)).op_table() == []

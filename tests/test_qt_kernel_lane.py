@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QDockWidget
 
 from gpuwatch import protocol
 from gpuwatch.commands.nsight_command import gpuwatch_argv, nsight_command
@@ -186,3 +187,55 @@ def test_replay_shows_recorded_windows_and_cannot_capture(show_window, tmp_path,
     qtbot.waitUntil(controls.lane.isVisible, timeout=5000)
     assert controls.lane.event_bars["kernel"].count() == 2
     assert not controls.action.isEnabled()
+
+
+def test_the_ops_table_lists_calls_total_and_self_time_and_sorts_by_value(window, qtbot) -> None:
+    from PySide6.QtCore import Qt
+
+    session: Session = window.session
+    running(session)
+    window.kernel_capture.capture(3)
+    message = kernels_message(session.t0_ns + 2_000 * MS)  # SIMULATED CUDA
+    # a third kernel named like the first: gemm runs twice (3 ms + 1 ms)
+    for column, value in (("type", K), ("name", 0), ("stream", 7), ("launch", 0)):
+        message[column].append(value)
+    message["start"].append(session.t0_ns + 20 * MS + 2_000 * MS)
+    message["end"].append(session.t0_ns + 21 * MS + 2_000 * MS)
+    for column in ("blocks_per_sm", "grid", "block"):
+        message[column].append(None)
+    session._dispatch_kind(message)
+    dock = window.findChild(QDockWidget, "kernel_ops")
+    qtbot.waitUntil(
+        lambda: dock.isVisible() and bool(window.kernel_capture.table.model.rows), timeout=5000
+    )
+    table = window.kernel_capture.table
+    model = table.model
+
+    def column(name: str) -> list[str]:
+        index = [model.headerData(c, Qt.Orientation.Horizontal) for c in range(6)].index(name)
+        return [model.data(model.index(r, index)) for r in range(model.rowCount())]
+
+    assert column("Name") == ["gemm", "Memcpy HtoD", "relu"]  # most total time first
+    assert column("Calls") == ["2", "1", "1"]
+    assert column("Total ms") == ["4.000", "2.000", "1.000"]
+    assert column("Self ms") == column("Total ms")  # one stream: nothing nests
+    assert column("Mean µs") == ["2,000.0", "2,000.0", "1,000.0"]
+    assert "steps 11–13" in table.caption.text()
+    table.view.sortByColumn(2, Qt.SortOrder.AscendingOrder)  # a header click: by calls
+    assert column("Calls") == ["1", "1", "2"]
+    table.view.sortByColumn(0, Qt.SortOrder.AscendingOrder)
+    assert column("Name") == ["gemm", "Memcpy HtoD", "relu"]  # names sort case-blind
+
+
+def test_the_lane_shows_only_while_a_window_is_in_view(window, qtbot) -> None:
+    session: Session = window.session
+    session._dispatch_kind(kernels_message(session.t0_ns + 2_000 * MS, device="cpu"))
+    lane = window.kernel_capture.lane
+    view_box = window.timeline.getPlotItem().getViewBox()
+    window.follow_action.setChecked(False)
+    view_box.setXRange(1.0, 3.0, padding=0)
+    qtbot.waitUntil(lane.isVisible, timeout=5000)
+    view_box.setXRange(10.0, 40.0, padding=0)  # the window scrolled out of view
+    qtbot.waitUntil(lambda: not lane.isVisible(), timeout=5000)
+    view_box.setXRange(0.0, 30.0, padding=0)
+    qtbot.waitUntil(lane.isVisible, timeout=5000)

@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import io
 import json
 import struct
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-from PySide6.QtWidgets import QDockWidget
+from PySide6.QtCore import QPoint
+from PySide6.QtWidgets import QApplication, QDockWidget
 from test_replay import S, SteppedClock, script
 
 from gpuwatch.core.files.recording import Recorder
@@ -235,3 +238,43 @@ def test_window_options_are_ignored_in_replay(qtbot, recording):
     qtbot.addWidget(win)
     assert not win.workload_combo.isEnabled() and not win.device_combo.isEnabled()
     win.close()
+
+
+def test_replay_fills_the_log_with_what_the_run_logged_and_printed(show_window, qtbot, tmp_path):
+    live = Session(sample_coarse=False)
+    recorder = Recorder(tmp_path / "printed.gpuwatch", live, flush_s=0.01)
+    recorder.start()
+    feed(live, 12)
+    # What the script printed reaches the session through the runner's output pipe.
+    live._proc = SimpleNamespace(stdout=io.BytesIO(b"loss 0.52\n\nepoch 1 done\n"))
+    live._read_output()
+    recorder.close()
+    assert recorder.error is None
+    win = show_window(ReplaySession(open_recording(tmp_path / "printed.gpuwatch")))
+    text = win.log_pane.toPlainText
+    qtbot.waitUntil(lambda: "epoch 1 done" in text(), timeout=5000)
+    assert "runner    loss 0.52" in text()  # the output, as the live log showed it
+    assert "epoch 3" in text()  # a runner log message
+    assert "fp16 needs CUDA" in text()  # the refusal, logged by the fold as live
+    win.replay_bar.seek(0.0)  # back to the start: the log starts over, then fills as it plays
+    qtbot.waitUntil(lambda: "epoch 3" not in text(), timeout=5000)
+
+
+def test_replay_keeps_the_live_layout(show_window, qtbot, recording, no_documents):
+    live = Session(sample_coarse=False)
+    feed(live, 40)
+    shown = [show_window(live), show_window(ReplaySession(open_recording(recording)))]
+    for win in shown:
+        win.resize(1280, 720)
+        qtbot.waitUntil(lambda w=win: w.scoreboard.model.rowCount() == 2, timeout=5000)
+    QApplication.processEvents()
+    replay_win = shown[1]
+    # The same parts; the plots give up only the room the replay bar's toolbar takes.
+    plots = [w.timeline.height() + w.utilization.plot.height() for w in shown]
+    tops = [w.centralWidget().mapTo(w, QPoint(0, 0)).y() for w in shown]
+    assert tops[1] - tops[0] >= replay_win.replay_bar.height()
+    assert 0 <= plots[0] - plots[1] <= tops[1] - tops[0] + 2, (plots, tops)
+    assert not replay_win.kernel_capture.lane.isVisible()  # nothing captured: no empty lane
+    line = replay_win.timeline.fontMetrics().height()
+    assert replay_win.timeline.height() >= 8 * line  # eight lanes, a text line each at least
+    assert replay_win.utilization.plot.height() >= 5 * line

@@ -180,3 +180,18 @@ def test_start_again_in_the_window_keeps_the_first_runs_row(show_window, qtbot, 
     assert cell(board, 3, "speedup") == "1.77× ±5%"
     qtbot.waitUntil(lambda: win.runs_view.table.rowCount() == 2, timeout=5000)
     assert win.headline.change is not None and win.headline.change.ratio == pytest.approx(138 / 78)
+
+
+def test_a_recording_is_named_after_the_runs_label(show_window, qtbot, tmp_path, monkeypatch):
+    from gpuwatch.qt import record_control
+
+    monkeypatch.setattr(record_control, "recordings_dir", lambda: tmp_path)
+    session = Session(sample_coarse=False)
+    win = show_window(session)
+    monkeypatch.setattr(session, "scoreboard", lambda: [rated(0, "baseline", 78.0)])
+    session.model.fold({"kind": "hello", "workload": "vision", "device": {"kind": "cpu"}})
+    qtbot.waitUntil(lambda: win.scoreboard.model.rowCount() == 1, timeout=5000)
+    win.scoreboard.runs.rename(1, "before the fix")
+    win.record_action.setChecked(True)
+    win.record_action.setChecked(False)
+    assert win.recording.last_recording.name.startswith("before-the-fix-")

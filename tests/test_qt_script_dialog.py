@@ -1,7 +1,8 @@
 """File → "Watch a training script…": the dialog's fields and messages, recent scripts, a
 ``.py`` dropped on the window, and end to end: the window runs the script as
 ``gpuwatch run SCRIPT ARGS`` does (argv, folder, environment), and Run → Restart runs it
-again with the same settings."""
+again with the same settings; the installed app finds its Python first; picking a workload
+leaves the script."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication
 
+from gpuwatch.core.run import launcher
 from gpuwatch.core.run.session import Session, SessionState
 from gpuwatch.qt.script_dialog import InputError, ScriptDialog, parse_args, parse_env
 from gpuwatch.qt.settings import RECENT_SCRIPTS, RecentScript, Settings
@@ -206,3 +208,36 @@ def test_the_window_watches_the_script_as_gpuwatch_run_does_and_restarts_it(
     assert session.spec == expected
     qtbot.waitUntil(lambda: session.steps.count > 0, timeout=60_000)
     assert session.state is SessionState.RUNNING
+
+
+def test_the_installed_app_finds_its_python_before_the_script_starts(window, tmp_path, monkeypatch):
+    """Frozen, with no Python chosen: Watch goes through the window's Start, which first
+    looks for a Python with torch (as for a workload), then starts the script in it."""
+    monkeypatch.setattr(launcher, "is_frozen", lambda: True)
+    searches = []
+    monkeypatch.setattr(window.interpreter, "find_then", searches.append)
+    window.python = None
+    dialog = window.script_watch.open_dialog(str(write_script(tmp_path / "proj")))
+    assert dialog.python.text().startswith("not chosen yet")
+    dialog.watch_button.click()
+    assert searches == [window.start_run]
+    assert window.session.state is SessionState.IDLE and window.session.spec is None
+    assert window.script_spec is not None and window.script_spec.name == "train.py"
+
+
+def test_picking_a_workload_leaves_the_script(window, qtbot, tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(window.session, "start", started.append)
+    script = write_script(tmp_path / "proj")
+    dialog = window.script_watch.open_dialog(str(script))
+    dialog.watch_button.click()
+    assert [s.script for s in started] == [str(script)]
+    qtbot.waitUntil(window.workload_combo.isHidden)  # the toolbar lays out
+    run_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Run")
+    workload_menu = next(a.menu() for a in run_menu.actions() if a.text() == "Workload")
+    workload_menu.aboutToShow.emit()
+    next(a for a in workload_menu.actions() if a.text() == "mlp").trigger()
+    assert window.script_spec is None and window.windowTitle() == "gpuwatch"
+    qtbot.waitUntil(lambda: not window.workload_combo.isHidden())
+    window.start_run()
+    assert started[-1].script is None and started[-1].workload == "mlp"

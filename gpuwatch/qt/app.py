@@ -14,12 +14,13 @@ import sys
 
 from PySide6.QtCore import (
     QMessageLogContext,
+    QRect,
     QTimer,
     QtMsgType,
     qFormatLogMessage,
     qInstallMessageHandler,
 )
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QWidget
 
 from gpuwatch.core.files.recording import Recorder, RecordingError
 from gpuwatch.core.files.replay import ReplaySession
@@ -33,6 +34,7 @@ from gpuwatch.qt.settings import Settings
 from gpuwatch.qt.theme import theme_manager
 from gpuwatch.qt.window_options import WindowOptions
 
+#: A first window's size (and a screenshot's); on a smaller screen ``fit_to_screen`` shrinks it.
 DEFAULT_SIZE = (1280, 800)
 #: Presentation screenshots are taken at a projector's size, so slides and docs match a hall.
 PRESENTATION_SIZE = (1280, 720)
@@ -108,6 +110,30 @@ def _remember_interpreter(options: WindowOptions, settings: Settings) -> WindowO
     return options
 
 
+def fit_to_screen(window: QWidget, room: QRect | None = None) -> None:
+    """Keep the window, its frame included, inside ``room`` (default: its screen's available
+    geometry, the screen less task bars and docks): the default size or a layout remembered
+    from a larger screen would leave the status bar and the bottom docks off a 1280×720
+    projector."""
+    if room is None:
+        screen = window.screen()
+        if screen is None:
+            return
+        room = screen.availableGeometry()
+    frame = window.frameGeometry()
+    extra_w = max(frame.width() - window.width(), 0)
+    extra_h = max(frame.height() - window.height(), 0)
+    width = min(window.width(), room.width() - extra_w)
+    height = min(window.height(), room.height() - extra_h)
+    if (width, height) != (window.width(), window.height()):
+        window.resize(width, height)
+    frame = window.frameGeometry()
+    x = min(max(frame.x(), room.left()), room.right() + 1 - frame.width())
+    y = min(max(frame.y(), room.top()), room.bottom() + 1 - frame.height())
+    if (x, y) != (frame.x(), frame.y()):
+        window.move(x, y)
+
+
 def apply_look(window: MainWindow, options: WindowOptions) -> None:
     """``--theme`` (else the remembered theme) and ``--presentation`` on a shown window.
 
@@ -142,6 +168,8 @@ def run_window(options: WindowOptions) -> int:
         window.resize(*options.window_size)
     elif options.screenshot or not window.settings.has_window():
         window.resize(*DEFAULT_SIZE)  # screenshots are reproducible, not the user's layout
+    if not options.window_size and not options.screenshot:  # an asked-for size is kept
+        fit_to_screen(window)
     window.show()
     apply_look(window, options)
     reporter = ErrorReporter(window)

@@ -4,7 +4,10 @@ The lane sits under the timeline, on the same x axis (seconds since the session'
 captured window is shaded as *profiled* (its steps are left out of the scoreboard) and shows
 its events: kernels, memcpys and memsets on a GPU; the outermost CPU ops on a CPU (labelled
 so, never called kernels). A short summary sits at each window; the lane's tooltip has the
-whole line for the latest one. The lane stays hidden until the first capture is asked for.
+whole line for the latest one. The lane shows only while a capture runs or a captured window
+is in view, so an empty lane never takes the plots' room. The ops of a window (calls, total
+and self time) are in the "Kernel ops" table (``kernel_table``): the latest window's, or the
+one clicked in the lane.
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction, QActionGroup, QGuiApplication
-from PySide6.QtWidgets import QMenu, QSplitter, QToolButton
+from PySide6.QtWidgets import QDockWidget, QMenu, QSplitter, QToolButton
 
 from gpuwatch.commands.nsight_command import gpuwatch_argv, nsight_command
 from gpuwatch.core.figures.kernel_window import KernelWindow, describe
 from gpuwatch.core.run.session import LaunchSpec, SessionError, SessionState
 from gpuwatch.protocol import KERNEL_KINDS
 from gpuwatch.qt import palette
+from gpuwatch.qt.kernel_table import KernelTable
 from gpuwatch.qt.session_signals import SessionSignals
 from gpuwatch.qt.timeline_view import AXIS_WIDTH, SpanBars, style_plot
 
@@ -78,6 +82,8 @@ class KernelLane(pg.PlotWidget):
             self.addItem(bars)
         self.labels: list[pg.TextItem] = []
         self.summary = ""  # the latest window's full summary (also the tooltip)
+        #: Each drawn window's x extent (seconds since the origin), for ``window_at``.
+        self.extents = np.empty((0, 2))
         self.set_device_kind(None)
 
     def set_device_kind(self, kind: str | None) -> None:
@@ -109,6 +115,7 @@ class KernelLane(pg.PlotWidget):
         w0 = np.array([(w.t0_ns - t0_ns) / 1e9 for w in windows])
         w1 = np.array([(w.t1_ns - t0_ns) / 1e9 for w in windows])
         self.window_bars.set_spans(w0, w1, -0.1, 1.2)
+        self.extents = np.column_stack([w0, w1]) if windows else np.empty((0, 2))
         if windows:
             latest = windows[-1]
             self.set_device_kind(latest.device)
@@ -123,6 +130,16 @@ class KernelLane(pg.PlotWidget):
             self.summary = ""
         self.setToolTip(self.summary)
 
+    def window_at(self, x_s: float) -> int | None:
+        """Index of the drawn window whose extent holds ``x_s`` (the latest if several)."""
+        hits = np.flatnonzero((self.extents[:, 0] <= x_s) & (x_s <= self.extents[:, 1]))
+        return int(hits[-1]) if hits.size else None
+
+    def any_in(self, lo_s: float, hi_s: float) -> bool:
+        """Whether a drawn window reaches into ``[lo_s, hi_s]``."""
+        e = self.extents
+        return bool(((e[:, 0] <= hi_s) & (e[:, 1] >= lo_s)).any())
+
 
 class KernelCaptureControls(QObject):
     """The "Capture kernels" toolbar button (steps menu), the lane, and Help ▸ Nsight command.
@@ -134,7 +151,15 @@ class KernelCaptureControls(QObject):
     appear as it plays).
     """
 
-    def __init__(self, window: WindowShell, splitter: QSplitter, signals: SessionSignals) -> None:
+    def __init__(
+        self,
+        window: WindowShell,
+        splitter: QSplitter,
+        signals: SessionSignals,
+        table_dock: QDockWidget | None = None,
+    ) -> None:
+        """``table_dock`` holds a ``KernelTable``: it is filled (and shown) with the ops of
+        the latest window, or of the window clicked in the lane."""
         super().__init__(splitter)
         self.window = window
         self.session: RunSession = window.session
@@ -144,6 +169,14 @@ class KernelCaptureControls(QObject):
         self.lane.hide()
         splitter.insertWidget(1, self.lane)
         splitter.setStretchFactor(1, 0)
+        self.table_dock = table_dock
+        table = table_dock.widget() if table_dock is not None else None
+        self.table = table if isinstance(table, KernelTable) else None
+        self._raise_table = False  # a capture asked for here: its table comes to the front
+        self.lane.scene().sigMouseClicked.connect(self._on_lane_clicked)
+        #: The timeline's x range (the lane's too): a window coming into view shows the lane.
+        self._view_box = window.timeline.getPlotItem().getViewBox()
+        self._view_box.sigXRangeChanged.connect(lambda *_: self._sync_visible())
         self.action = QAction("Capture kernels", self)
         self.action.triggered.connect(self._on_triggered)
         menu = QMenu(splitter)
@@ -201,6 +234,7 @@ class KernelCaptureControls(QObject):
         except SessionError as exc:
             self.window.statusBar().showMessage(f"Kernel capture: {exc}", 15_000)
             return False
+        self._raise_table = True
         self.lane.show()
         self.sync()
         return True
@@ -242,4 +276,31 @@ class KernelCaptureControls(QObject):
         if key != self._shown:
             self._shown = key
             self.lane.show_windows(windows, session.t0_ns)
-        self.lane.setVisible(bool(windows) or capturing)
+            self._show_table(windows[-1] if windows else None)
+        self._sync_visible()
+
+    def _sync_visible(self) -> None:
+        """The lane while a capture runs or a captured window is in view; hidden otherwise."""
+        lo_s, hi_s = self._view_box.viewRange()[0]
+        visible = self.session.capturing or self.lane.any_in(lo_s, hi_s)
+        if visible != self.lane.isVisible():
+            self.lane.setVisible(visible)
+
+    def _show_table(self, kernel_window: KernelWindow | None) -> None:
+        table, dock = self.table, self.table_dock
+        if table is None or dock is None:
+            return
+        table.show_window(kernel_window)
+        if kernel_window is not None and self._raise_table:
+            self._raise_table = False
+            dock.raise_()
+
+    def _on_lane_clicked(self, event: object) -> None:
+        """A click on a window in the lane shows that window's ops in the table."""
+        pos = event.scenePos()  # type: ignore[attr-defined]
+        x_s = self.lane.getPlotItem().getViewBox().mapSceneToView(pos).x()
+        index = self.lane.window_at(x_s)
+        windows = self.session.kernel_windows()
+        if index is not None and index < len(windows):
+            self._raise_table = True
+            self._show_table(windows[index])

@@ -32,7 +32,7 @@ from gpuwatch.qt import palette
 from gpuwatch.qt.about_dialog import AboutDialog
 from gpuwatch.qt.actions import ActionEnablement, build_actions, build_menus
 from gpuwatch.qt.compare_mode import CompareMode
-from gpuwatch.qt.docks import WindowDocks
+from gpuwatch.qt.docks import PlotsFloor, WindowDocks
 from gpuwatch.qt.file_dialogs import FileDialogs
 from gpuwatch.qt.gpu_banner import GpuBanner
 from gpuwatch.qt.headline_bar import HeadlineBar
@@ -52,6 +52,7 @@ from gpuwatch.qt.session_signals import SessionSignals
 from gpuwatch.qt.settings import Settings, save_on_close
 from gpuwatch.qt.shortcuts import apply_shortcuts
 from gpuwatch.qt.status_line import StatusLine
+from gpuwatch.qt.step_inspector import StepInspector
 from gpuwatch.qt.theme import theme_manager
 from gpuwatch.qt.tour_controller import TourController
 from gpuwatch.qt.view_menus import ThemeMenu, panels_menu
@@ -177,6 +178,7 @@ class MainWindow(QMainWindow):
         self.timeline_markers = frame.timeline_markers
         self.utilization_markers = frame.utilization_markers
         docks = WindowDocks(self, session, self.tour)
+        self.plots_floor = PlotsFloor(self.timeline, self.utilization.plot)
         self.log_pane, self.scoreboard = docks.log_pane, docks.scoreboard
         self.knob_panel, self.advisor = docks.knob_panel, docks.advisor
         #: Every start, restart and tour, kept: the Runs panel, the scoreboard's groups.
@@ -196,6 +198,7 @@ class MainWindow(QMainWindow):
             python=lambda: self.python,
             show_error=self.show_error,
         )
+        self.recording.run_label = self.scoreboard.runs.recording_name  # named as the run is
         self.replay = session if isinstance(session, ReplaySession) else None
         self.files = FileDialogs(
             self,
@@ -232,7 +235,11 @@ class MainWindow(QMainWindow):
         for signal in (self.signals.sig_config_applied, self.signals.sig_refusal):
             signal.connect(self._refresh_panels_soon)
         #: Toolbar "Capture kernels", the kernel lane under the timeline, Help ▸ Nsight command.
-        self.kernel_capture = KernelCaptureControls(self, frame.splitter, self.signals)
+        self.kernel_capture = KernelCaptureControls(
+            self, frame.splitter, self.signals, docks.kernel_dock
+        )
+        #: Hover or click a step on the timeline: its number, duration and phase times.
+        self.step_inspector = StepInspector(self.timeline, session)
         menus.update(self.run_bar.combo_menus(self), present=self.presentation.action)
         menus.update(tour=self.tour.action, capture_kernels=self.kernel_capture.action)
         menus.update(
@@ -250,6 +257,7 @@ class MainWindow(QMainWindow):
         menus.update(
             watch_script=self.script_watch.action, restart=self.script_watch.restart_action
         )
+        self.run_bar.workload_picked.connect(lambda _: self.watch_workload())
         build_menus(self.menuBar(), {**self.qactions, **menus})
         self.enablement = ActionEnablement(self, {**self.qactions, **menus})
         self.enablement.update()
@@ -297,6 +305,17 @@ class MainWindow(QMainWindow):
         self.run_bar.show_script(spec)
         self.script_label = self.run_bar.script_label
         self.restart_run()
+
+    def watch_workload(self) -> None:
+        """A workload was picked (Run → Workload): Start runs it again, not the script
+        watched from the window (the next Start; a run in progress goes on)."""
+        if self.script_spec is None:
+            return
+        self.script_spec = self.recording.script = None
+        self.setWindowTitle("gpuwatch")
+        self.run_bar.show_script(None)
+        self.script_label = None
+        self._sync_state()
 
     def restart_run(self) -> None:
         """Run → Restart: the same script or workload again, with the same device and

@@ -48,6 +48,8 @@ class RecordControl:
         self._show_error = show_error
         self.recorder: Recorder | None = None
         self.last_recording: Path | None = None
+        #: The run's label as a file name (the window's ``Runs.recording_name``), if any.
+        self.run_label: Callable[[], str | None] = lambda: None
         action.setToolTip(f"Record the run to a {SUFFIX} file in {recordings_dir()}")
 
     def set_recording(self, on: bool) -> None:
@@ -59,7 +61,7 @@ class RecordControl:
             return  # recording already, or a replay (already a recording)
         stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
         script, workload = self.script, self.run_bar.workload_combo.currentText()
-        name = script.name if script else workload
+        name = self.run_label() or (script.name if script else workload)
         path = recordings_dir() / f"{Path(name).stem}-{stamp}{SUFFIX}"
         recorder = Recorder(path, self.session, spec=self._spec())
         try:

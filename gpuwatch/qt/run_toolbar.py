@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import html
 import shlex
+from collections.abc import Callable
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QLabel, QMainWindow, QMenu, QToolBar, QWidget
 
 from gpuwatch.core.run.session import LaunchSpec
@@ -41,6 +42,10 @@ def device_entries() -> list[tuple[str, str]]:
 class RunToolbar(QToolBar):
     """Workload (or script) and device; the window adds its run actions after them."""
 
+    #: The user picked a workload (in the combo box or the Run menu), even the current one:
+    #: a window watching a script goes back to the built-in workload.
+    workload_picked = Signal(str)
+
     def __init__(
         self, window: QMainWindow, workload: str, device: str, script: LaunchSpec | None
     ) -> None:
@@ -54,6 +59,9 @@ class RunToolbar(QToolBar):
         if workload in WORKLOADS:
             self.workload_combo.setCurrentText(workload)
         self.workload_combo.setToolTip(WORKLOAD_TIP)
+        self.workload_combo.activated.connect(
+            lambda i: self.workload_picked.emit(self.workload_combo.itemText(i))
+        )
         #: Script mode: the script takes the workload's place (the combo stays unshown).
         self.script_label: QLabel | None = None
         self._script_name = QLabel()
@@ -98,13 +106,23 @@ class RunToolbar(QToolBar):
         """The Run menu's Workload (not in script mode) and Device submenus."""
         menus = {"device": combo_menu("Device", self.device_combo, parent)}
         if self.script_label is None:
-            menus["workload"] = combo_menu("Workload", self.workload_combo, parent)
+            menus["workload"] = combo_menu(
+                "Workload",
+                self.workload_combo,
+                parent,
+                lambda i: self.workload_picked.emit(self.workload_combo.itemText(i)),
+            )
         return menus
 
 
-def combo_menu(title: str, combo: QComboBox, parent: QWidget) -> QMenu:
+def combo_menu(
+    title: str,
+    combo: QComboBox,
+    parent: QWidget,
+    picked: Callable[[int], None] | None = None,
+) -> QMenu:
     """A submenu mirroring a toolbar combo box (its choices, the current one checked, enabled
-    as the combo is), refreshed each time it opens."""
+    as the combo is), refreshed each time it opens; ``picked(i)`` after a choice."""
     menu = QMenu(title, parent)
     menu.setToolTipsVisible(True)
 
@@ -116,7 +134,12 @@ def combo_menu(title: str, combo: QComboBox, parent: QWidget) -> QMenu:
             action.setChecked(i == combo.currentIndex())
             action.setEnabled(combo.isEnabled())
             action.setToolTip(combo.toolTip())
-            action.triggered.connect(lambda _=False, i=i: combo.setCurrentIndex(i))
+            action.triggered.connect(lambda _=False, i=i: pick(i))
+
+    def pick(i: int) -> None:
+        combo.setCurrentIndex(i)
+        if picked is not None:
+            picked(i)
 
     menu.aboutToShow.connect(fill)
     fill()

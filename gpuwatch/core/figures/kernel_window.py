@@ -107,6 +107,23 @@ class WindowSummary:
 
 
 @dataclass(frozen=True)
+class OpRow:
+    """One name's line of a window's op table, as ``torch.profiler``'s ``key_averages()``
+    table has it: calls, total time, and self time (total minus the time of the events
+    nested directly inside each call on the same stream or thread)."""
+
+    name: str
+    kind: str  # protocol.KERNEL_KINDS: kernel, memcpy, memset or cpu_op
+    calls: int
+    total_ns: int
+    self_ns: int
+
+    @property
+    def mean_ns(self) -> float:
+        return self.total_ns / self.calls if self.calls else 0.0
+
+
+@dataclass(frozen=True)
 class KernelWindow:
     """One capture window on the host ``perf_counter_ns`` axis.
 
@@ -289,6 +306,60 @@ class KernelWindow:
         calls = np.bincount(self.name[sel], minlength=len(self.names))
         order = np.argsort(-totals, kind="stable")[:count]
         return [(self.names[i], int(calls[i]), int(totals[i])) for i in order if calls[i]]
+
+    def op_table(self) -> list[OpRow]:
+        """The device events grouped by name (and kind), most total time first.
+
+        Self time subtracts each event's direct children: events of the same stream (the
+        thread, for CPU ops) lying wholly inside it. A CPU window holds only each thread's
+        outermost ops and a CUDA stream runs its activities one after another, so there the
+        self time equals the total unless the events do nest.
+        """
+        sel = np.flatnonzero(self.device_mask())
+        if not sel.size:
+            return []
+        duration = self.end[sel] - self.start[sel]
+        inner = _nested_time(self.stream[sel], self.start[sel], self.end[sel])
+        key = self.name[sel].astype(np.int64) * len(KERNEL_KINDS) + self.kind[sel]
+        keys, group = np.unique(key, return_inverse=True)
+        calls = np.bincount(group, minlength=len(keys))
+        total = np.bincount(group, weights=duration, minlength=len(keys))
+        own = np.bincount(group, weights=duration - inner, minlength=len(keys))
+        rows = [
+            OpRow(
+                name=self.names[int(k) // len(KERNEL_KINDS)],
+                kind=KERNEL_KINDS[int(k) % len(KERNEL_KINDS)],
+                calls=int(calls[i]),
+                total_ns=int(total[i]),
+                self_ns=int(own[i]),
+            )
+            for i, k in enumerate(keys.tolist())
+        ]
+        rows.sort(key=lambda r: (-r.total_ns, r.name))
+        return rows
+
+
+def _nested_time(stream: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per event, the summed duration of its direct children (events of the same stream
+    wholly inside it, with no other such event between them). Streams without nesting are
+    answered with numpy alone; only nested ones walk their events with a stack."""
+    inner = np.zeros(start.shape[0], np.int64)
+    order = np.lexsort((-end, start, stream))
+    for s in np.unique(stream).tolist():
+        idx = order[stream[order] == s]
+        if idx.size < 2:
+            continue
+        reach = np.maximum.accumulate(end[idx])[:-1]
+        if not (start[idx[1:]] < reach).any():
+            continue
+        stack: list[int] = []
+        for i in idx.tolist():
+            while stack and not (start[i] >= start[stack[-1]] and end[i] <= end[stack[-1]]):
+                stack.pop()
+            if stack:
+                inner[stack[-1]] += end[i] - start[i]
+            stack.append(i)
+    return inner
 
 
 def describe(summary: WindowSummary, device: str) -> str:

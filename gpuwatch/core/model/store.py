@@ -183,6 +183,27 @@ class StepStore:
                 )
             )
 
+    def around(self, t_ns: int) -> StepsView:
+        """The first stored step ending at or after ``t_ns`` with its neighbours on either
+        side (up to three rows): a binary search over the end marks, copying only those rows,
+        so looking up the step under the mouse costs nothing like a snapshot."""
+        with self._lock:
+            n = min(self._count, self.capacity)
+            if not n:
+                return StepsView.empty()
+            start = (self._count - n) % self.capacity
+            k = self._first_ending_at(start, n, t_ns)
+            lo, hi = max(k - 1, 0), min(k + 2, n)
+            columns = (
+                self._step,
+                self._config,
+                self._samples,
+                self._host,
+                self._device,
+                self._has_device,
+            )
+            return StepsView(*(self._rows(column, start, lo, hi) for column in columns))
+
     def instrument_share(self, window_ns: int | None = None) -> float | None:
         """The share of step time the runner's instruments spent, over the steps that end in
         the last ``window_ns`` before the newest step's end (None: every stored step): the sum

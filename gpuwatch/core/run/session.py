@@ -536,6 +536,8 @@ class Session(ModelAccess):
             text = raw.decode("utf-8", "replace").rstrip()
             if text and not is_profiler_noise(text):
                 self._log_line("info", "runner", text, wait=self.keep_all_output)
+                # Recorded too (a replay's log shows what the script printed).
+                self._notify({"kind": "log", "level": "info", "text": text, "source": "output"})
 
     def _watch_process(self) -> None:
         proc = self._proc
