@@ -278,3 +278,14 @@ def test_replay_keeps_the_live_layout(show_window, qtbot, recording, no_document
     line = replay_win.timeline.fontMetrics().height()
     assert replay_win.timeline.height() >= 8 * line  # eight lanes, a text line each at least
     assert replay_win.utilization.plot.height() >= 5 * line
+
+
+def test_a_message_posted_before_the_window_shows_is_not_drawn_over_the_status_fields(
+    show_window, qtbot, recording
+):
+    """The replay folds its refusal while the window is built; once shown, the message
+    stands alone where the run's state, device and timing fields are."""
+    win = show_window(ReplaySession(open_recording(recording)))
+    qtbot.waitUntil(lambda: "refused" in win.statusBar().currentMessage(), timeout=5000)
+    assert not win.status_line.state_label.isVisible()
+    assert not win.status_line.timing_label.isVisible()

@@ -16,7 +16,7 @@ import dataclasses
 import time
 
 from PySide6.QtCore import QTimer
-from PySide6.QtGui import QAction, QCloseEvent
+from PySide6.QtGui import QAction, QCloseEvent, QShowEvent
 from PySide6.QtWidgets import (
     QMainWindow,
     QMenu,
@@ -376,6 +376,18 @@ class MainWindow(QMainWindow):
             self.presentation.set_active(False)  # save the desk layout, not the stage one
         workload = None if self.script_spec else self.workload_combo.currentText()
         save_on_close(settings, self, self.session, workload, self.device_combo.currentData())
+
+    def showEvent(self, event: QShowEvent) -> None:
+        """A status message posted before the window was first shown (a replay folds its
+        refusals while it is built) is posted again: Qt hides the status fields under a
+        message only if they were visible when it came, so both would be drawn over each
+        other."""
+        super().showEvent(event)
+        status = self.statusBar()
+        message = status.currentMessage()
+        if message:
+            status.clearMessage()  # the same text again would change nothing
+            status.showMessage(message, 15_000)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         """Stop the run with the window: no runner outlives the GUI."""
