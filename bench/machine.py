@@ -12,6 +12,7 @@ import os
 import platform
 import statistics
 import sys
+import time
 from collections.abc import Sequence
 
 
@@ -45,13 +46,29 @@ def isolate_user_dirs() -> None:
     os.environ.setdefault("GPUWATCH_LOG_DIR", os.path.join(base, "logs"))
 
 
+def loop_ns() -> float:
+    """One core's speed as a pure-Python reference: ns per iteration of ``s += i`` (best of
+    three runs of 2 million). Two machines of the same "2 cores" differ by 1.5x and more
+    here, and every figure of a benchmark moves with it; the header prints it so figures from
+    different sessions can be compared."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        total = 0
+        for i in range(2_000_000):
+            total += i
+        best = min(best, time.perf_counter() - started)
+    return best / 2_000_000 * 1e9
+
+
 def header(title: str, extra: Sequence[str] = ()) -> str:
-    """Title, UTC time, machine, Python (and torch if it is already imported), load."""
+    """Title, UTC time, machine and its reference speed, Python (and torch if it is already
+    imported), load."""
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         f"# {title}",
         f"# {now} | {cpu_model()} | {os.cpu_count()} logical CPUs | "
-        f"{platform.system()} {platform.release()}",
+        f"{platform.system()} {platform.release()} | reference loop {loop_ns():.0f} ns/iteration",
         f"# Python {platform.python_version()}"
         + (f", torch {sys.modules['torch'].__version__}" if "torch" in sys.modules else "")
         + f" | load average {load_average()} | NO GPU figures: CPU only",
