@@ -4,7 +4,10 @@ untouched, refusals change nothing."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -320,3 +323,51 @@ def test_the_advisors_apply_for_an_input_bound_script_changes_its_loader() -> No
         assert sorted(i for row_ in indices(head + rest) for i in row_) == list(range(SIZE))
     finally:
         loaders.remove()
+
+
+def test_a_change_that_starts_workers_says_so_and_how_long_they_took() -> None:
+    """The script waits for the new workers' first batch (seconds when they are spawned):
+    the log says they are starting, how (the loader's start method), with the estimate, and
+    then how long they took."""
+    link, knobs, loaders = _site_knobs()
+    loaders.install()
+    try:
+        loader = make_loader()
+        iterator = iter(loader)
+        head = batches(iterator, 2)
+        knobs.handle_set(
+            {"kind": "set", "values": {"num_workers": 2}, "request": 1},
+            first_step=2,
+            flush=lambda: None,
+        )
+        chosen = multiprocessing.get_start_method(allow_none=True)  # by an earlier test
+        method = chosen or multiprocessing.get_all_start_methods()[0]
+        said = [text for _, text in link.logs]
+        assert any(text.startswith(f"starting 2 workers ({method}): ~") for text in said), said
+        assert not any("delivered their first batch" in text for text in said)
+        rest = batches(iterator)
+        said = [text for _, text in link.logs]
+        delivered = [text for text in said if "delivered their first batch" in text]
+        assert len(delivered) == 1 and delivered[0].startswith(f"2 workers ({method}) ")
+        assert sorted(i for row_ in indices(head + rest) for i in row_) == list(range(SIZE))
+    finally:
+        loaders.remove()
+
+
+def test_reading_a_loaders_start_method_does_not_fix_the_scripts_default() -> None:
+    """``multiprocessing.get_start_method()`` would set the default, and the script's own
+    ``set_start_method`` later would fail: the method is read without that."""
+    code = (
+        "import multiprocessing, torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "from gpuwatch.runner.worker_start import loader_start_method\n"
+        "print(loader_start_method(DataLoader(range(4))))\n"
+        "print(loader_start_method(DataLoader(range(4), num_workers=1,\n"
+        "      multiprocessing_context='spawn')))\n"
+        "multiprocessing.set_start_method('spawn')\n"  # raises if the default was fixed
+        "print(loader_start_method(DataLoader(range(4))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    ).stdout.split()
+    assert out == [multiprocessing.get_all_start_methods()[0], "spawn", "spawn"]

@@ -37,13 +37,24 @@ import sys
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+from gpuwatch.runner.worker_start import loader_start_method
 
 #: Per-iterator state kept in the iterator's ``__dict__`` (no lookup table to keep in step).
 _DISPATCHED = "_gpuwatch_dispatched"
 _EXHAUSTED = "_gpuwatch_exhausted"
 _REPLACED_BY = "_gpuwatch_replaced_by"
 _STALE = "_gpuwatch_stale"
+_STARTING = "_gpuwatch_starting"
+
+
+class WorkersStarting(Protocol):
+    """An announced start of a new iterator's workers (``worker_start.WorkerStart``)."""
+
+    def report(self) -> None: ...
+
+
 #: Frames of these directories are not where a script created its loader.
 _GPUWATCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -90,11 +101,15 @@ class LoaderHooks:
         on_created: Callable[[Any, LoaderRecord], None],
         on_first_iter: Callable[[Any, LoaderRecord], None],
         on_error: Callable[[Exception], None] = lambda exc: None,
+        on_workers_start: Callable[[int, str], WorkersStarting | None] = lambda n, how: None,
     ) -> None:
         self.torch = torch
         self.on_created = on_created
         self.on_first_iter = on_first_iter
         self.on_error = on_error
+        #: A change starts ``n`` workers (``how``: their start method); the start it returns
+        #: hears when their first batch is in.
+        self.on_workers_start = on_workers_start
         #: True once a failure of ours switched the loader knobs off (the script goes on).
         self.off = False
         self.loaders: weakref.WeakKeyDictionary[Any, LoaderRecord] = weakref.WeakKeyDictionary()
@@ -215,6 +230,7 @@ class LoaderHooks:
             current = iterator.__dict__.get(_REPLACED_BY) or iterator
             holders.setdefault(id(current), (current, []))[1].append(iterator)
         built: list[tuple[list[Any], Any, Any]] = []  # (script's iterators, current, new)
+        starting = self._announce(loader, settings.num_workers) if holders else None
         try:
             for current, held in holders.values():
                 built.append((held, current, self._resumed(loader, current)))
@@ -223,6 +239,9 @@ class LoaderHooks:
                 _shut_down(new)
             _set(loader, before)
             raise
+        if starting is not None:
+            for _, _, new in built:
+                new.__dict__[_STARTING] = starting  # its first batch reports the start
         persistent = settings.persistent_workers and settings.num_workers > 0
         replaced = {id(current) for _, current, _ in built}
         if cached is not None and id(cached) not in replaced:
@@ -235,6 +254,18 @@ class LoaderHooks:
             if persistent and loader._iterator is None:
                 loader._iterator = new  # the next epoch reuses its workers
         return bool(built)
+
+    def _announce(self, loader: Any, workers: int) -> WorkersStarting | None:
+        """Say that new iterators' ``workers`` are about to start (none: nothing to say); the
+        first batch one of them yields reports how long it took (spawned workers import torch
+        before it: seconds)."""
+        if workers <= 0:
+            return None
+        try:
+            return self.on_workers_start(workers, loader_start_method(loader))
+        except Exception as exc:  # a notice of ours: never the change's failure
+            self.on_error(exc)
+            return None
 
     def _resumed(self, loader: Any, current: Any) -> Any:
         """A new iterator of ``loader`` (its settings as set now) yielding exactly the batches
@@ -324,12 +355,20 @@ def _wrap_next(original: Any) -> Any:
     def __next__(iterator: Any) -> Any:
         target = iterator.__dict__.get(_REPLACED_BY) or iterator
         try:
-            return original(target)
+            batch = original(target)
         except StopIteration:
             iterator.__dict__[_EXHAUSTED] = True
             raise
+        if _STARTING in target.__dict__:
+            _report_start(target.__dict__.pop(_STARTING))
+        return batch
 
     return __next__
+
+
+def _report_start(start: WorkersStarting) -> None:
+    with contextlib.suppress(Exception):  # a notice of ours never raises into the script
+        start.report()
 
 
 def _wrap_next_index(original: Any) -> Any:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuwatch.runner.knobs import KNOB_NAMES, SPECS, KnobError, KnobSchema, rebuilt, warmup_steps
+from gpuwatch.runner.worker_start import WorkerStart, announce_start
 
 if TYPE_CHECKING:  # both import torch, which the runner imports only after connecting
     from gpuwatch.runner.batch_source import BatchSource
@@ -66,6 +67,7 @@ class _Pending:
     changed: dict[str, Any]
     previous: dict[str, Any]
     taken_ns: int
+    start: WorkerStart | None = None  # its workers' start, announced and measured
 
 
 @dataclass
@@ -161,11 +163,20 @@ class Reconfigurer:
         """Start the new loader's workers; the change completes when its first batch is in."""
         controls = self._controls
         assert controls is not None
+        values = {**pending.previous, **pending.changed}
+        pending.start = announce_start(
+            int(values["num_workers"]),
+            lambda text: self.link.log("info", text),
+            meanwhile=f"; preparing {_describe(pending.changed)} while training goes on",
+        )
+
+        def ready() -> None:
+            if pending.start is not None:
+                pending.start.ready()
+            controls.put({"kind": "set", "prepared": pending})
+
         try:
-            self.batches.prepare(
-                {**pending.previous, **pending.changed},
-                on_ready=lambda: controls.put({"kind": "set", "prepared": pending}),
-            )
+            self.batches.prepare(values, on_ready=ready)
         except Exception as exc:  # building the loader failed: nothing changed
             reason = f"could not apply {_describe(pending.changed)}: {_reason(exc)}"
             self.link.log("error", f"{reason}; the previous settings stay in effect")
@@ -174,11 +185,6 @@ class Reconfigurer:
             )
             return
         self._pending = pending
-        self.link.log(
-            "info",
-            f"preparing {_describe(pending.changed)}: the new loader's "
-            "workers start while training goes on",
-        )
 
     def _complete_pending(self, *, first_step: int, flush: Callable[[], None]) -> None:
         """Switch to the prepared loader (waiting for it if need be) and apply the rest of
@@ -203,6 +209,8 @@ class Reconfigurer:
             )
             self._refuse_pending(pending, exc)
             return
+        if pending.start is not None:
+            pending.start.report()
         if self._trial is None:
             self._trial = _Trial(pending.previous, 0)
         self._trial.steps_left = warmup_steps(pending.changed, self.values)

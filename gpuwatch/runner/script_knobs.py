@@ -27,6 +27,7 @@ from typing import Any
 from gpuwatch.runner.knobs import SPECS, loader_warmup
 from gpuwatch.runner.loader_swap import LoaderHooks, LoaderRecord, LoaderSettings
 from gpuwatch.runner.probe_knobs import ProbeKnobs
+from gpuwatch.runner.worker_start import WorkerStart, announce_start
 
 #: ``gpuwatch run --set k=v``: the runner reads the values (a JSON object of texts) from this
 #: environment variable and removes it before the script runs.
@@ -137,7 +138,11 @@ class ScriptLoaderKnobs:
         self.knobs = knobs
         self.cuda = cuda
         self.hooks = LoaderHooks(
-            torch, on_created=self._created, on_first_iter=self._first_iter, on_error=self._failed
+            torch,
+            on_created=self._created,
+            on_first_iter=self._first_iter,
+            on_error=self._failed,
+            on_workers_start=self._workers_start,
         )
         self.sites: dict[str, LoaderSite] = {}
 
@@ -152,6 +157,13 @@ class ScriptLoaderKnobs:
             "warning",
             f"the DataLoader knobs are off: {type(exc).__name__}: {exc} "
             "(the script's loaders go on as it made them)",
+        )
+
+    def _workers_start(self, workers: int, method: str) -> WorkerStart:
+        """ "starting 2 workers (spawn): ~5 s" in the log while the script waits for their
+        first batch, then how long they took."""
+        return announce_start(
+            workers, lambda text: self.knobs.link.log("info", text), method=method
         )
 
     def _created(self, loader: Any, record: LoaderRecord) -> None:

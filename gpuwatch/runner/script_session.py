@@ -30,6 +30,7 @@ from typing import Any
 from gpuwatch.protocol import PROTOCOL_VERSION
 from gpuwatch.runner.link import Link
 from gpuwatch.runner.script_environment import enter_script
+from gpuwatch.runner.worker_start import MainGuardWatch, missing_guard_message
 
 EXIT_OK = 0
 EXIT_SCRIPT_ERROR = 1
@@ -160,10 +161,14 @@ def _watch(
     sys.argv = [path, *args]
     enter_script(full_path)  # sys.path[0] as python PATH sets it (script_environment)
     watch.install()
+    guard = MainGuardWatch()  # spawned workers of an unguarded script: one message, not N
+    guard.install()
     try:
         outcome = _run(path)
     finally:
         watch.remove()
+        guard_missing = guard.missing()
+        guard.remove()
     if knobs.preset:
         link.log(
             "warning",
@@ -188,6 +193,10 @@ def _watch(
             "the script used CUDA, but gpuwatch timed it on the host "
             "(it watched the CPU device): choose a CUDA device to see device marks",
         )
+    if guard_missing and outcome.reason in ("error", "script_exit"):
+        outcome = Outcome("error", EXIT_SCRIPT_ERROR, EXIT_SCRIPT_ERROR)
+        text = missing_guard_message(path)
+        link.send("error", type="MissingMainGuard", message=text, traceback="")
     if outcome.error is not None:
         exc = outcome.error
         link.send(
