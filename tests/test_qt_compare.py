@@ -133,9 +133,12 @@ def test_closing_the_comparison_returns_to_the_plain_replay(show_window, qtbot, 
     plots_before = splitter.count()
     log = win.findChild(QDockWidget, "log")
     assert log.isVisible()
+    tabs = win.tabifiedDockWidgets(log)
+    assert {d.objectName() for d in tabs} >= {"kernel_ops", "runs"}
     mode = win.files.compare_with(pair[1])
     assert splitter.count() == plots_before + 1
     assert not log.isVisible()  # its width went to the comparison
+    assert not any(d.isVisible() for d in tabs)  # no empty kernel table in the log's place
     again = win.files.compare_with(pair[1])  # a second comparison replaces the first
     assert again is not mode and splitter.count() == plots_before + 1
     qtbot.waitUntil(lambda: len(win.findChildren(QDockWidget, "compare")) == 1, timeout=5000)
@@ -143,6 +146,8 @@ def test_closing_the_comparison_returns_to_the_plain_replay(show_window, qtbot, 
     assert win.files.comparison is None
     assert splitter.count() == plots_before
     assert win.windowTitle() == title and log.isVisible()
+    assert all(d.isVisible() for d in tabs)
+    assert not log.visibleRegion().isEmpty()  # the log's tab in front again
     assert win.timeline.host_lanes is PHASE_LANES  # one lane per phase again, as at the desk
     assert not win.timeline.getPlotItem().titleLabel.isVisible()
     assert not again.header.isVisible()

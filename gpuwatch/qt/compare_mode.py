@@ -84,11 +84,14 @@ class CompareMode(QObject):
         scoreboard = window.findChild(QDockWidget, "scoreboard")
         if scoreboard is not None:  # A's scoreboard at the play position stays one tab away
             window.tabifyDockWidget(scoreboard, self.dock)
-        # The log gives its width to the comparison while it is shown (back on close).
+        # The log and the docks tabbed with it (kernel ops, runs) give their width to the
+        # comparison while it is shown (back on close): hiding the log alone would bring an
+        # empty kernel table to the front in its place.
         self._log = window.findChild(QDockWidget, "log")
-        self._log_was_shown = self._log is not None and self._log.isVisible()
-        if self._log is not None:
-            self._log.hide()
+        group = [self._log, *window.tabifiedDockWidgets(self._log)] if self._log else []
+        self._made_room = [d for d in group if d.isVisible()]
+        for widget in self._made_room:
+            widget.hide()
         self.dock.show()
         self.dock.raise_()
         window.resizeDocks([self.dock], [self._dock_height()], Qt.Orientation.Vertical)
@@ -180,8 +183,10 @@ class CompareMode(QObject):
         window.removeDockWidget(self.dock)
         self.dock.setParent(None)  # out of the window now, deleted at the next event loop
         self.dock.deleteLater()
-        if self._log is not None and self._log_was_shown:
-            self._log.show()
+        for widget in self._made_room:
+            widget.show()
+        if self._log is not None and self._log in self._made_room:
+            self._log.raise_()  # in front of its tabs again, as before the comparison
         if len(self._sizes_before) == self.plots.splitter.count():
             self.plots.splitter.setSizes(self._sizes_before)
         self.plots.timeline.plot_item.setTitle(None)
