@@ -195,3 +195,18 @@ def test_a_recording_is_named_after_the_runs_label(show_window, qtbot, tmp_path,
     win.record_action.setChecked(True)
     win.record_action.setChecked(False)
     assert win.recording.last_recording.name.startswith("before-the-fix-")
+
+
+def test_a_run_of_another_program_says_so_instead_of_a_ratio(board):
+    board.show_rows([rated(0, "baseline", 11_000.0)])
+    board.session.rows = [rated(0, "baseline", 11_000.0)]
+    board.keep_run()
+    board.session.new_run(board.session.knobs, workload="gpt")  # another program
+    board.show_rows([rated(0, "baseline", 430.0, live=True)])
+    assert stages(board)[2].startswith("run 2 · gpt · ")
+    assert cell(board, 3, "speedup") == "other program"  # not "0.04×"
+    tip = cell(board, 3, "speedup", Qt.ItemDataRole.ToolTipRole)
+    assert "another program than the baseline's" in tip and "Pin one of its rows" in tip
+    board.runs.choose_baseline(RowRef(2, 0))
+    board.show_rows([rated(0, "baseline", 430.0, live=True)])
+    assert cell(board, 3, "speedup") == "1.00×" and cell(board, 1, "speedup") == "other program"

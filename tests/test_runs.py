@@ -159,3 +159,26 @@ def test_a_baseline_from_another_recording():
     own.follow(1, RunInfo("recording", "a.gpuwatch", "cpu"), [a_row])
     own.set_reference("A · workers", dataclasses.replace(a_row))
     assert own.groups()[0].rows[0].is_baseline
+
+
+def test_a_run_of_another_program_gets_no_ratio_until_one_of_its_rows_is_pinned():
+    runs = Runs(clock=lambda: 0.0)
+    runs.follow("demo", VISION, [rated(0, "baseline", 1_000.0), rated(1, "workers", 2_000.0)])
+    runs.finish()  # then the user watches their own script in the same window
+    runs.follow("script", SCRIPT, [rated(0, "baseline", 40.0), rated(1, "workers", 80.0)])
+    assert speedups(runs) == {
+        (1, "baseline"): pytest.approx(1.0),
+        (1, "workers"): pytest.approx(2.0),
+        (2, "baseline"): None,  # not "0.04×": another program's samples/s
+        (2, "workers"): None,
+    }
+    assert runs.live_change() is None
+    runs.choose_baseline(RowRef(2, 0))  # the user pins the script's own first row
+    assert speedups(runs) == {
+        (1, "baseline"): None,
+        (1, "workers"): None,
+        (2, "baseline"): pytest.approx(1.0),
+        (2, "workers"): pytest.approx(2.0),
+    }
+    change = runs.live_change()
+    assert change is not None and change.ratio == pytest.approx(2.0)

@@ -184,10 +184,16 @@ def cell_text(row: SegmentStats, column: Column) -> str:
     return "measuring" if wait.live else NA
 
 
+#: The speedup cell of a run of another program than the baseline's (no ratio means anything).
+OTHER_PROGRAM = "other program"
+
+
 def speedup_cell(scored: ScoredRow) -> str:
     """``1.81× ±5%``; a speedup within its noise band is marked ``≈`` (no change beyond
     noise); the baseline row reads ``1.00×``."""
     speedup = scored.row.speedup
+    if not scored.comparable:
+        return OTHER_PROGRAM
     if speedup is None or scored.is_baseline or scored.noise is None:
         return cell_text(scored.row, COLUMNS[SPEEDUP])
     mark = "≈" if scored.within_noise else ""
@@ -306,6 +312,11 @@ class ScoreboardModel(QAbstractTableModel):
         lines = [column.tip]
         if line.is_baseline:
             lines.append("This row is the baseline of the speedups.")
+        if column is COLUMNS[SPEEDUP] and not line.comparable:
+            lines.append(
+                "This run is another program than the baseline's: its samples/s are not "
+                "compared with them. Pin one of its rows as baseline to compare within it."
+            )
         if column is COLUMNS[SPEEDUP] and line.noise is not None and row.speedup is not None:
             verdict = (
                 "within noise: no change beyond it"

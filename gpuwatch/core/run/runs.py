@@ -82,6 +82,8 @@ class ScoredRow:
     row: SegmentStats
     is_baseline: bool = False
     noise: float | None = None
+    #: False for a run of another program than the baseline's (``Runs.comparable``).
+    comparable: bool = True
 
     @property
     def ref(self) -> RowRef:
@@ -224,22 +226,46 @@ class Runs:
             return row.label
         return f"{run.label} · {row.label}"
 
+    def comparable(self, run: Run) -> bool:
+        """Whether ``run``'s rows can be measured against the baseline: it runs the same
+        program (workload or script name; an edited script is still the same one), or the
+        baseline is another recording's row (Compare, which the user chose). A ratio of two
+        different programs' samples/s says nothing ("0.04×" for a script against the mlp
+        demo), so such rows show none until the user pins one of their own rows."""
+        ref = self.baseline()
+        if ref is None or ref.run_id == OUTSIDE:
+            return True
+        base_run = self.run(ref.run_id)
+        return base_run is None or base_run.what == run.what
+
     def groups(self) -> list[RunGroup]:
-        """Every run with its rows, each row against the baseline."""
+        """Every run with its rows, each row against the baseline (when comparable)."""
         ref = self.baseline()
         base = self._row(ref) if ref is not None else None
         base_rate = base.samples_per_s if base is not None else None
         groups = []
         for run in self._runs:
             scored = []
+            same_program = self.comparable(run)
             for row in run.rows:
                 is_base = ref is not None and ref == RowRef(run.run_id, row.config_id)
                 speedup = noise = None
-                if base is not None and base_rate and row.samples_per_s is not None:
+                if (
+                    same_program
+                    and base is not None
+                    and base_rate
+                    and row.samples_per_s is not None
+                ):
                     speedup = row.samples_per_s / base_rate
                     noise = None if is_base else noise_band(row, base)
                 scored.append(
-                    ScoredRow(run.run_id, dataclasses.replace(row, speedup=speedup), is_base, noise)
+                    ScoredRow(
+                        run.run_id,
+                        dataclasses.replace(row, speedup=speedup),
+                        is_base,
+                        noise,
+                        same_program,
+                    )
                 )
             groups.append(RunGroup(run, tuple(scored)))
         return groups
@@ -255,6 +281,7 @@ class Runs:
         base = self._row(ref)
         if (
             base is None
+            or not self.comparable(run)
             or ref == RowRef(run.run_id, row.config_id)
             or row.samples_per_s is None
             or not base.samples_per_s
