@@ -169,19 +169,7 @@ class StepStore:
                 lo = max(self._first_ending_at(start, n, since_ns) - before, 0)
             if last is not None:
                 lo = max(lo, n - last) if last > 0 else n
-            return StepsView(
-                *(
-                    self._rows(column, start, lo, n)
-                    for column in (
-                        self._step,
-                        self._config,
-                        self._samples,
-                        self._host,
-                        self._device,
-                        self._has_device,
-                    )
-                )
-            )
+            return self._view(start, lo, n)
 
     def around(self, t_ns: int) -> StepsView:
         """The first stored step ending at or after ``t_ns`` with its neighbours on either
@@ -193,16 +181,19 @@ class StepStore:
                 return StepsView.empty()
             start = (self._count - n) % self.capacity
             k = self._first_ending_at(start, n, t_ns)
-            lo, hi = max(k - 1, 0), min(k + 2, n)
-            columns = (
-                self._step,
-                self._config,
-                self._samples,
-                self._host,
-                self._device,
-                self._has_device,
-            )
-            return StepsView(*(self._rows(column, start, lo, hi) for column in columns))
+            return self._view(start, max(k - 1, 0), min(k + 2, n))
+
+    def _view(self, start: int, lo: int, hi: int) -> StepsView:
+        """Copies of stored rows ``lo..hi`` (oldest first) of every column; lock held."""
+        columns = (
+            self._step,
+            self._config,
+            self._samples,
+            self._host,
+            self._device,
+            self._has_device,
+        )
+        return StepsView(*(self._rows(column, start, lo, hi) for column in columns))
 
     def instrument_share(self, window_ns: int | None = None) -> float | None:
         """The share of step time the runner's instruments spent, over the steps that end in
