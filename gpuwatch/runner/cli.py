@@ -5,7 +5,8 @@ of gpuwatch's goes into the environment a watched script sees (``script_environm
 works too wherever the ``gpuwatch`` package is importable.
 
 ``--workload NAME`` trains a built-in workload; ``--script PATH -- ARGS`` runs the user's own
-script instead (``script_session``), with everything after ``--`` as its arguments.
+script instead (``script_session``), with everything after ``--`` as its arguments, and
+``--module NAME -- ARGS`` a module as ``python -m NAME ARGS`` would.
 
 Exit codes: 0 normal end (stop, max-steps, link closed), 1 training error, 2 bad arguments,
 3 could not connect/authenticate; a script's own exit code when it ends by itself
@@ -85,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="run this Python script as __main__ instead of a workload; its arguments follow a --",
     )
+    what.add_argument(
+        "--module",
+        metavar="NAME",
+        help="run this module as python -m NAME would, instead of a workload; its arguments "
+        "follow a --",
+    )
     parser.add_argument(
         AUTHKEY_STDIN_FLAG,
         action="store_true",
@@ -126,9 +133,10 @@ def main(argv: Sequence[str] | None = None, *, source_root: str | None = None) -
     own, script_args = split_script_args(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(own)  # exits 2 on bad arguments
-    if script_args and args.script is None:
-        parser.error("arguments after -- are the script's: they need --script PATH")
-    if source_root is not None and args.script is not None:
+    user_code = args.script is not None or args.module is not None
+    if script_args and not user_code:
+        parser.error("arguments after -- are the script's: they need --script PATH or --module")
+    if source_root is not None and user_code:
         settle_source_root(source_root)  # before torch: nothing of ours shadows the script's
     if args.survey:
         from gpuwatch.runner import survey
@@ -146,20 +154,12 @@ def main(argv: Sequence[str] | None = None, *, source_root: str | None = None) -
     from gpuwatch.runner.session import EXIT_INTERRUPTED, run
 
     try:
-        if args.script is not None:
-            from gpuwatch.runner.script_session import run_script
-
+        if user_code:
             # Started by hand with the key in the environment: the script's os.environ and
             # its children lose it, but this process's /proc/self/environ keeps it (only the
             # same user can read that). gpuwatch passes the key on stdin instead.
             os.environ.pop(AUTHKEY_ENV, None)
-            return run_script(
-                link,
-                path=args.script,
-                args=script_args,
-                device_spec=args.device,
-                max_steps=args.max_steps,
-            )
+            return _run_user_code(link, args, script_args)
         return run(
             link,
             workload_name=args.workload or "vision",
@@ -170,3 +170,17 @@ def main(argv: Sequence[str] | None = None, *, source_root: str | None = None) -
     except KeyboardInterrupt:  # Ctrl-C while torch imports (started by hand)
         say("interrupted")
         return EXIT_INTERRUPTED
+
+
+def _run_user_code(link: Link, args: argparse.Namespace, script_args: list[str]) -> int:
+    """The user's script or module, watched (``script_session``)."""
+    from gpuwatch.runner.script_session import run_module, run_script
+
+    device, max_steps = args.device, args.max_steps
+    if args.module is not None:
+        return run_module(
+            link, name=args.module, args=script_args, device_spec=device, max_steps=max_steps
+        )
+    return run_script(
+        link, path=args.script, args=script_args, device_spec=device, max_steps=max_steps
+    )

@@ -12,11 +12,15 @@ script itself can still ``import gpuwatch.probe``.
 
 ``enter_script`` sets ``sys.path[0]`` as ``python SCRIPT`` does
 (https://docs.python.org/3/library/sys_path_init.html): the directory of the script with
-symbolic links resolved, and no entry at all under ``-P``/``PYTHONSAFEPATH``.
+symbolic links resolved, and no entry at all under ``-P``/``PYTHONSAFEPATH``; ``enter_module``
+sets it as ``python -m MODULE`` does: the working directory. ``module_file`` finds a module
+without running any of its code, so a name that is not there is one sentence before torch loads.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import os
 import sys
 
@@ -45,6 +49,61 @@ def enter_script(script: str) -> None:
     if getattr(sys.flags, "safe_path", False):
         return
     sys.path[0] = script_path_entry(script)
+
+
+def enter_module() -> None:
+    """Make ``sys.path[0]`` the working directory, as ``python -m`` does (none under
+    ``safe_path``)."""
+    if getattr(sys.flags, "safe_path", False):
+        return
+    sys.path[0] = os.getcwd()
+
+
+class ModuleNotFound(Exception):
+    """The module ``python -m`` would not find; the message is one sentence."""
+
+
+def module_file(name: str) -> str:
+    """The file ``python -m name`` would run (a package's ``__main__``), found on ``sys.path``
+    without executing anything: each package level is looked up in its parent's folders, not
+    imported. Raises ``ModuleNotFound``."""
+    spec = _find(name)
+    if spec.submodule_search_locations is not None:  # a package runs its __main__
+        spec = _find(f"{name}.__main__", package=name)
+    if not spec.origin or not os.path.isfile(spec.origin):
+        raise ModuleNotFound(f"{name} has no Python file to run ({spec.origin or 'built in'})")
+    return spec.origin
+
+
+def _find(name: str, package: str | None = None) -> importlib.machinery.ModuleSpec:
+    parts = name.split(".")
+    where = f"on sys.path (working directory {os.getcwd()})"
+    try:
+        try:
+            spec = importlib.util.find_spec(parts[0])  # a top-level name imports nothing
+            for depth in range(2, len(parts) + 1):
+                locations = None if spec is None else spec.submodule_search_locations
+                spec = None if locations is None else _find_in(".".join(parts[:depth]), locations)
+        except KeyError:  # a namespace package below the top needs its parent imported
+            spec = importlib.util.find_spec(name)  # imports the parents, as python -m does
+    except (ImportError, ValueError) as exc:
+        raise ModuleNotFound(f"cannot look up module {name}: {exc}") from None
+    if spec is None:
+        if package is not None:
+            raise ModuleNotFound(f"{package} is a package without a __main__ module to run")
+        raise ModuleNotFound(f"no module named {name} {where}")
+    return spec
+
+
+def _find_in(name: str, locations: object) -> importlib.machinery.ModuleSpec | None:
+    """``name``'s spec from the meta path finders, in its parent's folders (as the import
+    system does once the parent is imported)."""
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        spec = None if find_spec is None else find_spec(name, locations)
+        if spec is not None:
+            return spec
+    return None
 
 
 def _same_folder(entry: str, root: str) -> bool:

@@ -6,6 +6,11 @@ launcher gave this process, its ``if __name__ == "__main__":`` guard and spawn-s
 workers (they re-import it as ``__mp_main__``) behaving as usual. Steps come from
 ``autohooks`` (zero code) or ``gpuwatch.probe`` (see ``step_recorder`` for the rules).
 
+``--module NAME -- ARGS`` runs a module as ``python -m NAME ARGS`` would, through
+``runpy.run_module(NAME, run_name="__main__", alter_sys=True)``: ``sys.argv[0]`` is its file,
+``sys.path[0]`` the working directory, a package runs its ``__main__``; everything else as for a
+script. A module that is not there → ``error`` ModuleNotFound, exit 2, as a missing script.
+
 Outcomes (each ends with ``bye``; the exit code is what ``python PATH`` would give):
 a missing/unreadable script → ``error`` ScriptNotFound, exit 2; a syntax error → ``error`` with
 the compiler's message and line, exit 1 (both before torch is imported and before ``hello``);
@@ -29,7 +34,12 @@ from typing import Any
 
 from gpuwatch.protocol import PROTOCOL_VERSION
 from gpuwatch.runner.link import Link
-from gpuwatch.runner.script_environment import enter_script
+from gpuwatch.runner.script_environment import (
+    ModuleNotFound,
+    enter_module,
+    enter_script,
+    module_file,
+)
 from gpuwatch.runner.worker_start import MainGuardWatch, missing_guard_message
 
 EXIT_OK = 0
@@ -42,6 +52,42 @@ INITIAL_WARMUP_STEPS = 3
 _GPUWATCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 #: How runpy's frames are named: frozen (Python >= 3.11) or its source file.
 _RUNPY_FILES = frozenset({"<frozen runpy>", getattr(runpy, "__file__", None) or ""})
+
+
+@dataclass(frozen=True)
+class Target:
+    """What runs as ``__main__``: a script (``path`` as given), or a module (``python -m``)."""
+
+    path: str
+    full_path: str
+    module: str | None = None
+
+    @property
+    def name(self) -> str:
+        """How the run is named (hello's workload): the module, or the script's file name."""
+        return self.module or os.path.basename(self.full_path)
+
+    @property
+    def command(self) -> str:
+        """What ``python`` was given, for the log line."""
+        return f"-m {self.module}" if self.module else self.path
+
+    def enter(self, args: Sequence[str]) -> None:
+        """``sys.argv`` and ``sys.path[0]`` as python sets them before the first line (for a
+        module ``runpy`` puts its file in ``argv[0]``; python shows ``-m`` until then)."""
+        sys.argv = ["-m" if self.module else self.path, *args]
+        if self.module:
+            enter_module()
+        else:
+            enter_script(self.full_path)
+
+    def run(self) -> None:
+        """Execute it as ``__main__``; ``run_module`` gives ``__main__`` the module's
+        ``__spec__``, so spawned workers re-import it by name, as ``python -m``'s do."""
+        if self.module:
+            runpy.run_module(self.module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(self.path, run_name="__main__")
 
 
 @dataclass
@@ -81,6 +127,26 @@ def run_script(
         return _failed_early(
             link, type(exc).__name__, f"cannot compile {path!r}: {exc}", "", EXIT_SCRIPT_ERROR
         )
+    return _start(link, Target(path, full_path), args, device_spec, max_steps)
+
+
+def run_module(
+    link: Link, *, name: str, args: Sequence[str], device_spec: str, max_steps: int | None
+) -> int:
+    """As ``run_script`` for ``python -m name``: the module is looked up (nothing of it run)
+    on the ``sys.path`` it will see, so a missing one is one sentence before torch loads."""
+    enter_module()
+    try:
+        full_path = module_file(name)
+    except ModuleNotFound as exc:
+        return _failed_early(link, "ModuleNotFound", str(exc), "", EXIT_USAGE)
+    return _start(link, Target(full_path, full_path, module=name), args, device_spec, max_steps)
+
+
+def _start(
+    link: Link, target: Target, args: Sequence[str], device_spec: str, max_steps: int | None
+) -> int:
+    """Import torch, pick the device and watch the target's run; the runner's exit code."""
     if device_spec == "cpu":  # hide CUDA, so "cuda if available" scripts train on the CPU
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     try:
@@ -100,14 +166,12 @@ def run_script(
     except DeviceError as exc:
         return _failed_early(link, "DeviceError", str(exc), "", EXIT_USAGE)
     try:
-        return _watch(
-            link, torch, device, path=path, full_path=full_path, args=args, max_steps=max_steps
-        )
+        return _watch(link, torch, device, target=target, args=args, max_steps=max_steps)
     except Exception as exc:  # the runner's own failure (the script's are caught inside)
         return _failed_early(
             link,
             type(exc).__name__,
-            f"gpuwatch could not watch the script: {type(exc).__name__}: {exc}",
+            f"gpuwatch could not watch {target.name}: {type(exc).__name__}: {exc}",
             traceback.format_exc(),
             EXIT_SCRIPT_ERROR,
         )
@@ -118,8 +182,7 @@ def _watch(
     torch: Any,
     device: Any,
     *,
-    path: str,
-    full_path: str,
+    target: Target,
     args: Sequence[str],
     max_steps: int | None,
 ) -> int:
@@ -141,7 +204,7 @@ def _watch(
         "hello",
         protocol=PROTOCOL_VERSION,
         pid=os.getpid(),
-        workload=os.path.basename(full_path),
+        workload=target.name,
         device=device_info(torch, device),
         versions=versions(torch),
         os=platform.platform(),
@@ -150,21 +213,25 @@ def _watch(
         workload_config={},
         timing=backend.kind,
         instrumentation="auto",
-        script={"path": full_path, "args": list(args), "cwd": os.getcwd()},
+        script={
+            "path": target.full_path,
+            "args": list(args),
+            "cwd": os.getcwd(),
+            **({"module": target.module} if target.module else {}),
+        },
     )
     watch = ScriptInstruments.build(link, torch, device, backend, max_steps=max_steps)
     knobs, control, recorder = watch.knobs, watch.control, watch.recorder
     if hasattr(os, "register_at_fork"):  # Windows has none (and no fork)
         os.register_at_fork(after_in_child=lambda: probe.attach_runner(None))
-    link.log("info", f"running {path} {' '.join(args)}".rstrip() + f" in {os.getcwd()}")
+    link.log("info", f"running {target.command} {' '.join(args)}".rstrip() + f" in {os.getcwd()}")
 
-    sys.argv = [path, *args]
-    enter_script(full_path)  # sys.path[0] as python PATH sets it (script_environment)
+    target.enter(args)  # sys.argv, sys.path[0] as python sets them (script_environment)
     watch.install()
     guard = MainGuardWatch()  # spawned workers of an unguarded script: one message, not N
     guard.install()
     try:
-        outcome = _run(path)
+        outcome = _run(target)
     finally:
         watch.remove()
         guard_missing = guard.missing()
@@ -195,7 +262,7 @@ def _watch(
         )
     if guard_missing and outcome.reason in ("error", "script_exit"):
         outcome = Outcome("error", EXIT_SCRIPT_ERROR, EXIT_SCRIPT_ERROR)
-        text = missing_guard_message(path)
+        text = missing_guard_message(target.full_path)
         link.send("error", type="MissingMainGuard", message=text, traceback="")
     if outcome.error is not None:
         exc = outcome.error
@@ -223,10 +290,10 @@ def _watch(
     return outcome.exit_code
 
 
-def _run(path: str) -> Outcome:
+def _run(target: Target) -> Outcome:
     """Run the script as ``__main__``; how it ended (an exception is kept for the report)."""
     try:
-        runpy.run_path(path, run_name="__main__")
+        target.run()
     except SystemExit as exc:
         code = exit_code(exc)
         return Outcome("script_exit", code, code)
