@@ -206,7 +206,8 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         description="Run SCRIPT as `python SCRIPT ARGS` would (as __main__, with its argv, "
         "from this directory) and watch its training steps: in the window, or "
         "with --headless print a summary at the end. Everything after SCRIPT "
-        "(or after --) is the script's own arguments.",
+        "(or after --) is the script's own arguments. -m MODULE ARGS runs a module "
+        "as `python -m MODULE ARGS` would (with --headless).",
     )
     run.add_argument(
         "--python",
@@ -256,7 +257,15 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     )
     _add_demo_options(run, "run_")
     _add_look_options(run, "run_")
-    run.add_argument("script", metavar="SCRIPT", help="the training script to run")
+    run.add_argument(
+        "-m",
+        dest="module",
+        nargs=argparse.REMAINDER,
+        metavar="MODULE ARGS",
+        help="run a module as python -m does; everything after its name is its arguments "
+        "(--headless only, for now)",
+    )
+    run.add_argument("script", nargs="?", metavar="SCRIPT", help="the training script to run")
     run.add_argument(
         "script_args", nargs=argparse.REMAINDER, metavar="ARGS", help="the script's arguments"
     )
@@ -550,11 +559,28 @@ def _bench(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
-def _run(args: argparse.Namespace) -> int:
-    """``gpuwatch run SCRIPT``: bad input is refused (exit 2) before anything starts."""
+def _run_target_problem(args: argparse.Namespace) -> str | None:
+    """Why ``gpuwatch run``'s SCRIPT or ``-m MODULE`` cannot be run, or None. A module is
+    looked up by the runner (only the training Python can import the user's code)."""
     from gpuwatch.core.run.session import script_problem
 
-    problem = script_problem(args.script)
+    if args.module is None:
+        if args.script is None:
+            return "give a SCRIPT to run, or -m MODULE"
+        return script_problem(args.script)
+    if args.script is not None:
+        return "give a SCRIPT or -m MODULE, not both"
+    if not args.module:
+        return "-m needs a module name, as in -m pkg.train"
+    if not args.headless:
+        return "-m runs headless for now: add --headless (the window takes a SCRIPT)"
+    return None
+
+
+def _run(args: argparse.Namespace) -> int:
+    """``gpuwatch run SCRIPT`` or ``-m MODULE``: bad input is refused (exit 2) before anything
+    starts."""
+    problem = _run_target_problem(args)
     if problem is None and args.record is not None and not args.record.parent.is_dir():
         problem = f"--record: folder {str(args.record.parent)!r} does not exist"
     if problem is None and args.headless and (args.run_screenshot or args.run_demo_seconds):
@@ -564,7 +590,9 @@ def _run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"gpuwatch run: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    script = str(Path(args.script).expanduser())
+    module, module_args = (args.module[0], args.module[1:]) if args.module else (None, [])
+    script = None if module else str(Path(args.script).expanduser())
+    script_args = tuple(module_args if module else args.script_args)
     if args.run_set:  # the runner takes them from its environment (runner.script_knobs)
         os.environ[SCRIPT_SET_ENV] = script_presets(args.run_set)
     device = args.run_device or args.device or "auto"
@@ -575,7 +603,8 @@ def _run(args: argparse.Namespace) -> int:
         return run_headless(
             HeadlessOptions(
                 script=script,
-                script_args=tuple(args.script_args),
+                module=module,
+                script_args=script_args,
                 device=device,
                 python=python,
                 seconds=args.run_seconds,
@@ -592,7 +621,7 @@ def _run(args: argparse.Namespace) -> int:
         demo_seconds=args.run_demo_seconds,
         screenshot=args.run_screenshot,
         script=script,
-        script_args=tuple(args.script_args),
+        script_args=script_args,
         cwd=os.getcwd(),
         seconds=args.run_seconds,
         record=args.record,

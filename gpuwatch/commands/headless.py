@@ -45,22 +45,25 @@ BUSY_LINES = LOG_LINES_KEPT // 2
 
 @dataclass(frozen=True)
 class HeadlessOptions:
-    """What ``gpuwatch run --headless`` runs: the script and its arguments, where, for how long
-    (``seconds``; None: to its end), and the recording file, if any."""
+    """What ``gpuwatch run --headless`` runs: the script (or ``module``, as ``python -m``) and its
+    arguments, where, for how long (``seconds``; None: to its end), and the recording file, if
+    any."""
 
-    script: str
+    script: str | None = None
     script_args: Sequence[str] = ()
     device: str = "auto"
     python: str | None = None
     seconds: float | None = None
     record: str | None = None
     cwd: str = field(default_factory=os.getcwd)
+    module: str | None = None
 
     def spec(self) -> LaunchSpec:
         return LaunchSpec(
             device=self.device,
             python=self.python,
             script=self.script,
+            module=self.module,
             script_args=tuple(self.script_args),
             cwd=self.cwd,
             seconds=self.seconds,
@@ -122,6 +125,7 @@ def _start_recorder(path: str, session: Session, spec: LaunchSpec, err: TextIO) 
         session,
         spec={
             "script": spec.script,
+            "module": spec.module,
             "args": list(spec.script_args),
             "cwd": spec.cwd,
             "device": spec.device,

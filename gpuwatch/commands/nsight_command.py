@@ -38,12 +38,14 @@ def nsight_command(
     """
     device = spec.device if spec.device.startswith("cuda") or spec.device == "auto" else "cuda"
     python = ["--python", spec.python] if spec.python else []
-    if spec.script:
+    if spec.user_code:
         name = f"gpuwatch-{_stem(spec.name)}"
         seconds = ["--seconds", f"{spec.seconds:g}"] if spec.seconds else []
-        tail = ["run", "--headless", "--device", device, *python, *seconds, spec.script]
-        if spec.script_args:
-            tail += ["--", *spec.script_args]
+        tail = ["run", "--headless", "--device", device, *python, *seconds]
+        if spec.module:  # -m takes the rest of the line, as python's does
+            tail += ["-m", spec.module, *spec.script_args]
+        else:
+            tail += [spec.script or "", *(["--", *spec.script_args] if spec.script_args else [])]
     else:
         name = f"gpuwatch-{spec.workload}"
         tail = [

@@ -160,7 +160,8 @@ class Hello:
     os: str | None = None
     #: A built-in workload's batch size at the start (a script's is not known: None).
     batch_size: int | None = None
-    #: A watched script's ``{"path", "args", "cwd"}``, or None for a built-in workload.
+    #: A watched script's ``{"path", "args", "cwd"}`` (and ``"module"``, its name, for ``-m``),
+    #: or None for a built-in workload.
     script: dict[str, Any] | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 

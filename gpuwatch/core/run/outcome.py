@@ -34,7 +34,7 @@ STEP_HELP = (
 class RunFacts:
     """What a finished (or running) Session knows about its run, as plain data."""
 
-    name: str  # the script's file name, or the workload
+    name: str  # the script's file name, the module, or the workload
     script: bool
     ended: bool
     failed: bool
@@ -116,7 +116,7 @@ def facts_from(session: EndingRun) -> RunFacts:
     state = session.state
     return RunFacts(
         name=spec.name if spec is not None else "the run",
-        script=bool(spec is not None and spec.script),
+        script=spec is not None and spec.user_code,
         ended=state not in ACTIVE_STATES and state is not SessionState.IDLE,
         failed=state is SessionState.FAILED,
         error=session.error,
@@ -142,7 +142,7 @@ def describe(facts: RunFacts) -> Outcome:
         if facts.notice:
             return Outcome(facts.notice, "warning", EXIT_OK)
         return Outcome(f"{name} is running ({steps})", "info", EXIT_OK)
-    if facts.error_type == "ScriptNotFound":
+    if facts.error_type in ("ScriptNotFound", "ModuleNotFound"):
         return Outcome(f"{name} could not be run: {_message(facts)}", "error", EXIT_USAGE)
     if facts.error_type == "SyntaxError":
         return Outcome(f"{name} has a syntax error: {_message(facts)}", "error", EXIT_ERROR)

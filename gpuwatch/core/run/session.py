@@ -77,10 +77,12 @@ class SessionError(RuntimeError):
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """What to run: a built-in workload or the user's script, on a device, with which Python.
+    """What to run: a built-in workload or the user's script or module, on a device, with which
+    Python.
 
     ``script`` (a path) replaces the workload; the runner executes it as ``__main__`` with
     ``script_args`` as its argv, in ``cwd`` (like ``python SCRIPT ARGS`` started there).
+    ``module`` (a dotted name) instead runs that module as ``python -m MODULE ARGS`` would.
     ``seconds`` stops the run cleanly that long after the runner's ``hello`` (the script's
     start, not the torch import before it). ``env`` adds variables to the environment the
     runner (and so the script) starts with, over the user's own.
@@ -95,11 +97,25 @@ class LaunchSpec:
     cwd: str | None = None
     seconds: float | None = None
     env: tuple[tuple[str, str], ...] = ()
+    module: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.script and self.module:
+            raise ValueError("a run is a script or a module, not both")
 
     @property
     def name(self) -> str:
-        """What the run is called on screen: the script's file name, or the workload."""
+        """What the run is called on screen: the script's file name, the module, or the
+        workload."""
+        if self.module:
+            return self.module
         return Path(self.script).name if self.script else self.workload
+
+    @property
+    def user_code(self) -> bool:
+        """Whether the user's own code runs (a script or a module), not a built-in workload:
+        its steps are found by the runner's hooks, so it may take none."""
+        return bool(self.script or self.module)
 
 
 def script_problem(script: str) -> str | None:
@@ -270,10 +286,12 @@ class Session(ModelAccess):
                 raise RuntimeError("a run is already in progress; stop it first")
             self._reset()
             self.spec = spec
-            self.liveness = Liveness(notice_s=self._no_step_notice_s, script=bool(spec.script))
+            self.liveness = Liveness(notice_s=self._no_step_notice_s, script=spec.user_code)
             self._state = SessionState.STARTING
         self._state_changed()
-        what = f"script {spec.name!r}" if spec.script else f"workload {spec.workload!r}"
+        what = f"workload {spec.workload!r}"
+        if spec.user_code:
+            what = f"{'module' if spec.module else 'script'} {spec.name!r}"
         self._info(
             f"starting {what} on {spec.device}: the runner imports "
             f"torch first, which can take several seconds"
@@ -375,7 +393,17 @@ class Session(ModelAccess):
         self._listener = link.LinkListener(self._private_dir, authkey)
         extra = ["--max-steps", str(spec.max_steps)] if spec.max_steps else []
         root = launcher.runner_pythonpath(python, self._private_dir)
-        if spec.script:
+        if spec.module:
+            cmd = launcher.module_command(
+                python,
+                self._listener.address,
+                spec.module,
+                spec.script_args,
+                device=spec.device,
+                root=root,
+                extra=extra,
+            )
+        elif spec.script:
             cmd = launcher.script_command(
                 python,
                 self._listener.address,
