@@ -9,7 +9,7 @@ workers (they re-import it as ``__mp_main__``) behaving as usual. Steps come fro
 ``--module NAME -- ARGS`` runs a module as ``python -m NAME ARGS`` would, through
 ``runpy.run_module(NAME, run_name="__main__", alter_sys=True)``: ``sys.argv[0]`` is its file,
 ``sys.path[0]`` the working directory, a package runs its ``__main__``; everything else as for a
-script. A module that is not there → ``error`` ModuleNotFound, exit 2, as a missing script.
+script. A module that is not there → ``error`` ModuleNotFound, exit 1, as ``python -m`` exits.
 
 Outcomes (each ends with ``bye``; the exit code is what ``python PATH`` would give):
 a missing/unreadable script → ``error`` ScriptNotFound, exit 2; a syntax error → ``error`` with
@@ -139,7 +139,7 @@ def run_module(
     try:
         full_path = module_file(name)
     except ModuleNotFound as exc:
-        return _failed_early(link, "ModuleNotFound", str(exc), "", EXIT_USAGE)
+        return _failed_early(link, "ModuleNotFound", str(exc), "", EXIT_SCRIPT_ERROR)
     return _start(link, Target(full_path, full_path, module=name), args, device_spec, max_steps)
 
 

@@ -142,8 +142,9 @@ def describe(facts: RunFacts) -> Outcome:
         if facts.notice:
             return Outcome(facts.notice, "warning", EXIT_OK)
         return Outcome(f"{name} is running ({steps})", "info", EXIT_OK)
-    if facts.error_type in ("ScriptNotFound", "ModuleNotFound"):
-        return Outcome(f"{name} could not be run: {_message(facts)}", "error", EXIT_USAGE)
+    if facts.error_type in ("ScriptNotFound", "ModuleNotFound"):  # python's own codes
+        code = EXIT_USAGE if facts.error_type == "ScriptNotFound" else EXIT_ERROR
+        return Outcome(f"{name} could not be run: {_message(facts)}", "error", code)
     if facts.error_type == "SyntaxError":
         return Outcome(f"{name} has a syntax error: {_message(facts)}", "error", EXIT_ERROR)
     if facts.error_type == "MissingMainGuard":  # the runner's message says it all, with the fix
