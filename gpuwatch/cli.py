@@ -207,7 +207,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         "from this directory) and watch its training steps: in the window, or "
         "with --headless print a summary at the end. Everything after SCRIPT "
         "(or after --) is the script's own arguments. -m MODULE ARGS runs a module "
-        "as `python -m MODULE ARGS` would (with --headless).",
+        "as `python -m MODULE ARGS` would.",
     )
     run.add_argument(
         "--python",
@@ -262,8 +262,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         dest="module",
         nargs=argparse.REMAINDER,
         metavar="MODULE ARGS",
-        help="run a module as python -m does; everything after its name is its arguments "
-        "(--headless only, for now)",
+        help="run a module as python -m does; everything after its name is its arguments",
     )
     run.add_argument("script", nargs="?", metavar="SCRIPT", help="the training script to run")
     run.add_argument(
@@ -572,8 +571,6 @@ def _run_target_problem(args: argparse.Namespace) -> str | None:
         return "give a SCRIPT or -m MODULE, not both"
     if not args.module:
         return "-m needs a module name, as in -m pkg.train"
-    if not args.headless:
-        return "-m runs headless for now: add --headless (the window takes a SCRIPT)"
     return None
 
 
@@ -621,6 +618,7 @@ def _run(args: argparse.Namespace) -> int:
         demo_seconds=args.run_demo_seconds,
         screenshot=args.run_screenshot,
         script=script,
+        module=module,
         script_args=script_args,
         cwd=os.getcwd(),
         seconds=args.run_seconds,

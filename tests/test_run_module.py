@@ -168,9 +168,8 @@ def test_a_missing_module_is_one_sentence_and_exit_1_before_any_of_it_runs(work:
         (["--headless", "-m"], "-m needs a module name"),
         (["--headless"], "give a SCRIPT to run, or -m MODULE"),
         (["--headless", "-m", "pkg", "--", "train.py"], "give a SCRIPT or -m MODULE, not both"),
-        (["-m", "pkg"], "-m runs headless for now: add --headless"),
     ],
-    ids=["no-name", "nothing", "both", "window"],
+    ids=["no-name", "nothing", "both"],
 )
 def test_usage_errors_are_one_line_and_exit_2(capsys, argv: list[str], says: str) -> None:
     assert main(["run", *argv]) == 2
@@ -202,3 +201,36 @@ def test_a_launch_spec_is_a_script_or_a_module() -> None:
         LaunchSpec(script="train.py", module="pkg.train")
     command = nsight_command(spec, ["gpuwatch"], windows=False)
     assert command.endswith("run --headless --device auto -m pkg.train --lr 3"), command
+
+
+def test_the_window_runs_a_module_as_gpuwatch_run_m_asks(work: Path, show_window, qtbot) -> None:
+    """``gpuwatch run -m pkg ARGS`` without ``--headless``: the window's Start runs the module
+    (named by it in the toolbar, the title and the scoreboard's run) in the folder it was
+    asked from."""
+    from gpuwatch.core.run.session import Session, SessionState
+    from gpuwatch.qt.main_window import MainWindow
+    from gpuwatch.qt.window_options import WindowOptions
+
+    options = WindowOptions(
+        device="cpu", module="pkg", script_args=("seen.json", "0"), cwd=str(work)
+    )
+    spec = options.script_spec()
+    assert spec is not None and spec.module == "pkg" and spec.script is None
+    session = Session(sample_coarse=False)
+    win = MainWindow(session, options)
+    qtbot.addWidget(win)
+    win.show()
+    try:
+        assert win.windowTitle() == "gpuwatch — pkg"
+        win.start_run()
+        qtbot.waitUntil(
+            lambda: session.state is SessionState.FINISHED, timeout=RUN_TIMEOUT_S * 1000
+        )
+        assert session.steps.count == 8, session.error
+        seen = _seen(work / "seen.json")
+        assert seen["argv"] == [str(work / "pkg" / "__main__.py"), "seen.json", "0"]
+        assert seen["path"][0] == str(work)
+        assert "<b>pkg</b>" in win.run_bar.script_label.text()
+        assert "-m pkg seen.json 0" in win.run_bar.script_label.toolTip()
+    finally:
+        win.close()

@@ -83,6 +83,7 @@ def _start_recording(
         session,
         spec={
             "script": spec.script if spec else None,
+            "module": spec.module if spec else None,
             "args": list(spec.script_args) if spec else [],
             "cwd": spec.cwd if spec else None,
             "workload": None if spec else window.workload_combo.currentText(),

@@ -79,6 +79,7 @@ class RecordControl:
         script, workload = self.script, self.run_bar.workload_combo.currentText()
         return {
             "script": script.script if script else None,
+            "module": script.module if script else None,
             "args": list(script.script_args) if script else [],
             "cwd": script.cwd if script else None,
             "workload": None if script else workload,

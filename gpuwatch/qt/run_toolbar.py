@@ -93,8 +93,9 @@ class RunToolbar(QToolBar):
         if script is not None:
             label.setText(f"<b>{html.escape(script.name)}</b>")
             args = shlex.join(script.script_args)
+            what = f"-m {script.module}" if script.module else script.script
             label.setToolTip(
-                f"{script.script} {args}".rstrip() + f"\nrun from {script.cwd}" * bool(script.cwd)
+                f"{what} {args}".rstrip() + f"\nrun from {script.cwd}" * bool(script.cwd)
             )
         self.script_label = label if script is not None else None
         for action in self._script_widgets:

@@ -390,7 +390,7 @@ def run_info(session: ScoredRun) -> RunInfo:
         return RunInfo(RECORDING, recording.path.name, device)
     spec = getattr(session, "spec", None)
     if spec is not None:
-        return RunInfo(SCRIPT if spec.script else WORKLOAD, spec.name, device)
+        return RunInfo(SCRIPT if spec.script or spec.module else WORKLOAD, spec.name, device)
     if hello is not None and hello.script and hello.script.get("path"):
         name = str(hello.script["path"]).replace("\\", "/").rsplit("/", 1)[-1]
         return RunInfo(SCRIPT, name, device)

@@ -30,8 +30,9 @@ class WindowOptions:
     #: Close after this many seconds, saving ``screenshot`` first when given.
     demo_seconds: float | None = None
     screenshot: Path | None = None
-    #: ``gpuwatch run SCRIPT``: the script replaces the workload.
+    #: ``gpuwatch run SCRIPT`` (or ``-m MODULE``): it replaces the workload.
     script: str | None = None
+    module: str | None = None
     script_args: tuple[str, ...] = ()
     cwd: str | None = None
     seconds: float | None = None
@@ -47,10 +48,11 @@ class WindowOptions:
 
     def script_spec(self) -> LaunchSpec | None:
         """What Start runs in script mode (device and Python are filled in at Start)."""
-        if not self.script:
+        if not self.script and not self.module:
             return None
         return LaunchSpec(
             script=self.script,
+            module=self.module,
             script_args=tuple(self.script_args),
             cwd=self.cwd,
             seconds=self.seconds,
