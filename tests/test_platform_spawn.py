@@ -94,6 +94,11 @@ def test_a_child_that_fails_for_want_of_the_guard_exits_quietly_and_leaves_the_m
     done = _child(bootstrapping, marker)
     assert (done.returncode, done.stderr, marker.exists()) == (MISSING_GUARD_EXIT, "", True)
 
+    # A slower worker failing after the run ended: the marker's folder is gone already.
+    gone = tmp_path / "removed-with-the-run" / "missing-guard"
+    done = _child(bootstrapping, gone)
+    assert (done.returncode, done.stderr, gone.exists()) == (MISSING_GUARD_EXIT, "", False)
+
     other = tmp_path / "other"
     done = _child("raise RuntimeError('something else')", other)
     assert done.returncode == 1 and "something else" in done.stderr and not other.exists()

@@ -210,7 +210,11 @@ def guarded_command(command: list[str], marker: str) -> list[str]:
     """``multiprocessing.spawn.get_command_line``'s command, its ``-c`` program wrapped so that
     a child failing for want of the guard leaves ``marker`` and exits quietly (one message
     comes from the runner instead of a traceback per worker). Anything else it raises is
-    raised as before. A command without ``-c`` (a frozen interpreter's) is left alone."""
+    raised as before. A command without ``-c`` (a frozen interpreter's) is left alone.
+
+    A slower worker may fail after the run has ended and the marker's folder is gone (the
+    first worker's failure ended the script): it then has nothing to tell and still exits
+    quietly."""
     if "-c" not in command[:-1]:
         return command
     at = command.index("-c") + 1
@@ -221,7 +225,10 @@ def guarded_command(command: list[str], marker: str) -> list[str]:
         "except RuntimeError as exc:\n"
         f"    if {BOOTSTRAPPING!r} not in str(exc):\n"
         "        raise\n"
-        f"    open({marker!r}, 'a').close()\n"
+        "    try:\n"
+        f"        open({marker!r}, 'a').close()\n"
+        "    except OSError:\n"
+        "        pass\n"
         f"    sys.exit({MISSING_GUARD_EXIT})\n"
     )
     return [*command[:at], program, *command[at + 1 :]]
