@@ -38,10 +38,14 @@ def load_average() -> str:
 
 def isolate_user_dirs() -> None:
     """Point gpuwatch's settings and log folders at a temporary folder (unless set), so a
-    bench run never reads or changes the user's window layout or remembered choices."""
+    bench run never reads or changes the user's window layout or remembered choices; the
+    folder is removed when the bench exits."""
+    import atexit
+    import shutil
     import tempfile
 
     base = tempfile.mkdtemp(prefix="gpuwatch-bench-user-")
+    atexit.register(shutil.rmtree, base, ignore_errors=True)
     os.environ.setdefault("GPUWATCH_SETTINGS_DIR", os.path.join(base, "settings"))
     os.environ.setdefault("GPUWATCH_LOG_DIR", os.path.join(base, "logs"))
 
