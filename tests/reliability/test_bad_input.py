@@ -48,7 +48,7 @@ CASES = [
     (["--theme", "pink"], "invalid choice"),
     (["--screenshot", "x.png"], "needs --demo-seconds"),
     (["--bogus"], "unrecognized arguments"),
-    (["run"], "required"),
+    (["run"], "give a SCRIPT to run, or -m MODULE"),
     (["run", "{d}/missing script ü.py"], "no such script"),
     (["run", "{d}/a folder"], "is a directory"),
     (["run", "--seconds", "0", "{d}/script.py"], "between 0 and 86400"),
