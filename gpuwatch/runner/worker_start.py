@@ -3,9 +3,8 @@
 gpuwatch gives the built-in workloads' DataLoader workers ``spawn`` semantics on every OS, as
 Windows has them: each worker is a fresh interpreter image that inherits nothing (no threads,
 no CUDA context), receives the dataset pickled, and needs the ``__main__`` guard. ``spawn``
-itself pays a fresh ``import torch`` per worker: 3.4-3.6 s on this 2-core machine with torch
-2.14's CUDA build, so a live ``num_workers`` change could never show its first batch within
-seconds (docs/performance.md §5).
+itself pays a fresh ``import torch`` per worker (seconds with torch's CUDA build), so a live
+``num_workers`` change could never show its first batch quickly (docs/performance.md §5).
 
 ``forkserver`` keeps every one of those properties (the server is a fresh interpreter; workers
 forked from it still unpickle their dataset) but imports torch and the workload's modules once,
@@ -43,8 +42,7 @@ from typing import Any
 #: Forces the start method of the built-in workloads' workers (``spawn`` or ``forkserver``).
 WORKER_START_ENV = "GPUWATCH_WORKER_START"
 #: A first guess at how long spawned workers take to deliver their first batch, before any
-#: was measured in this run: a fresh interpreter importing torch (3.4-3.6 s each here) on a
-#: busy machine.
+#: was measured in this run: a fresh interpreter importing torch, on a busy machine.
 FIRST_SPAWN_ESTIMATE_S = 5.0
 FIRST_FORKSERVER_ESTIMATE_S = 0.5
 

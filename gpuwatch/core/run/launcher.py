@@ -158,28 +158,12 @@ def script_command(
 ) -> list[str]:
     """The runner running a user's script as ``__main__``; its argv goes after ``--``. It
     reads the link's key from its stdin (``spawn`` writes it there)."""
-    return _user_code_command(
+    return user_code_command(
         python, address, ("--script", script), script_args, device=device, root=root, extra=extra
     )
 
 
-def module_command(
-    python: str,
-    address: str,
-    module: str,
-    module_args: Sequence[str],
-    *,
-    device: str,
-    root: str,
-    extra: Sequence[str] = (),
-) -> list[str]:
-    """The runner running a user's module as ``python -m MODULE`` would; as ``script_command``."""
-    return _user_code_command(
-        python, address, ("--module", module), module_args, device=device, root=root, extra=extra
-    )
-
-
-def _user_code_command(
+def user_code_command(
     python: str,
     address: str,
     target: tuple[str, str],
@@ -187,8 +171,10 @@ def _user_code_command(
     *,
     device: str,
     root: str,
-    extra: Sequence[str],
+    extra: Sequence[str] = (),
 ) -> list[str]:
+    """The runner running the user's code: ``target`` is ``("--script", PATH)`` or
+    ``("--module", NAME)`` (as ``python -m``), ``args`` its argv after ``--``."""
     return [
         python,
         "-c",

@@ -393,21 +393,12 @@ class Session(ModelAccess):
         self._listener = link.LinkListener(self._private_dir, authkey)
         extra = ["--max-steps", str(spec.max_steps)] if spec.max_steps else []
         root = launcher.runner_pythonpath(python, self._private_dir)
-        if spec.module:
-            cmd = launcher.module_command(
+        if spec.module or spec.script:
+            target = ("--module", spec.module) if spec.module else ("--script", spec.script or "")
+            cmd = launcher.user_code_command(
                 python,
                 self._listener.address,
-                spec.module,
-                spec.script_args,
-                device=spec.device,
-                root=root,
-                extra=extra,
-            )
-        elif spec.script:
-            cmd = launcher.script_command(
-                python,
-                self._listener.address,
-                spec.script,
+                target,
                 spec.script_args,
                 device=spec.device,
                 root=root,
