@@ -42,7 +42,8 @@ from gpuwatch.qt.window_options import WindowOptions
 
 WORKLOAD, DEVICE, KNOB = "vision", "cpu", "num_workers"
 BEFORE, AFTER = 0, 2
-#: The window's speedup must be at least this share of the headless one (issue 20's budget).
+#: The window's speedup must be at least this share of the headless one (the budget in
+#: docs/performance.md).
 RATIO_BUDGET = 0.9
 #: The runner imports torch and builds its workload first; a cold start can be slow.
 START_TIMEOUT_S = 240.0
