@@ -112,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop after N steps (default: run until stopped)",
     )
     parser.add_argument("--seed", type=int, default=0, help="data and model seed")
+    parser.add_argument(
+        "--private-dir",
+        metavar="DIR",
+        default=None,
+        help="the run's private folder, removed by gpuwatch when the run ends however it "
+        "ends: the runner's own files go there (default: the temp folder)",
+    )
     return parser
 
 
@@ -174,13 +181,9 @@ def main(argv: Sequence[str] | None = None, *, source_root: str | None = None) -
 
 def _run_user_code(link: Link, args: argparse.Namespace, script_args: list[str]) -> int:
     """The user's script or module, watched (``script_session``)."""
-    from gpuwatch.runner.script_session import run_module, run_script
+    from gpuwatch.runner.script_session import RunPlace, run_module, run_script
 
-    device, max_steps = args.device, args.max_steps
+    place = RunPlace(args.device, args.max_steps, args.private_dir)
     if args.module is not None:
-        return run_module(
-            link, name=args.module, args=script_args, device_spec=device, max_steps=max_steps
-        )
-    return run_script(
-        link, path=args.script, args=script_args, device_spec=device, max_steps=max_steps
-    )
+        return run_module(link, name=args.module, args=script_args, place=place)
+    return run_script(link, path=args.script, args=script_args, place=place)

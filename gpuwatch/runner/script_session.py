@@ -100,9 +100,18 @@ class Outcome:
     error: BaseException | None = None
 
 
-def run_script(
-    link: Link, *, path: str, args: Sequence[str], device_spec: str, max_steps: int | None
-) -> int:
+@dataclass(frozen=True)
+class RunPlace:
+    """Where and how long the user's code runs: the runner's ``--device``, ``--max-steps``
+    and ``--private-dir`` (the run's folder that gpuwatch removes however the run ends, so a
+    runner killed mid-run leaves nothing of its own in the temp folder)."""
+
+    device_spec: str
+    max_steps: int | None = None
+    private_dir: str | None = None
+
+
+def run_script(link: Link, *, path: str, args: Sequence[str], place: RunPlace) -> int:
     """Check, announce, run and report the script; returns the runner's exit code."""
     full_path = os.path.abspath(path)
     try:
@@ -127,12 +136,10 @@ def run_script(
         return _failed_early(
             link, type(exc).__name__, f"cannot compile {path!r}: {exc}", "", EXIT_SCRIPT_ERROR
         )
-    return _start(link, Target(path, full_path), args, device_spec, max_steps)
+    return _start(link, Target(path, full_path), args, place)
 
 
-def run_module(
-    link: Link, *, name: str, args: Sequence[str], device_spec: str, max_steps: int | None
-) -> int:
+def run_module(link: Link, *, name: str, args: Sequence[str], place: RunPlace) -> int:
     """As ``run_script`` for ``python -m name``: the module is looked up (nothing of it run)
     on the ``sys.path`` it will see, so a missing one is one sentence before torch loads."""
     enter_module()
@@ -140,13 +147,12 @@ def run_module(
         full_path = module_file(name)
     except ModuleNotFound as exc:
         return _failed_early(link, "ModuleNotFound", str(exc), "", EXIT_SCRIPT_ERROR)
-    return _start(link, Target(full_path, full_path, module=name), args, device_spec, max_steps)
+    return _start(link, Target(full_path, full_path, module=name), args, place)
 
 
-def _start(
-    link: Link, target: Target, args: Sequence[str], device_spec: str, max_steps: int | None
-) -> int:
+def _start(link: Link, target: Target, args: Sequence[str], place: RunPlace) -> int:
     """Import torch, pick the device and watch the target's run; the runner's exit code."""
+    device_spec = place.device_spec
     if device_spec == "cpu":  # hide CUDA, so "cuda if available" scripts train on the CPU
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     try:
@@ -166,7 +172,7 @@ def _start(
     except DeviceError as exc:
         return _failed_early(link, "DeviceError", str(exc), "", EXIT_USAGE)
     try:
-        return _watch(link, torch, device, target=target, args=args, max_steps=max_steps)
+        return _watch(link, torch, device, target=target, args=args, place=place)
     except Exception as exc:  # the runner's own failure (the script's are caught inside)
         return _failed_early(
             link,
@@ -184,7 +190,7 @@ def _watch(
     *,
     target: Target,
     args: Sequence[str],
-    max_steps: int | None,
+    place: RunPlace,
 ) -> int:
     from gpuwatch import probe
     from gpuwatch.runner.script_instruments import ScriptInstruments
@@ -220,7 +226,7 @@ def _watch(
             **({"module": target.module} if target.module else {}),
         },
     )
-    watch = ScriptInstruments.build(link, torch, device, backend, max_steps=max_steps)
+    watch = ScriptInstruments.build(link, torch, device, backend, max_steps=place.max_steps)
     knobs, control, recorder = watch.knobs, watch.control, watch.recorder
     if hasattr(os, "register_at_fork"):  # Windows has none (and no fork)
         os.register_at_fork(after_in_child=lambda: probe.attach_runner(None))
@@ -228,7 +234,8 @@ def _watch(
 
     target.enter(args)  # sys.argv, sys.path[0] as python sets them (script_environment)
     watch.install()
-    guard = MainGuardWatch()  # spawned workers of an unguarded script: one message, not N
+    # Spawned workers of an unguarded script: one message, not N.
+    guard = MainGuardWatch(place.private_dir)
     guard.install()
     try:
         outcome = _run(target)

@@ -236,7 +236,8 @@ class MainGuardWatch:
     """While installed, spawned children of this process run ``guarded_command``; ``missing``
     says whether one of them failed for want of the script's ``__main__`` guard."""
 
-    def __init__(self) -> None:
+    def __init__(self, parent: str | None = None) -> None:
+        self._parent = parent  # the run's private folder, else the temp folder
         self._folder: str | None = None
         self._original: Callable[..., list[str]] | None = None
 
@@ -249,7 +250,7 @@ class MainGuardWatch:
         DataLoader workers, ``Process``, ``Pool``, on POSIX and Windows)."""
         if self._original is not None:
             return
-        self._folder = tempfile.mkdtemp(prefix=f"gpuwatch-{os.getpid()}-")
+        self._folder = tempfile.mkdtemp(prefix=f"gpuwatch-{os.getpid()}-", dir=self._parent)
         original = multiprocessing.spawn.get_command_line
         marker = self.marker
         assert marker is not None

@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 from faults import FAULT_AFTER, assert_all_gone, kill_all, recorded_pids, write_fault_script
+from temp_dirs import private_dirs
 from waiting import wait_until
 
 from gpuwatch.commands.headless import HeadlessOptions, run_headless
@@ -93,6 +94,7 @@ def test_a_script_that_raises_exits_or_segfaults_is_reported_and_leaves_nothing(
             assert "Traceback" in log and "train fault.py" in log, "the script's traceback"
         assert set(recorded_pids(out)) == {"main", "worker", "helper"}
         assert_all_gone(out, TREE_GONE_S)
+        assert not private_dirs(session.pid), "the runner's own folder is in the run's"
     finally:
         kill_all(out)
 
@@ -112,6 +114,7 @@ def test_a_runner_killed_with_sigkill_is_reported_and_its_tree_ends(
         assert "killed by SIGKILL" in describe(facts_from(session)).sentence
         assert session.steps.count >= received >= 1
         assert_all_gone(out, TREE_GONE_S)
+        assert not private_dirs(session.pid), "the runner's own folder is in the run's"
     finally:
         kill_all(out)
 

@@ -392,6 +392,7 @@ class Session(ModelAccess):
         authkey = link.new_authkey()
         self._listener = link.LinkListener(self._private_dir, authkey)
         extra = ["--max-steps", str(spec.max_steps)] if spec.max_steps else []
+        extra += ["--private-dir", str(self._private_dir)]
         root = launcher.runner_pythonpath(python, self._private_dir)
         if spec.module or spec.script:
             target = ("--module", spec.module) if spec.module else ("--script", spec.script or "")
