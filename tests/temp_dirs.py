@@ -13,3 +13,14 @@ def private_dirs(pid: int | None = None) -> set[Path]:
     so another test run on the same machine is not counted)."""
     pid = os.getpid() if pid is None else pid
     return set(Path(tempfile.gettempdir()).glob(f"gpuwatch-{pid}-*"))
+
+
+def sweep_after_kill(pid: int) -> None:
+    """What the next gpuwatch does when it starts a run: remove the private directories of a
+    process killed with ``kill -9`` (nothing of it ran at exit), then check that ``pid``'s are
+    gone, so a test that kills a gpuwatch process leaves nothing in the temp folder."""
+    from gpuwatch.core.run.link import remove_stale_private_dirs
+
+    remove_stale_private_dirs()
+    left = private_dirs(pid)
+    assert not left, f"the killed process's private directories stayed: {sorted(map(str, left))}"

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from temp_dirs import sweep_after_kill
 from waiting import wait_until
 
 from gpuwatch.core.figures.segments import MIN_STEADY_STEPS
@@ -203,6 +204,8 @@ def test_kill_9_leaves_every_committed_step(tmp_path: Path) -> None:
         if runner_pid is not None:  # the runner notices the closed link; make sure of it
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(runner_pid, signal.SIGKILL)
+        proc.wait(10)
+    sweep_after_kill(proc.pid)
     assert committed >= 60
     recording = open_recording(path)
     assert len(recording.steps) >= committed

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import psutil
 import pytest
+from temp_dirs import sweep_after_kill
 from waiting import wait_until
 
 from gpuwatch.core.run import launcher
@@ -136,6 +137,8 @@ def test_gui_process_killed_runner_exits_by_itself(tmp_path) -> None:
         gui.kill()
         for p in launcher.tree(locals().get("runner_pid", 0) or -1):
             p.kill()
+        gui.wait(10)
+    sweep_after_kill(gui.pid)
 
 
 @pytest.mark.parametrize(("workload", "steps"), [("mlp", 40), ("gpt", 10)])

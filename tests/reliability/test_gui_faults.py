@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from faults import alive, assert_all_gone, kill_all, recorded_pids, write_fault_script
+from temp_dirs import sweep_after_kill
 from waiting import wait_until
 
 from gpuwatch.core.files.recording_reader import open_recording
@@ -72,6 +73,8 @@ def test_gui_process_killed_ends_runner_and_workers_and_the_recording_is_readabl
         if gui.poll() is None:
             gui.kill()
         kill_all(out)
+        gui.wait(10)
+    sweep_after_kill(gui.pid)
 
 
 def test_closing_the_window_ends_the_whole_tree_and_keeps_the_recording(
