@@ -16,7 +16,8 @@ per case: frames and frames/s, frame time p50/p95 (wall) and the GUI thread's CP
 this process's CPU % of one core (all its threads: window, link reading, samples; the runner
 is another process), step end → drawn p95, and the load average. The Qt event loop runs as in
 the app (``QEventLoop.exec``), so no polling loop of the bench's own is counted. ``--profile
-N`` adds cProfile's top N functions (own time) of the GUI thread. Nothing here runs a GPU.
+N`` adds cProfile's top N functions of the GUI thread (by own time; ``--profile-sort
+cumulative``: with what they call). Nothing here runs a GPU.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -252,13 +254,22 @@ def spin(seconds: float) -> None:
     loop.exec()
 
 
+@dataclass(frozen=True)
+class Profiling:
+    """``--profile N``: the N costliest functions of the GUI thread (none for 0), ranked by
+    own time or by time with what they call (``--profile-sort``)."""
+
+    top: int = 0
+    order: str = "tottime"
+
+
 class Measured:
     """This process's CPU time over a stretch of wall time, and cProfile of the GUI thread
-    when asked (``--profile N``: the N costliest functions by own time)."""
+    when asked."""
 
-    def __init__(self, profile: int) -> None:
+    def __init__(self, profile: Profiling) -> None:
         self.profile = profile
-        self._prof = cProfile.Profile() if profile else None
+        self._prof = cProfile.Profile() if profile.top else None
         self._proc = psutil.Process()
         self.top: str = ""
 
@@ -272,7 +283,8 @@ class Measured:
         if self._prof is not None:
             self._prof.disable()
             out = io.StringIO()
-            pstats.Stats(self._prof, stream=out).sort_stats("tottime").print_stats(self.profile)
+            stats = pstats.Stats(self._prof, stream=out).sort_stats(self.profile.order)
+            stats.print_stats(self.profile.top)
             self.top = out.getvalue()
         cpu1 = self._proc.cpu_times()
         self.wall = time.perf_counter() - self._wall0
@@ -356,7 +368,7 @@ def close_window(window: MainWindow, app: Any) -> None:
 
 
 def run_rate(
-    app: Any, rate: float, seconds: float, size: tuple[int, int], profile: int = 0
+    app: Any, rate: float, seconds: float, size: tuple[int, int], profile: Profiling = Profiling()
 ) -> dict[str, Any]:
     """A simulated run at ``rate`` steps/s, the window following "now"."""
     session = Session(sample_coarse=False)
@@ -388,7 +400,9 @@ def run_rate(
     return result
 
 
-def run_idle(app: Any, seconds: float, size: tuple[int, int], profile: int = 0) -> dict[str, Any]:
+def run_idle(
+    app: Any, seconds: float, size: tuple[int, int], profile: Profiling = Profiling()
+) -> dict[str, Any]:
     """The window open with no run (as ``gpuwatch`` starts)."""
     window = MainWindow(Session(sample_coarse=False), WindowOptions(workload="mlp", device="cpu"))
     return measure_at_rest(app, window, "idle (no run)", seconds, size, profile=profile)
@@ -402,7 +416,7 @@ def shown(window: Any, size: tuple[int, int]) -> FrameClock:
 
 
 def measure_at_rest(
-    app: Any, window: Any, name: str, seconds: float, size: tuple[int, int], *, profile: int
+    app: Any, window: Any, name: str, seconds: float, size: tuple[int, int], *, profile: Profiling
 ) -> dict[str, Any]:
     """Show ``window``, let it settle, then measure ``seconds`` of it with nothing happening."""
     clock = shown(window, size)
@@ -415,7 +429,9 @@ def measure_at_rest(
     return result
 
 
-def run_replay(app: Any, seconds: float, size: tuple[int, int], profile: int = 0) -> dict[str, Any]:
+def run_replay(
+    app: Any, seconds: float, size: tuple[int, int], profile: Profiling = Profiling()
+) -> dict[str, Any]:
     """A replay of a 100,000-step recording (2 ms CPU steps, two configurations), at rest."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "reliability"))
     from synthetic_recording import write_recording  # a test helper: no run needed
@@ -427,7 +443,9 @@ def run_replay(app: Any, seconds: float, size: tuple[int, int], profile: int = 0
         return measure_at_rest(app, window, "replay at rest", seconds, size, profile=profile)
 
 
-def run_live(app: Any, seconds: float, size: tuple[int, int], profile: int = 0) -> dict[str, Any]:
+def run_live(
+    app: Any, seconds: float, size: tuple[int, int], profile: Profiling = Profiling()
+) -> dict[str, Any]:
     """A real runner (``mlp`` on the CPU, naive knobs) through the real Session: the GUI
     process's CPU while it trains (the runner is another process, not counted)."""
     session = Session()
@@ -508,19 +526,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", type=int, default=0, help="cProfile the GUI thread: top N by own time"
     )
+    parser.add_argument(
+        "--profile-sort",
+        choices=("tottime", "cumulative"),
+        default="tottime",
+        help="rank --profile's functions by own time or by time with what they call",
+    )
     args = parser.parse_args(argv)
+    profile = Profiling(args.profile, args.profile_sort)
     width, height = (int(v) for v in args.size.split("x"))
     size = (width, height)
     machine.isolate_user_dirs()
     app = create_app()
     runs: list[tuple[str, Any]] = [
-        (f"{float(r):g}", lambda r=float(r): run_rate(app, r, args.seconds, size, args.profile))
+        (f"{float(r):g}", lambda r=float(r): run_rate(app, r, args.seconds, size, profile))
         for r in args.rates.split(",")
         if r.strip()
     ]
     others = {"idle": run_idle, "replay": run_replay, "live": run_live}
     for name in (c.strip() for c in args.cases.split(",") if c.strip()):
-        runs.append((name, lambda f=others[name]: f(app, args.seconds, size, args.profile)))
+        runs.append((name, lambda f=others[name]: f(app, args.seconds, size, profile)))
     if not args.json:
         print(
             machine.header(
