@@ -29,6 +29,10 @@ AUTHKEY_STDIN_FLAG = "--authkey-stdin"
 #: Environment variable that carries the hex authkey to a runner started by hand.
 AUTHKEY_ENV = "GPUWATCH_AUTHKEY"
 
+#: ``error`` type of a training Python that cannot import torch: the GUI says "could not be
+#: run" (as for a missing script), not "the script raised".
+TORCH_MISSING = "TorchMissing"
+
 #: A message larger than this is dropped with a logged error (the link stays up).
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 #: Hard limit given to ``recv_bytes(maxlength=...)``: beyond it the link itself is broken.

@@ -157,3 +157,28 @@ def test_an_old_recording_without_warmup_in_hello_still_opens(tmp_path) -> None:
     recording = open_recording(path)
     assert recording.hello is not None and recording.hello.warmup_steps == DEFAULT_WARMUP_STEPS
     assert ReplaySession(recording).config_changes()[0].warmup_steps == DEFAULT_WARMUP_STEPS
+
+
+@pytest.mark.parametrize(
+    ("traceback", "logged"),
+    [
+        # As python prints it: the traceback ends with the type and message, said once.
+        (
+            'Traceback (most recent call last):\n  File "t.py", line 1\nValueError: bad lr\n',
+            ['Traceback (most recent call last):\n  File "t.py", line 1\nValueError: bad lr'],
+        ),
+        # No traceback (a missing module, a Python without torch): the one line.
+        ("", ["ValueError: bad lr"]),
+        # A traceback that does not end with it (cut, or another error's): both.
+        (
+            "Traceback (most recent call last):\n  ...\n",
+            ["ValueError: bad lr", "Traceback (most recent call last):\n  ..."],
+        ),
+    ],
+)
+def test_an_error_is_logged_once_as_python_prints_it(traceback: str, logged: list[str]) -> None:
+    lines: list[tuple[str, str, str, bool]] = []
+    model = RunModel(clock=lambda: 123, log_line=lambda *line: lines.append(line))
+    model.fold({"kind": "error", "type": "ValueError", "message": "bad lr", "traceback": traceback})
+    assert model.error == "ValueError: bad lr" and model.error_type == "ValueError"
+    assert [text for level, source, text, _ in lines if level == "error"] == logged

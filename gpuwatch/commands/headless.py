@@ -107,7 +107,7 @@ def run_headless(
         gpu_check.say(progress.line, timeout=TICK_S)
         _echo_while_stopping(session, progress)
         stop_run(session, progress, "the script")
-        _echo(session.drain_log(), progress)
+        _echo(session.drain_log(), progress, session.error)
         if recorder is not None:
             recorder.close()
     outcome = describe(facts_from(session))
@@ -151,7 +151,7 @@ def _follow(
     while not session.wait_ended(wait):
         gpu_check.say(progress.line)
         lines = session.drain_log()
-        _echo(lines, progress)
+        _echo(lines, progress, session.error)
         # A script printing fast fills the log within a tick and then waits for us: read on.
         wait = 0.0 if len(lines) >= BUSY_LINES else TICK_S
         elapsed = time.monotonic() - started
@@ -179,17 +179,21 @@ def _echo_while_stopping(session: Session, progress: ProgressLine) -> None:
     session.stop()
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while not session.wait_ended(TICK_S) and time.monotonic() < deadline:
-        _echo(session.drain_log(), progress)
-    _echo(session.drain_log(), progress)
+        _echo(session.drain_log(), progress, session.error)
+    _echo(session.drain_log(), progress, session.error)
 
 
-def _echo(lines: list[LogLine], progress: ProgressLine) -> None:
+def _echo(lines: list[LogLine], progress: ProgressLine, error: str | None) -> None:
     """The script's output as it printed it; gpuwatch's own warnings and errors as notes.
 
     gpuwatch's info lines (starting, config applied, ...) stay out: the summary says it all;
     but every change of the run's liveness is shown (a notice, and the line that clears it).
+    So does the run's ``error`` when it came without a traceback (a missing module, a Python
+    without torch): the summary's first line is that sentence.
     """
     for line in lines:
+        if line.source == "runner" and line.level == "error" and line.text == error:
+            continue
         if line.source == "runner":
             progress.line(line.text)
         elif line.level != "info" or line.notice:

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.protocol import PROTOCOL_VERSION
+from gpuwatch.protocol import PROTOCOL_VERSION, TORCH_MISSING
 from gpuwatch.runner.link import Link
 from gpuwatch.runner.script_environment import (
     ModuleNotFound,
@@ -160,9 +160,12 @@ def _start(link: Link, target: Target, args: Sequence[str], place: RunPlace) -> 
     except Exception as exc:
         return _failed_early(
             link,
-            type(exc).__name__,
-            f"cannot import torch: {exc}",
-            traceback.format_exc(),
+            TORCH_MISSING,
+            f"{sys.executable} cannot import torch ({type(exc).__name__}: {exc}): install "
+            "torch in it, or choose a Python that has it (--python PATH; in the window, "
+            "Run → Choose Python…)",
+            # A missing torch is the whole story; a broken one keeps torch's traceback.
+            "" if isinstance(exc, ModuleNotFoundError) else traceback.format_exc(),
             EXIT_SCRIPT_ERROR,
         )
     from gpuwatch.runner.session import DeviceError, script_device
@@ -194,7 +197,7 @@ def _watch(
 ) -> int:
     from gpuwatch import probe
     from gpuwatch.runner.script_instruments import ScriptInstruments
-    from gpuwatch.runner.session import device_info, make_script_backend, say, versions
+    from gpuwatch.runner.session import device_info, make_script_backend, versions
 
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # --device cuda:N: the script's default CUDA device
@@ -275,8 +278,7 @@ def _watch(
         exc = outcome.error
         link.send(
             "error", type=type(exc).__name__, message=str(exc), traceback=script_traceback(exc)
-        )
-        say(f"the script failed: {type(exc).__name__}: {exc}")
+        )  # said by gpuwatch, once: not on stderr too, which it shows as the script's output
         del exc
     outcome.error = None
     gc.collect()  # frames of the traceback may hold DataLoader iterators: end their workers
@@ -367,12 +369,11 @@ def _cuda_used(torch: Any) -> bool:
 
 
 def _failed_early(link: Link, kind: str, message: str, trace: str, code: int, **extra: Any) -> int:
-    """An outcome before ``hello`` (nothing ran): ``error`` + ``bye``, one line on stderr."""
-    from gpuwatch.runner.session import say
-
+    """An outcome before ``hello`` (nothing ran): ``error`` + ``bye``. Nothing on stderr:
+    gpuwatch shows the error it received (the runner's stderr is the script's output there,
+    so a line here would be said twice)."""
     link.send("error", type=kind, message=message, traceback=trace, **extra)
     link.send("bye", reason="error", code=code, steps=0, cuda_used=False, instrumentation="auto")
     link.finished()
     link.close()
-    say(message)
     return code

@@ -130,8 +130,14 @@ def test_an_interpreter_without_torch_is_named_in_one_line(files: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 1
-    assert "cannot import torch" in done.stdout, done.stdout
-    assert "Traceback" not in done.stdout.splitlines()[0]
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("script.py could not be run: "), done.stdout
+    assert f"{python} cannot import torch" in first and "--python PATH" in first, first
+    # Said once: no traceback of gpuwatch's, no echo of the runner's, no second error for
+    # the runner's exit after it had said why.
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "cannot import torch" not in done.stderr, done.stderr
+    assert "runner exited" not in done.stderr, done.stderr
 
 
 def _calls(tree: ast.AST):

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from gpuwatch.core.model.messages import ACTIVE_STATES, SessionState
 from gpuwatch.core.model.store import StepStore
 from gpuwatch.core.run.session import LaunchSpec
+from gpuwatch.protocol import TORCH_MISSING
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_HUNG = 124
@@ -142,8 +143,8 @@ def describe(facts: RunFacts) -> Outcome:
         if facts.notice:
             return Outcome(facts.notice, "warning", EXIT_OK)
         return Outcome(f"{name} is running ({steps})", "info", EXIT_OK)
-    if facts.error_type in ("ScriptNotFound", "ModuleNotFound"):  # python's own codes
-        code = EXIT_USAGE if facts.error_type == "ScriptNotFound" else EXIT_ERROR
+    if facts.error_type in ("ScriptNotFound", "ModuleNotFound", TORCH_MISSING):
+        code = EXIT_USAGE if facts.error_type == "ScriptNotFound" else EXIT_ERROR  # as python
         return Outcome(f"{name} could not be run: {_message(facts)}", "error", code)
     if facts.error_type == "SyntaxError":
         return Outcome(f"{name} has a syntax error: {_message(facts)}", "error", EXIT_ERROR)

@@ -270,9 +270,12 @@ class RunModel:
     def _on_error(self, message: dict[str, Any]) -> None:
         self.error_type = message["type"]
         self.error = f"{message['type']}: {message['message']}"
-        self._log_line("error", "runner", self.error, False)
-        if message.get("traceback"):
-            self._log_line("error", "runner", str(message["traceback"]).rstrip(), False)
+        trace = str(message.get("traceback") or "").rstrip()
+        # As python prints it: a traceback that ends with the type and message says it all.
+        if not trace or trace.splitlines()[-1].strip() != self.error:
+            self._log_line("error", "runner", self.error, False)
+        if trace:
+            self._log_line("error", "runner", trace, False)
 
     def _on_bye(self, message: dict[str, Any]) -> None:
         self.bye = dict(message)

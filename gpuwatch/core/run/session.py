@@ -679,7 +679,10 @@ class Session(ModelAccess):
                     if self.hello is None
                     else f"the runner {how}"
                 )
-        level = "info" if self._state is SessionState.FINISHED else "error"
+        # A runner that said why before it exited (bye) has been heard: its exit code is a
+        # fact of the log, not a second error.
+        announced = (self.bye or {}).get("code") == code
+        level = "info" if self._state is SessionState.FINISHED or announced else "error"
         self._log_line(level, "gpuwatch", f"runner {how}")
         self._cleanup_files()
         self._ended.set()
