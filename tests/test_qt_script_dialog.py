@@ -241,3 +241,54 @@ def test_picking_a_workload_leaves_the_script(window, qtbot, tmp_path, monkeypat
     qtbot.waitUntil(lambda: not window.workload_combo.isHidden())
     window.start_run()
     assert started[-1].script is None and started[-1].workload == "mlp"
+
+
+def test_a_module_is_watched_as_gpuwatch_run_m_runs_it(window, qtbot, tmp_path, monkeypatch):
+    """``-m pkg.train`` in the Script field: the spec is the one ``gpuwatch run -m`` builds
+    (the window runs it as ``tests/test_run_module.py`` checks), remembered as a module and
+    offered again as one; a bad name is one message."""
+    started = []
+    monkeypatch.setattr(window.session, "start", started.append)
+    work = tmp_path / "work"
+    work.mkdir()
+    dialog = window.script_watch.open_dialog()
+    dialog.set_script("-m 2pkg.train")
+    dialog.watch_button.click()
+    assert dialog.error.text() == (
+        "'2pkg.train' is not a module name (dotted Python names, as in -m pkg.train)"
+    )
+    assert started == [] and dialog.spec is None
+    dialog.set_script("-m ")
+    dialog.watch_button.click()
+    assert dialog.error.text() == "-m needs a module name, as in -m pkg.train"
+    dialog.set_script("-m pkg.train")
+    dialog.args.setText("--lr 0.1")
+    dialog.cwd.setText(str(work))
+    dialog.watch_button.click()
+    assert not dialog.isVisible()
+    as_run = WindowOptions(module="pkg.train", script_args=("--lr", "0.1"), cwd=str(work))
+    expected = as_run.script_spec()
+    assert expected is not None and expected.module == "pkg.train" and expected.script is None
+    assert started == [dataclasses.replace(expected, device="cpu", python=None)]
+    assert window.windowTitle() == "gpuwatch — pkg.train"
+    entry = window.settings.recent_scripts[0]
+    assert entry == RecentScript("", ("--lr", "0.1"), str(work), (), "pkg.train")
+    assert RecentScript.from_json(json.loads(json.dumps(entry.to_json()))) == entry
+    again = window.script_watch.open_dialog()  # the newest entry fills the fields
+    assert again.script.text() == "-m pkg.train" and again.cwd.text() == str(work)
+    assert again.recent.itemText(1) == f"-m pkg.train --lr 0.1 — {work}"
+    again.reject()
+
+
+def test_a_module_entry_whose_folder_is_gone_is_dropped(qtbot, tmp_path):
+    settings = Settings()
+    here, gone = tmp_path / "here", tmp_path / "gone"
+    here.mkdir()
+    settings.remember_script(RecentScript("", (), str(gone), (), "pkg.old"))
+    settings.remember_script(RecentScript("", (), str(here), (), "pkg.train"))
+    dialog = ScriptDialog(settings, lambda: None)
+    qtbot.addWidget(dialog)
+    note = dialog.recent_note.text()
+    assert note == f"No longer there, dropped from the list: -m pkg.old (in {gone})"
+    assert [e.module for e in settings.recent_scripts] == ["pkg.train"]
+    assert RecentScript.from_json({"script": "", "args": [], "env": []}) is None  # neither

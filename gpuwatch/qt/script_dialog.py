@@ -80,17 +80,40 @@ def format_env(pairs: tuple[tuple[str, str], ...]) -> str:
     return "\n".join(f"{key}={value}" for key, value in pairs)
 
 
+def module_of(text: str) -> str | None:
+    """The module of a Script field that reads ``-m NAME`` (as ``gpuwatch run -m`` and
+    ``python -m`` take it), else None; "" when the name is missing."""
+    text = text.strip()
+    if text != "-m" and not text.startswith(("-m ", "-m\t")):
+        return None
+    return text[2:].strip()
+
+
+def module_problem(name: str) -> str | None:
+    """Why ``name`` is not a module name to give ``python -m`` (one sentence), or None. Only
+    the training Python can tell whether it is there: the runner looks it up."""
+    if not name:
+        return "-m needs a module name, as in -m pkg.train"
+    if not all(part.isidentifier() for part in name.split(".")):
+        return f"{name!r} is not a module name (dotted Python names, as in -m pkg.train)"
+    return None
+
+
 def check_choice(script: str, cwd: str) -> str | None:
-    """Why this script cannot be watched from this folder (one sentence), or None."""
+    """Why this script (or ``-m`` module) cannot be watched from this folder (one
+    sentence), or None."""
     if not script.strip():
         return "choose the training script to watch"
+    if cwd and not Path(cwd).expanduser().is_dir():
+        return f"the working folder {cwd} does not exist"
+    module = module_of(script)
+    if module is not None:
+        return module_problem(module)
     problem = script_problem(script)
     if problem is not None:
         return problem
     if Path(script).suffix.lower() not in SUFFIXES:
         return f"{Path(script).name} is not a Python script (.py)"
-    if cwd and not Path(cwd).expanduser().is_dir():
-        return f"the working folder {cwd} does not exist"
     return None
 
 
@@ -141,7 +164,7 @@ class ScriptDialog(QDialog):
         self.recent_note = QLabel()
         self.recent_note.setWordWrap(True)
         palette.set_style(self.recent_note, "color: $note_text;")
-        gone_names = ", ".join(e.script for e in gone)
+        gone_names = ", ".join(_gone_name(e) for e in gone)
         self.recent_note.setText(
             f"No longer there, dropped from the list: {gone_names}" if gone else ""
         )
@@ -149,7 +172,11 @@ class ScriptDialog(QDialog):
         form.addRow("", self.recent_note)
 
         self.script = QLineEdit()
-        self.script.setPlaceholderText("train.py")
+        self.script.setPlaceholderText("train.py, or -m package.train")
+        self.script.setToolTip(
+            "The script to run, or -m and a module to run as python -m runs it (from the "
+            "working folder)"
+        )
         self.script.textEdited.connect(self._script_edited)
         form.addRow("Script", _with_button(self.script, "Browse…", self._browse_script))
         self.args = QLineEdit()
@@ -157,7 +184,10 @@ class ScriptDialog(QDialog):
         self.args.setToolTip("The script's arguments, split as a shell would (quotes keep spaces)")
         form.addRow("Arguments", self.args)
         self.cwd = QLineEdit()
-        self.cwd.setToolTip("The folder the script runs in (default: the script's folder)")
+        self.cwd.setToolTip(
+            "The folder the script runs in (default: the script's folder; for -m, the folder "
+            "gpuwatch was started in)"
+        )
         form.addRow("Working folder", _with_button(self.cwd, "Browse…", self._browse_cwd))
         self.python = QLabel(python_text(python()))
         self.python.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -205,17 +235,21 @@ class ScriptDialog(QDialog):
         self._script_edited(path)
 
     def _script_edited(self, text: str) -> None:
-        folder = str(Path(text).expanduser().parent) if text.strip() else ""
+        if module_of(text) is not None:
+            folder = os.getcwd()  # where python -m would run it from a terminal here
+        else:
+            folder = str(Path(text).expanduser().parent) if text.strip() else ""
         if self.cwd.text() in ("", self._default_cwd):
             self.cwd.setText(folder)
         self._default_cwd = folder
 
     def use_recent(self, entry: RecentScript) -> None:
         """Fill every field as ``entry`` ran."""
-        self.script.setText(entry.script)
+        self.script.setText(f"-m {entry.module}" if entry.module else entry.script)
         self.args.setText(shlex.join(entry.args))
-        self.cwd.setText(entry.cwd or str(Path(entry.script).parent))
-        self._default_cwd = str(Path(entry.script).parent)
+        default = os.getcwd() if entry.module else str(Path(entry.script).parent)
+        self.cwd.setText(entry.cwd or default)
+        self._default_cwd = default
         self.env.setPlainText(format_env(entry.env))
 
     def _use_recent_index(self, index: int) -> None:
@@ -241,6 +275,12 @@ class ScriptDialog(QDialog):
         problem = check_choice(script, cwd)
         if problem is not None:
             raise InputError(problem)
+        module = module_of(script)
+        if module is not None:
+            folder = str(Path(cwd).expanduser().resolve()) if cwd else os.getcwd()
+            return RecentScript(
+                "", parse_args(self.args.text()), folder, parse_env(self.env.toPlainText()), module
+            )
         path = Path(script).expanduser().resolve()
         folder = str(Path(cwd).expanduser().resolve()) if cwd else str(path.parent)
         return RecentScript(
@@ -263,12 +303,20 @@ class ScriptDialog(QDialog):
 
 def spec_of(entry: RecentScript) -> LaunchSpec:
     """What Start runs for ``entry`` (the device and the Python are filled in at Start)."""
+    if entry.module:
+        return LaunchSpec(module=entry.module, script_args=entry.args, cwd=entry.cwd, env=entry.env)
     return LaunchSpec(script=entry.script, script_args=entry.args, cwd=entry.cwd, env=entry.env)
 
 
 def _describe(entry: RecentScript) -> str:
     args = f" {shlex.join(entry.args)}" if entry.args else ""
+    if entry.module:
+        return f"-m {entry.module}{args} — {entry.cwd or os.getcwd()}"
     return f"{Path(entry.script).name}{args} — {Path(entry.script).parent}"
+
+
+def _gone_name(entry: RecentScript) -> str:
+    return f"-m {entry.module} (in {entry.cwd})" if entry.module else entry.script
 
 
 def _with_button(field: QWidget, text: str, clicked: Callable[[], object]) -> QWidget:

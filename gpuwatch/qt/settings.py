@@ -31,12 +31,14 @@ RECENT_SCRIPTS = 8
 
 @dataclass(frozen=True)
 class RecentScript:
-    """A script watched from the window, with what it ran with (the dialog's fields)."""
+    """A script (or, with ``module``, a module run as ``python -m`` does, ``script`` then
+    empty) watched from the window, with what it ran with (the dialog's fields)."""
 
     script: str
     args: tuple[str, ...] = ()
     cwd: str | None = None
     env: tuple[tuple[str, str], ...] = ()
+    module: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,7 +46,15 @@ class RecentScript:
             "args": list(self.args),
             "cwd": self.cwd,
             "env": [list(pair) for pair in self.env],
+            **({"module": self.module} if self.module else {}),
         }
+
+    def exists(self) -> bool:
+        """Whether it can still be run from here: the script file is there; a module's
+        folder is (the module itself only the training Python can find)."""
+        if self.module:
+            return self.cwd is None or Path(self.cwd).is_dir()
+        return Path(self.script).is_file()
 
     @classmethod
     def from_json(cls, value: object) -> RecentScript | None:
@@ -58,11 +68,17 @@ class RecentScript:
             isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in env
         ):
             return None
+        module = value.get("module")
+        if module is not None and not (isinstance(module, str) and module):
+            return None
+        if module is None and not value["script"]:
+            return None
         return cls(
             value["script"],
             tuple(args),
             cwd if isinstance(cwd, str) else None,
             tuple((k, v) for k, v in env),
+            module,
         )
 
 
@@ -170,15 +186,16 @@ class Settings:
 
     def remember_script(self, entry: RecentScript) -> None:
         """``entry`` first; an older entry of the same script gives way to it."""
-        older = [e for e in self.recent_scripts if e.script != entry.script]
+        same = (entry.script, entry.module)
+        older = [e for e in self.recent_scripts if (e.script, e.module) != same]
         self.recent_scripts = [entry, *older]
 
     def present_scripts(self) -> tuple[list[RecentScript], list[RecentScript]]:
         """The recent scripts that still exist, and those that no longer do (dropped from
         the list here, so each is reported once)."""
         entries = self.recent_scripts
-        present = [e for e in entries if Path(e.script).is_file()]
-        gone = [e for e in entries if not Path(e.script).is_file()]
+        present = [e for e in entries if e.exists()]
+        gone = [e for e in entries if not e.exists()]
         if gone:
             self.recent_scripts = present
         return present, gone
