@@ -561,7 +561,7 @@ def _bench(args: argparse.Namespace) -> int:
 def _run_target_problem(args: argparse.Namespace) -> str | None:
     """Why ``gpuwatch run``'s SCRIPT or ``-m MODULE`` cannot be run, or None. A module is
     looked up by the runner (only the training Python can import the user's code)."""
-    from gpuwatch.core.run.session import script_problem
+    from gpuwatch.core.run.session import module_problem, script_problem
 
     if args.module is None:
         if args.script is None:
@@ -569,9 +569,7 @@ def _run_target_problem(args: argparse.Namespace) -> str | None:
         return script_problem(args.script)
     if args.script is not None:
         return "give a SCRIPT or -m MODULE, not both"
-    if not args.module:
-        return "-m needs a module name, as in -m pkg.train"
-    return None
+    return module_problem(args.module[0] if args.module else "")
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -166,10 +166,11 @@ def test_a_missing_module_is_one_sentence_and_exit_1_before_any_of_it_runs(work:
     ("argv", "says"),
     [
         (["--headless", "-m"], "-m needs a module name"),
+        (["--headless", "-m", "2pkg.train"], "'2pkg.train' is not a module name"),
         (["--headless"], "give a SCRIPT to run, or -m MODULE"),
         (["--headless", "-m", "pkg", "--", "train.py"], "give a SCRIPT or -m MODULE, not both"),
     ],
-    ids=["no-name", "nothing", "both"],
+    ids=["no-name", "bad-name", "nothing", "both"],
 )
 def test_usage_errors_are_one_line_and_exit_2(capsys, argv: list[str], says: str) -> None:
     assert main(["run", *argv]) == 2

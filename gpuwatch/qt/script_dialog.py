@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from gpuwatch.core.run import launcher
-from gpuwatch.core.run.session import LaunchSpec, script_problem
+from gpuwatch.core.run.session import LaunchSpec, module_problem, script_problem
 from gpuwatch.qt import palette
 from gpuwatch.qt.settings import RecentScript, Settings
 from gpuwatch.qt.theme_tokens import Role
@@ -87,16 +87,6 @@ def module_of(text: str) -> str | None:
     if text != "-m" and not text.startswith(("-m ", "-m\t")):
         return None
     return text[2:].strip()
-
-
-def module_problem(name: str) -> str | None:
-    """Why ``name`` is not a module name to give ``python -m`` (one sentence), or None. Only
-    the training Python can tell whether it is there: the runner looks it up."""
-    if not name:
-        return "-m needs a module name, as in -m pkg.train"
-    if not all(part.isidentifier() for part in name.split(".")):
-        return f"{name!r} is not a module name (dotted Python names, as in -m pkg.train)"
-    return None
 
 
 def check_choice(script: str, cwd: str) -> str | None:
@@ -303,9 +293,13 @@ class ScriptDialog(QDialog):
 
 def spec_of(entry: RecentScript) -> LaunchSpec:
     """What Start runs for ``entry`` (the device and the Python are filled in at Start)."""
-    if entry.module:
-        return LaunchSpec(module=entry.module, script_args=entry.args, cwd=entry.cwd, env=entry.env)
-    return LaunchSpec(script=entry.script, script_args=entry.args, cwd=entry.cwd, env=entry.env)
+    return LaunchSpec(
+        script=entry.script or None,
+        module=entry.module,
+        script_args=entry.args,
+        cwd=entry.cwd,
+        env=entry.env,
+    )
 
 
 def _describe(entry: RecentScript) -> str:

@@ -10,8 +10,10 @@ script instead (``script_session``), with everything after ``--`` as its argumen
 
 Exit codes: 0 normal end (stop, max-steps, link closed), 1 training error, 2 bad arguments,
 3 could not connect/authenticate; a script's own exit code when it ends by itself
-(``script_session`` lists its outcomes). Failures print one line on stderr, never a traceback (a
-training exception's traceback travels to the GUI in the ``error`` message instead).
+(``script_session`` lists its outcomes). Failures before the link is up print one line on
+stderr, never a traceback; once it is up, a watched script's errors travel to the GUI in the
+``error`` message only (its stderr is shown as the script's output, so a line there would be
+said twice).
 
 Nothing heavy is imported before the arguments and the link are checked, so those errors are
 instant; torch comes in with ``gpuwatch.runner.session``.

@@ -133,6 +133,16 @@ def script_problem(script: str) -> str | None:
     return None
 
 
+def module_problem(name: str) -> str | None:
+    """Why ``name`` is not a module name to give ``python -m`` (one sentence), or None. Only
+    the training Python can tell whether the module is there: the runner looks it up."""
+    if not name:
+        return "-m needs a module name, as in -m pkg.train"
+    if not all(part.isidentifier() for part in name.split(".")):
+        return f"{name!r} is not a module name (dotted Python names, as in -m pkg.train)"
+    return None
+
+
 class Session(ModelAccess):
     """Launches and watches one runner at a time; restartable after it ends.
 
