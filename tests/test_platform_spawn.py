@@ -134,7 +134,7 @@ multiprocessing.set_start_method("spawn", force=True)
 data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
 model = torch.nn.Linear(8, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-loader = DataLoader(data, batch_size=16, num_workers=2, multiprocessing_context="spawn")
+loader = DataLoader(data, batch_size=16, num_workers=1, multiprocessing_context="spawn")
 for x, y in loader:
     loss = torch.nn.functional.mse_loss(model(x), y)
     opt.zero_grad()

@@ -29,8 +29,8 @@ RUN_TIMEOUT_S = 240
 ONCE_ADDED = ("PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONIOENCODING", "CUDA_DEVICE_ORDER")
 
 #: Writes what it sees to ``sys.argv[1]``: its environment and sys.path, a subprocess's
-#: environment, and (from two spawn-started DataLoader workers that import gpuwatch.probe)
-#: the workers' environments; then trains a few steps so gpuwatch has something to watch.
+#: environment, and (from a spawn-started DataLoader worker that imports gpuwatch.probe)
+#: the worker's environment; then trains a few steps so gpuwatch has something to watch.
 SEES = """
 import json, os, subprocess, sys
 import torch
@@ -53,7 +53,7 @@ if __name__ == "__main__":
     child = subprocess.run([sys.executable, "-c", "import json, os; "
                             "print(json.dumps(dict(os.environ)))"],
                            capture_output=True, text=True, check=True)
-    loader = DataLoader(Seen(), batch_size=2, num_workers=2, multiprocessing_context="spawn")
+    loader = DataLoader(Seen(), batch_size=2, num_workers=1, multiprocessing_context="spawn")
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     workers = []

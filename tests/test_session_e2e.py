@@ -97,11 +97,11 @@ def test_missing_interpreter_fails_at_start(session: Session, tmp_path) -> None:
 
 
 def test_restart_after_a_run(session: Session) -> None:
-    session.start(LaunchSpec(device="cpu", max_steps=3))
+    session.start(LaunchSpec(workload="mlp", device="cpu", max_steps=3))
     assert session.wait_ended(120)
     assert session.state is SessionState.FINISHED, session.error
     assert session.steps.count == 3
-    session.start(LaunchSpec(device="cpu", max_steps=2))
+    session.start(LaunchSpec(workload="mlp", device="cpu", max_steps=2))
     assert session.wait_ended(120)
     assert session.state is SessionState.FINISHED, session.error
     assert session.steps.count == 2, "a new run starts from empty buffers"
