@@ -56,7 +56,7 @@ def test_the_notice_uses_the_last_measured_start_or_a_first_guess() -> None:
     now[0] += 1.0  # the next step boundary: the change is applied
     assert starts.notice("spawn", 2) == "starting 2 workers (spawn): ~5 s", "not before it works"
     start.report()
-    assert said == ["2 workers (spawn) delivered their first batch in 7.4 s"]
+    assert said == ["2 workers (spawn) delivered the first batch in 7.4 s"]
     assert starts.notice("spawn", 2) == "starting 2 workers (spawn): ~7 s"
     assert starts.notice("spawn", 4) == "starting 4 workers (spawn): ~7 s", "same method"
     assert starts.notice("forkserver", 1) == "starting 1 worker (forkserver): ~0.5 s"
@@ -202,11 +202,11 @@ def test_a_script_in_a_folder_with_spaces_and_non_ascii_characters(tmp_path: Pat
     }
 
 
-def test_spawned_workers_are_announced_with_an_estimate_and_measured(
+def test_a_spawned_worker_is_announced_with_an_estimate_and_measured(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A real runner forced to spawn: ``num_workers`` 0 → 2 says it starts them and what it
-    expects, training goes on meanwhile, and the measured time is said when they deliver."""
+    """A real runner forced to spawn: ``num_workers`` 0 → 1 says it starts it and what it
+    expects, training goes on meanwhile, and the measured time is said when it delivers."""
     monkeypatch.setenv(WORKER_START_ENV, "spawn")
     session = Session(sample_coarse=False)
     try:
@@ -215,7 +215,7 @@ def test_spawned_workers_are_announced_with_an_estimate_and_measured(
         assert session.state is SessionState.RUNNING, session.error
         wait_until(lambda: session.steps.count >= 3, 60, "3 steps")
         asked_at_step = session.steps.count
-        request = session.set_knobs({"num_workers": 2})
+        request = session.set_knobs({"num_workers": 1})
         assert request is not None
         lines: list[str] = []
 
@@ -223,12 +223,12 @@ def test_spawned_workers_are_announced_with_an_estimate_and_measured(
             lines.extend(line.text for line in session.drain_log())
             return session.answer(request) is not None
 
-        wait_until(answered, 120, "the change to 2 spawned workers")
+        wait_until(answered, 120, "the change to a spawned worker")
         answer = session.answer(request)
         assert isinstance(answer, ConfigChange), answer
         text = "\n".join(lines)
-        assert "starting 2 workers (spawn): ~5 s; preparing num_workers=2" in text, text
-        took = re.search(r"2 workers \(spawn\) delivered their first batch in ([\d.]+) s", text)
+        assert "starting 1 worker (spawn): ~5 s; preparing num_workers=1" in text, text
+        took = re.search(r"1 worker \(spawn\) delivered the first batch in ([\d.]+) s", text)
         assert took, text
         assert float(took[1]) <= answer.apply_s + 0.5
         assert answer.first_step > asked_at_step, "training went on while the workers started"

@@ -145,7 +145,7 @@ class WorkerStart:
         assert self.took_s is not None
         self.starts.record(self.method, self.workers, self.took_s)
         self.log(
-            f"{self.workers} {_workers(self.workers)} ({self.method}) delivered their first "
+            f"{self.workers} {_workers(self.workers)} ({self.method}) delivered the first "
             f"batch in {self.took_s:.1f} s"
         )
 
