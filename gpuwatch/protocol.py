@@ -100,6 +100,26 @@ GUI_KINDS = frozenset({"set", "capture", "pause", "resume", "stop"})
 #: Knob schema types and groups (docs/knobs.md §2).
 KNOB_TYPES = ("bool", "int", "float", "choice")
 KNOB_GROUPS = ("loader", "copies", "precision", "layout", "kernels", "loop", "demo", "script")
+#: Every built-in workload knob's name, in display order (the runner's ``knobs.KNOBS`` defines
+#: each one): ``gpuwatch bench`` refuses any other name before it starts a runner.
+BUILTIN_KNOB_NAMES: tuple[str, ...] = (
+    "num_workers",
+    "pin_memory",
+    "persistent_workers",
+    "prefetch_factor",
+    "batch_size",
+    "non_blocking",
+    "amp",
+    "tf32",
+    "channels_last",
+    "cudnn_benchmark",
+    "compile",
+    "log_every",
+    "zero_grad_set_to_none",
+    "optimizer_impl",
+    "storage_latency_ms",
+    "augment_cost",
+)
 
 #: Fields each kind must carry, with their JSON types. Extra fields are allowed (forward
 #: compatibility); missing or mistyped required ones make the message malformed.

@@ -18,7 +18,13 @@ import pytest
 import torch
 from torch import nn
 
-from gpuwatch.protocol import KNOB_GROUPS, KNOB_TYPES, PROTOCOL_VERSION, encode
+from gpuwatch.protocol import (
+    BUILTIN_KNOB_NAMES,
+    KNOB_GROUPS,
+    KNOB_TYPES,
+    PROTOCOL_VERSION,
+    encode,
+)
 from gpuwatch.runner import session
 from gpuwatch.runner.availability import check_availability, knob_schema
 from gpuwatch.runner.knobs import (
@@ -153,7 +159,7 @@ def make_loop(
 def test_schema_lists_every_knob_with_its_naive_default(name: str, batch: int) -> None:
     work = load_workload(name)(seed=0, torch_threads=1)
     knobs = knob_schema(torch, work, CPU).as_hello()
-    assert [k["name"] for k in knobs] == list(KNOB_NAMES)
+    assert [k["name"] for k in knobs] == list(KNOB_NAMES) == list(BUILTIN_KNOB_NAMES)
     for knob in knobs:
         assert knob["type"] in KNOB_TYPES and knob["group"] in KNOB_GROUPS
         assert knob["rebuilds"] in REBUILDS and knob["label"] and knob["help"]

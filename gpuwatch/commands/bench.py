@@ -1,8 +1,10 @@
 """Headless ``gpuwatch bench``: run a workload through knob stages and report the scoreboard.
 
-No Qt anywhere on this path, so it works over SSH and in CI. The runner is started first
-because the knob schema comes from its ``hello``; bad settings are then refused before any
-stage runs, and the run is always stopped (its whole process tree) before returning.
+No Qt anywhere on this path, so it works over SSH and in CI. A knob name no built-in
+workload has is refused before anything starts; the runner is started next because the rest of
+the knob schema (types, ranges, what this device offers) comes from its ``hello``; bad values
+are then refused before any stage runs, and the run is always stopped (its whole process tree)
+before returning.
 """
 
 from __future__ import annotations
@@ -26,7 +28,15 @@ from gpuwatch.core.model.knob_values import KnobValueError
 from gpuwatch.core.model.messages import Hello
 from gpuwatch.core.run.gpu_mismatch import BackgroundCheck
 from gpuwatch.core.run.session import LaunchSpec, Session, SessionError, SessionState
-from gpuwatch.core.run.tour import Conductor, Skipped, Stage, plan_stages, plan_tour
+from gpuwatch.core.run.tour import (
+    Conductor,
+    Skipped,
+    Stage,
+    check_knob_names,
+    plan_stages,
+    plan_tour,
+)
+from gpuwatch.protocol import BUILTIN_KNOB_NAMES
 
 #: The runner imports torch and builds its workload first; a cold start can be slow.
 HELLO_TIMEOUT_S = 180.0
@@ -82,6 +92,10 @@ def run_bench(
 ) -> BenchOutcome:
     """Run the stages and return what was measured; Ctrl-C ends early with a partial report."""
     logging.getLogger("gpuwatch").addHandler(logging.NullHandler())  # errors come back to us
+    try:  # a misspelt knob is said at once, not after the runner has imported torch
+        check_knob_names(options.groups, BUILTIN_KNOB_NAMES)
+    except KnobValueError as exc:
+        return BenchOutcome(EXIT_USAGE, error=str(exc))
     out = ProgressLine(progress if progress is not None else sys.stderr)
     session = session or Session()
     gpu_check = BackgroundCheck(options.python)  # can it use the NVIDIA GPU? said once
