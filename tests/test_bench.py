@@ -9,15 +9,18 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+from test_recording import rebuild
 from test_tour import FakeSession, schema
 
 from gpuwatch.commands.bench import BenchOptions, run_bench
 from gpuwatch.commands.bench_report import BenchReport, render
 from gpuwatch.commands.progress_line import ProgressLine
 from gpuwatch.core.figures.segments import SegmentStats
+from gpuwatch.core.files.recording_reader import open_recording
 from gpuwatch.core.model.messages import ConfigChange, Hello
 from gpuwatch.core.run.session import LogLine, SessionState
 from gpuwatch.protocol import BUILTIN_KNOB_NAMES
@@ -544,11 +547,12 @@ def _gpuwatch(*args: str, timeout: float) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.timeout(600)
-def test_bench_workers_beat_the_naive_loop_when_input_waits_for_storage() -> None:
-    """The bench measures a real speedup. The input is slow storage (a sleep per sample), which
-    two workers overlap whatever else the machine runs; CPU-bound decoding (the vision demo)
-    gains from workers only while a core is free, so it cannot prove the direction beside
-    another busy process."""
+def test_bench_workers_beat_the_naive_loop_when_input_waits_for_storage(tmp_path: Path) -> None:
+    """The bench measures a real speedup, and ``--record`` keeps the whole run. The input is slow
+    storage (a sleep per sample), which two workers overlap whatever else the machine runs;
+    CPU-bound decoding (the vision demo) gains from workers only while a core is free, so it
+    cannot prove the direction beside another busy process."""
+    record = tmp_path / "bench.gpuwatch"
     done = _gpuwatch(
         "bench",
         "--workload",
@@ -564,6 +568,8 @@ def test_bench_workers_beat_the_naive_loop_when_input_waits_for_storage() -> Non
         "storage_latency_ms=0.25",
         "--then",
         "num_workers=2",
+        "--record",
+        str(record),
         timeout=570,
     )
     assert done.returncode == 0, done.stderr
@@ -577,6 +583,14 @@ def test_bench_workers_beat_the_naive_loop_when_input_waits_for_storage() -> Non
     assert workers["input_wait_share"] < naive["input_wait_share"]
     assert workers["speedup"] > 1 and naive["speedup"] == pytest.approx(1.0)
     assert naive["steady_steps"] >= 5 and workers["steady_steps"] >= 5
+
+    recording = open_recording(record)
+    assert f"gpuwatch: recorded {len(recording.steps)} steps to {record}" in done.stderr
+    assert recording.meta["spec"] == {"command": "bench", "workload": "mlp", "device": "cpu"}
+    assert recording.meta["closed"] is True and recording.bye is not None
+    replayed = rebuild(recording).scoreboard()
+    # Both stages steady from the file alone (after the runner's start, before the first --set).
+    assert [row.steady for row in replayed][-2:] == [True, True], replayed
 
 
 def test_bench_unknown_knob_exits_2_with_one_line() -> None:
