@@ -23,6 +23,8 @@ from gpuwatch.runner.link import Link, LinkError, parse_address, read_authkey
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = bytes(range(32))
+#: A runner whose link closed ends by itself well within this, even on a loaded machine.
+RUNNER_ENDS_S = 60
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="AF_UNIX listener")
 
 Message = dict[str, Any]
@@ -249,18 +251,15 @@ def test_gui_closing_the_link_ends_a_training_runner() -> None:
         inbox = Inbox(accept(listener))
         inbox.until(is_kind("steps"), timeout=60)
         inbox.conn.close()
-        closed = time.monotonic()
-        assert proc.wait(timeout=10) == 0
-        assert time.monotonic() - closed < 5
+        # Ends by itself (a lingering runner fails the wait); how fast is the machine's matter.
+        assert proc.wait(timeout=RUNNER_ENDS_S) == 0
 
 
 def test_gui_closing_the_link_during_startup_ends_the_runner() -> None:
     """Closed while the runner imports torch (the main thread is busy): the watchdog exits."""
     with listening() as (listener, address), runner(address) as proc:
         accept(listener).close()
-        closed = time.monotonic()
-        assert proc.wait(timeout=15) == 0
-        assert time.monotonic() - closed < 8
+        assert proc.wait(timeout=RUNNER_ENDS_S) == 0
 
 
 def test_wrong_authkey_exits_3() -> None:
