@@ -220,6 +220,14 @@ def _conduct(
     errors: list[str] = []
     captured: set[int] = set()
     while True:
+        if options is not None and options.capture and session.capturing:
+            # The stage's kernel window is on its way: its stage ends after it comes, never
+            # before (the window would be left out of the report, or straddle two stages).
+            # The runner answers every capture, with a window or an error; a run that ends
+            # meanwhile is no longer capturing.
+            errors += _runner_errors(session)
+            time.sleep(tick_s)
+            continue
         progress = conductor.tick()
         results = [r for r in conductor.results() if r.kept is not None]
         for result in results[judged:]:
@@ -228,11 +236,7 @@ def _conduct(
         judged = len(results)
         if options is not None and options.capture:
             _capture_when_steady(session, conductor, options, captured, out)
-        errors += [
-            line.text.splitlines()[0]
-            for line in session.drain_log()
-            if line.level == "error" and line.source == "runner" and line.text
-        ]
+        errors += _runner_errors(session)
         if (
             progress.index != announced
             and progress.state not in ("done", "failed")
@@ -249,6 +253,15 @@ def _conduct(
             return errors[-5:]
         out.show((progress.index, progress.state), progress.message)
         time.sleep(tick_s)
+
+
+def _runner_errors(session: Session) -> list[str]:
+    """The first line of each error the runner logged since the last call."""
+    return [
+        line.text.splitlines()[0]
+        for line in session.drain_log()
+        if line.level == "error" and line.source == "runner" and line.text
+    ]
 
 
 def _capture_when_steady(
