@@ -6,6 +6,7 @@ import pytest
 
 from gpuwatch.core.model.knob_values import (
     KnobValueError,
+    check_knob_names,
     parse_assignments,
     parse_value,
     split_assignment,
@@ -115,3 +116,13 @@ def test_a_knob_twice_in_one_stage_is_refused() -> None:
 def test_assignment_shape(text: str) -> None:
     with pytest.raises(KnobValueError, match="write name=value"):
         split_assignment(text)
+
+
+def test_names_are_checked_without_a_schema_the_same_way() -> None:
+    known = ("num_workers", "amp")
+    check_knob_names([["num_workers=2"], [], ["amp=bf16"]], known)
+    with pytest.raises(KnobValueError) as unknown:
+        check_knob_names([["num_workers=2"], ["nonsense=1"]], known)
+    assert str(unknown.value) == "unknown knob 'nonsense'; known knobs: num_workers, amp"
+    with pytest.raises(KnobValueError, match="'amp' is not a knob setting: write name=value"):
+        check_knob_names([["amp"]], known)

@@ -24,18 +24,11 @@ from gpuwatch.commands.progress_line import ProgressLine, stop_run
 from gpuwatch.core.figures.advisor import advise, context_of
 from gpuwatch.core.figures.kernel_window import KernelWindow, describe
 from gpuwatch.core.files.recording import Recorder, RecordingError
-from gpuwatch.core.model.knob_values import KnobValueError
+from gpuwatch.core.model.knob_values import KnobValueError, check_knob_names
 from gpuwatch.core.model.messages import Hello
 from gpuwatch.core.run.gpu_mismatch import BackgroundCheck
 from gpuwatch.core.run.session import LaunchSpec, Session, SessionError, SessionState
-from gpuwatch.core.run.tour import (
-    Conductor,
-    Skipped,
-    Stage,
-    check_knob_names,
-    plan_stages,
-    plan_tour,
-)
+from gpuwatch.core.run.tour import Conductor, Skipped, Stage, plan_stages, plan_tour
 from gpuwatch.protocol import BUILTIN_KNOB_NAMES
 
 #: The runner imports torch and builds its workload first; a cold start can be slow.

@@ -30,6 +30,23 @@ def split_assignment(text: str) -> tuple[str, str]:
     return name, raw
 
 
+def unknown_knob(name: str, known: Iterable[str]) -> KnobValueError:
+    """The one message for a name that is not a knob, listing the ones that are."""
+    listed = ", ".join(known) or "none (this runner offers no knobs)"
+    return KnobValueError(f"unknown knob {name!r}; known knobs: {listed}")
+
+
+def check_knob_names(groups: Iterable[Iterable[str]], known: Sequence[str]) -> None:
+    """Refuse a setting that is not ``name=value`` or names no knob in ``known``: the check
+    that needs no schema, so it can be made before a runner is started for it (the schema
+    checks the values, and what this device offers, once the runner is up)."""
+    for group in groups:
+        for text in group:
+            name, _ = split_assignment(text)
+            if name not in known:
+                raise unknown_knob(name, known)
+
+
 def schema_by_name(knobs: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     """The ``hello.knobs`` schema entries keyed by knob name."""
     return {knob["name"]: knob for knob in knobs}
@@ -115,8 +132,7 @@ def parse_assignments(
     for name, raw in pairs:
         knob = schema.get(name)
         if knob is None:
-            known = ", ".join(schema) or "none (this runner offers no knobs)"
-            raise KnobValueError(f"unknown knob {name!r}; known knobs: {known}")
+            raise unknown_knob(name, schema)
         if name in values:
             raise KnobValueError(f"{name} is set twice in one stage")
         value = parse_value(knob, raw)

@@ -262,17 +262,6 @@ def plan_tour(
     return stages, skipped
 
 
-def check_knob_names(groups: Sequence[Sequence[str]], known: Sequence[str]) -> None:
-    """Refuse a setting that is not ``name=value`` or names no knob in ``known``, before a
-    runner is started for it (its schema checks the values, and what this device offers, once
-    it is up). Raises KnobValueError (one line)."""
-    for group in groups:
-        for text in group:
-            name, _ = split_assignment(text)
-            if name not in known:
-                raise KnobValueError(f"unknown knob {name!r}; known knobs: {', '.join(known)}")
-
-
 def plan_stages(knobs: Sequence[Mapping[str, Any]], groups: Sequence[Sequence[str]]) -> list[Stage]:
     """Stages from ``--set ... --then ...``: ``groups[0]`` (the ``--set`` settings, possibly
     empty) applied over the defaults, then one stage per later group, each cumulative.
