@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from jittered_steps import MS, ORIGIN, marks
 
 from gpuwatch.core.figures.frame import TimelineFrame, dense_lanes
@@ -114,10 +115,11 @@ def assert_same_within_a_column(ours: np.ndarray, theirs: np.ndarray, what: str)
     assert len(rows) <= 0.001 * ours.size, f"{what}: {len(rows)} pixels differ"
 
 
-def test_the_scrolling_time_axis_draws_what_pyqtgraphs_axis_draws(qtbot):
+@pytest.mark.parametrize(("width", "px_per_frame"), [(900, 5), (1234, 3)])
+def test_the_scrolling_time_axis_draws_what_pyqtgraphs_axis_draws(qtbot, width, px_per_frame):
     """Scrolled by whole pixels, the time axis moves its recorded ticks instead of laying
-    them out and recording them anew, and looks exactly like pyqtgraph's own axis; a zoom
-    records them again."""
+    them out and recording them anew (ticks and labels coming and going at its ends
+    included), and looks exactly like pyqtgraph's own axis; a zoom records them again."""
     import pyqtgraph as pg
 
     from gpuwatch.qt.time_axis import TimeAxis
@@ -128,7 +130,7 @@ def test_the_scrolling_time_axis_draws_what_pyqtgraphs_axis_draws(qtbot):
     for plot in (ours, theirs):
         qtbot.addWidget(plot)
         style_plot(plot)
-        plot.resize(900, 200)
+        plot.resize(width, 200)
         plot.show()
         qtbot.waitExposed(plot)
     axis = ours.getPlotItem().getAxis("bottom")
@@ -137,12 +139,14 @@ def test_the_scrolling_time_axis_draws_what_pyqtgraphs_axis_draws(qtbot):
     for frame in range(frames):
         width = ours.getPlotItem().getViewBox().width()
         px_s = 30.0 / width
-        lo = 100 * px_s + frame * 5 * px_s  # five whole pixels a frame
+        lo = 100 * px_s + frame * px_per_frame * px_s  # whole pixels a frame
         for plot in (ours, theirs):
             plot.getPlotItem().getViewBox().setXRange(lo, lo + 30.0, padding=0)
         assert_same_within_a_column(_pixels(ours), _pixels(theirs), f"frame {frame}")
-    # A tick every ~25 px, five pixels a frame: one comes or goes every few frames only.
+    # A tick every ~25 px, a few pixels a frame: one comes or goes every few frames only, and
+    # only then are the ticks laid out again.
     assert 1 <= axis.recorded <= frames // 2, axis.recorded
+    assert axis.recorded <= axis.laid_out <= frames // 2, axis.laid_out
     before = axis.recorded
     for plot in (ours, theirs):
         plot.getPlotItem().getViewBox().setXRange(0.0, 7.0, padding=0)

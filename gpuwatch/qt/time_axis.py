@@ -9,11 +9,12 @@ followed the axis measured every label's text, recorded ticks and labels into a 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import ceil
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QFont, QPainter, QPen, QPicture
+from PySide6.QtGui import QFont, QFontMetricsF, QPainter, QPen, QPicture
 
 
 class _LabelSizes:
@@ -23,13 +24,26 @@ class _LabelSizes:
 
     def __init__(self) -> None:
         self._font = QFont()
+        self._key = self._font.key()
+        self._char_px = QFontMetricsF(self._font).maxWidth()
         self._sizes: dict[tuple[str, float, float, int, str], QRectF] = {}
 
     def setFont(self, font: QFont) -> None:
-        self._font = QFont(font)
+        if font.key() != self._key:
+            self._font = QFont(font)
+            self._key = font.key()
+            self._char_px = QFontMetricsF(font).maxWidth()
+
+    @property
+    def font_key(self) -> str:
+        return self._key
+
+    def widest(self, texts: list[str]) -> float:
+        """At least as wide as the widest of ``texts`` (its length in the widest glyph)."""
+        return max((len(t) for t in texts), default=0) * self._char_px + 2.0
 
     def boundingRect(self, rect: QRectF, flags: Qt.AlignmentFlag, text: str) -> QRectF:
-        key = (self._font.key(), rect.width(), rect.height(), int(flags), text)
+        key = (self._key, rect.width(), rect.height(), int(flags), text)
         size = self._sizes.get(key)
         if size is None:
             if len(self._sizes) > 4096:
@@ -54,14 +68,74 @@ class _TickPicture:
     picture: QPicture
 
 
+@dataclass(frozen=True)
+class _LevelEdges:
+    """Of one tick level: which ticks lie inside the axis, which labels near its ends do
+    not fit in it (pyqtgraph drops them), and whether every tick inside is near an end."""
+
+    inside: bytes
+    dropped: tuple[float, ...]
+    all_near: bool
+
+
+#: Tick levels as pyqtgraph's ``tickValues`` gives them: (spacing, values), from the top.
+_Levels = tuple[tuple[float, tuple[float, ...]], ...]
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What a layout of the ticks would be computed from now (``TimeAxis._seen``)."""
+
+    base: tuple[object, ...]  # size, span, tick values, style
+    levels: _Levels
+    edges: tuple[_LevelEdges, ...]
+    px_per_unit: float
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What a layout of the ticks was computed from, but where the range starts.
+
+    The same tick values over the same span and size, in the same style, with the same
+    ticks inside the axis and the same labels dropped at its ends, are the same ticks and
+    labels moved by the change of the range's start.
+    """
+
+    base: tuple[object, ...]  # size, span, tick values, style
+    edges: tuple[_LevelEdges, ...]
+    text_levels: int  # levels up to the last one with a label drawn
+    lo: float  # where the range started
+    px_per_unit: float  # pixels per unit of the axis
+    shift: float  # the picture's shift at that layout
+
+    def same(self, seen: _Seen) -> bool:
+        """Whether a layout of what is ``seen`` now is this one moved.
+
+        Which labels fit matters only on the levels whose labels are drawn; a level above
+        them stopped for crowding, which the levels below decide, unless all of its labels
+        were dropped at the ends (then its ticks are all near one).
+        """
+        if seen.base != self.base or len(seen.edges) != len(self.edges):
+            return False
+        for i, (now, then) in enumerate(zip(seen.edges, self.edges, strict=True)):
+            if now.inside != then.inside:
+                return False
+            checked = i < self.text_levels or now.all_near or then.all_near
+            if checked and now.dropped != then.dropped:
+                return False
+        return True
+
+
 class TimeAxis(pg.AxisItem):
     """The scrolling time axis: its ticks and labels are laid out as pyqtgraph lays them
     out, but drawn from a picture recorded when they last changed, moved by whole pixels
     while the view scrolls (a 30 s view gains or loses a tick about once a second).
 
-    A frame still computes where the ticks go (cheap once the labels' sizes are known); it
-    records and re-measures text only when a tick or label appears or leaves, the style
-    changes, or the move is not a whole number of pixels.
+    A frame asks only which tick values the range shows (``tickValues``, a few
+    microseconds); the full layout (``generateDrawSpecs``: every tick and label placed, their
+    overlaps resolved) runs only when those values, the span, the size or the style change,
+    and it records and re-measures text only when a tick or label appears or leaves, or the
+    move is not a whole number of pixels.
     """
 
     def __init__(self, orientation: str = "bottom") -> None:
@@ -70,8 +144,13 @@ class TimeAxis(pg.AxisItem):
         self._ticks: _TickPicture | None = None
         self._axis_line: tuple[QPen, QPointF, QPointF] | None = None
         self._shift = 0.0
-        #: Times the ticks and labels were recorded anew (for tests and the bench).
+        self._layout: _Layout | None = None
+        self._values: tuple[object, _Levels] | None = None
+        self._label_cache: dict[tuple[object, ...], tuple[list[str], float]] = {}
+        #: Times the ticks and labels were recorded anew, and laid out (for tests and the
+        #: bench).
         self.recorded = 0
+        self.laid_out = 0
 
     def paint(self, p: QPainter, opt: object, widget: object) -> None:
         if self.picture is None:  # the range, size or style changed since the last paint
@@ -91,15 +170,142 @@ class TimeAxis(pg.AxisItem):
         p.restore()
 
     def _lay_out(self) -> None:
+        seen = self._seen()
+        known = self._layout
+        if seen is not None and known is not None and known.same(seen):
+            shift = known.shift - (self.range[0] - known.lo) * known.px_per_unit
+            if abs(shift - round(shift)) <= 1e-6:
+                self._shift = round(shift)
+                self.picture = QPicture()  # laid out: pyqtgraph resets it on the next change
+                return
+        texts = self._lay_out_anew()
+        self._layout = (
+            None
+            if seen is None
+            else _Layout(
+                seen.base,
+                seen.edges,
+                _text_levels(self, texts, seen.levels),
+                self.range[0],
+                seen.px_per_unit,
+                self._shift,
+            )
+        )
+
+    def _seen(self) -> _Seen | None:
+        """What ``generateDrawSpecs`` lays the ticks out from, but the range's start: size,
+        span, tick values and style, and which ticks and labels the ends of the axis leave
+        out; and the pixels per unit. None where it would not be computed this way (explicit
+        ticks, a log scale, another orientation, a range or size of nothing)."""
+        if self.orientation != "bottom" or self._tickLevels is not None:
+            return None
+        bounds = self.mapRectFromParent(self.geometry())
+        lo, hi = self.range
+        span = hi - lo
+        ends = [
+            self.mapToDevice(bounds.topLeft() + QPointF(-1.0, 1.0)),
+            self.mapToDevice(bounds.topRight() + QPointF(1.0, 1.0)),
+        ]
+        if span <= 0 or bounds.width() <= 0 or None in ends:
+            return None
+        length = (ends[1] - ends[0]).manhattanLength()  # a horizontal axis: its width
+        levels = self._tick_values(lo, hi, length)
+        if levels is None:
+            return None
+        edges = self._edges(levels, bounds, lo, hi)
+        font = self.style["tickFont"]
+        style = tuple(
+            (k, v.key() if isinstance(v, QFont) else repr(v)) for k, v in self.style.items()
+        )
+        pens = (
+            self.pen().color().rgba(),
+            self.pen().widthF(),
+            self.textPen().color().rgba(),
+            self.tickPen().color().rgba(),
+            None if font is None else font.key(),
+            self.grid,
+        )
+        # A span that differs in its last bits (the range's ends are sums) is the same span.
+        base = (bounds.width(), bounds.height(), length, f"{span:.12g}", levels, style, pens)
+        return _Seen(base, levels, edges, bounds.width() / span)
+
+    def _tick_values(self, lo: float, hi: float, length: float) -> _Levels | None:
+        """``tickValues`` (which filters each level against the others: ~0.15 ms here),
+        computed only when a level's first tick or tick count changes: each level's ticks are
+        found by the arithmetic of ``AxisItem.tickValues``, done here for its two numbers."""
+        if self.logMode:
+            return None
+        low, high = sorted((lo * self.scale, hi * self.scale))
+        spacings = self.tickSpacing(low, high, length)
+        where = []
+        for spacing, offset in spacings:
+            first = ceil((low - offset) / spacing)
+            start = first * spacing + offset
+            where.append((spacing, offset, first, int((high - start) / spacing) + 1))
+        key = (self.scale, tuple(where))
+        if self._values is None or self._values[0] != key:
+            found = self.tickValues(lo, hi, length)
+            self._values = (key, tuple((spacing, tuple(v)) for spacing, v in found))
+        return self._values[1]
+
+    def _labels(self, spacing: float, values: tuple[float, ...]) -> tuple[list[str], float]:
+        """A level's labels, and how near an end a tick must be for its label to be able
+        to stick out (half the widest label), kept while the level's ticks stay."""
+        key = (spacing, values, self.autoSIPrefixScale * self.scale, self._sizes.font_key)
+        found = self._label_cache.get(key)
+        if found is None:
+            if len(self._label_cache) > 16:
+                self._label_cache.clear()
+            texts = self.tickStrings(list(values), self.autoSIPrefixScale * self.scale, spacing)
+            found = self._label_cache[key] = (texts, self._sizes.widest(texts) / 2)
+        return found
+
+    def _edges(
+        self, levels: _Levels, bounds: QRectF, lo: float, hi: float
+    ) -> tuple[_LevelEdges, ...]:
+        """Per tick level, which ticks lie inside the axis and which labels near its ends
+        do not fit in it, decided as ``generateDrawSpecs`` decides them."""
+        scale = bounds.width() / (hi - lo)
+        offset = lo * scale
+        x_min, x_max = sorted((lo * scale - offset, hi * scale - offset))
+        box = self.boundingRect()
+        top = bounds.top() + max(0, self.style["tickLength"]) + self.style["tickTextOffset"][1]
+        font = self.style["tickFont"]
+        self._sizes.setFont(font if font is not None else QFont())
+        out = []
+        for i, (spacing, values) in enumerate(levels):
+            x = np.asarray(values, np.float64) * scale - offset
+            inside = (x >= x_min) & (x <= x_max)
+            dropped: list[float] = []
+            all_near = False
+            if i <= self.style["maxTextLevel"] and inside.any():
+                # Only a label whose tick is within half its width of an end can stick out.
+                texts, reach = self._labels(spacing, values)
+                near = inside & ((x - box.left() < reach) | (box.right() - x < reach))
+                all_near = bool(np.all(near[inside]))
+                for j in np.flatnonzero(near).tolist():
+                    size = self._sizes.boundingRect(
+                        QRectF(0, 0, 100, 100), Qt.AlignmentFlag.AlignCenter, texts[j]
+                    )
+                    rect = QRectF(x[j] - size.width() / 2, top, size.width(), size.height() * 0.8)
+                    if box & rect != rect:
+                        dropped.append(values[j])
+            out.append(_LevelEdges(inside.tobytes(), tuple(dropped), all_near))
+        return tuple(out)
+
+    def _lay_out_anew(self) -> set[str]:
+        """Lay the ticks out with pyqtgraph; returns the labels drawn."""
+        self.laid_out += 1
         font = self.style["tickFont"]
         self._sizes.setFont(font if font is not None else QFont())
         specs = self.generateDrawSpecs(self._sizes)
         self.picture = QPicture()  # laid out: pyqtgraph resets it on the next change
         if specs is None:
             self._ticks = self._axis_line = None
-            return
+            return set()
         axis_spec, tick_specs, text_specs = specs
         self._axis_line = axis_spec
+        texts = {t for _, _, t in text_specs}
         look = (
             tuple((pen.color().rgba(), pen.widthF(), a.y(), b.y()) for pen, a, b in tick_specs),
             tuple((r.y(), r.width(), r.height(), int(f), t) for r, f, t in text_specs),
@@ -113,10 +319,11 @@ class TimeAxis(pg.AxisItem):
             shift = round(float(moved[0]))
             if np.all(np.abs(moved - shift) <= 1e-6):
                 self._shift = shift
-                return
+                return texts
         self._ticks = _TickPicture(look, xs, self._record(tick_specs, text_specs))
         self._shift = 0.0
         self.recorded += 1
+        return texts
 
     def _record(self, tick_specs: list, text_specs: list) -> QPicture:
         """Ticks and labels as ``AxisItem.drawPicture`` draws them, without the axis line
@@ -137,3 +344,14 @@ class TimeAxis(pg.AxisItem):
         finally:
             p.end()
         return picture
+
+
+def _text_levels(axis: pg.AxisItem, texts: set[str], levels: _Levels) -> int:
+    """How many of the tick ``levels``, from the top, reach the last one with a label in
+    ``texts`` (a level's values are never in the levels above it)."""
+    reached = 0
+    for i, (spacing, values) in enumerate(levels):
+        strings = axis.tickStrings(list(values), axis.autoSIPrefixScale * axis.scale, spacing)
+        if texts.intersection(strings):
+            reached = i + 1
+    return reached
