@@ -330,6 +330,29 @@ def test_utilization_shows_busy_only_over_final_samples() -> None:
     np.testing.assert_allclose(util.busy[final], exact[final])
 
 
+def test_a_sparse_view_shows_busy_over_final_samples_without_the_dense_bins() -> None:
+    """A sparse view is drawn span by span: the bins kept for dense views are not brought up
+    to date for it, and its busy % is still known exactly over every final sample (those
+    before the first step whose device marks may still come), and unknown after."""
+    run = cuda_run(60, 50 * MS, unmarked=6)
+    hi = int(run.steps.snapshot(last=1).host[-1, -1])
+    lo = hi - 4 * S
+    presenter = FramePresenter()
+    frame = presenter.plots(run.data(), lo, hi, 800.0)
+
+    assert frame is not None and frame.timeline.sparse is not None
+    assert presenter.bins.last_repriced == 0 and presenter.bins.final_before_ns == 0
+    util = frame.utilization
+    first_unmarked = int(run.steps.snapshot().host[-6, 0])
+    final = util.coarse.t1 <= first_unmarked
+    assert final.any() and not final.all()
+    assert np.isnan(util.busy[~final]).all()
+    view = run.steps.snapshot(since_ns=int(util.coarse.t0[0]), before=1)
+    exact = busy_percent_over(active_spans(view), util.coarse.t0, util.coarse.t1)
+    np.testing.assert_allclose(util.busy[final], exact[final])
+    assert np.isfinite(util.busy[final & np.isfinite(exact)]).all()
+
+
 def test_the_revision_says_whether_anything_drawn_changed() -> None:
     run = cpu_run(400)
     presenter = FramePresenter()

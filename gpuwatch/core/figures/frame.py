@@ -37,16 +37,19 @@ from gpuwatch.core.figures.gap_causes import (
     runs,
 )
 from gpuwatch.core.figures.sample_busy import SampleBusy
-from gpuwatch.core.figures.timeline_bins import Columns, TimelineBins, columns_of
+from gpuwatch.core.figures.timeline_bins import (
+    DEVICE_MARK_WAIT_NS,
+    Columns,
+    TimelineBins,
+    columns_of,
+    first_open_ns,
+)
 from gpuwatch.core.model.messages import ConfigChange
 from gpuwatch.core.model.metrics import NVML_GPU_UTIL, PROC_CPU
 from gpuwatch.core.model.store import MetricStatus, SeriesStore, SeriesView, StepStore, StepsView
 
 #: Above this many spans per pixel the timeline draws per-column occupancy, not spans.
 DENSE_SPANS_PER_PIXEL = 0.5
-#: At most this many steps per pixel in the ring since the view's start: sparse for sure
-#: (the bins' per-column count, which can differ at the edges, is not needed to tell).
-SURELY_SPARSE = DENSE_SPANS_PER_PIXEL / 2
 #: The headline figures cover this much of the recent past...
 HEADLINE_WINDOW_S = 5.0
 #: ...from at most this many of the newest steps (at thousands of steps/s the window
@@ -460,6 +463,30 @@ class FramePresenter:
     def __init__(self) -> None:
         self.bins = TimelineBins()
         self.sample_busy = SampleBusy()
+        #: Everything before this is final, for the run and step count it was found at.
+        self._final: tuple[tuple[int, int], int, int] | None = None
+
+    def _final_before(self, run: RunData, final: bool) -> int:
+        """Everything before this time is final (no arriving data changes it): found from
+        the newest steps, never moving back while the same store only grows."""
+        steps = run.steps
+        key = (run.t0_ns, id(steps))
+        known = self._final
+        if known is not None and (known[0] != key or steps.count < known[1]):
+            known = None  # another run, or a replay's seek rebuilt the store
+        newest = steps.snapshot(last=1)
+        if final and len(newest):
+            found = int(newest.host[-1, -1]) + 1
+        elif len(newest):
+            recent = steps.snapshot(since_ns=int(newest.host[-1, -1]) - DEVICE_MARK_WAIT_NS)
+            opened = first_open_ns(recent)
+            found = opened if opened is not None else int(newest.host[-1, 0])
+        else:
+            found = known[2] if known is not None else 0
+        if known is not None:
+            found = max(found, known[2])
+        self._final = (key, steps.count, found)
+        return found
 
     def revision(
         self, run: RunData, lo_ns: int, hi_ns: int, width_px: float
@@ -505,23 +532,32 @@ class FramePresenter:
         if revision == unless:
             return None
         steps = run.steps
-        self.bins.update(
-            steps,
-            run.changes,
-            run.t0_ns,
-            lo_ns=lo_ns,
-            hi_ns=hi_ns,
-            px_ns=(hi_ns - lo_ns) / width_px,
-            final=final,
-        )
-        # Clearly sparse (the ring still holds every step, and few end in view): the bins'
-        # columns are not needed to tell.
-        limit = int(SURELY_SPARSE * max(width_px, 1.0))
+        # Clearly sparse (the newest steps hold every step in view, and those are too few to
+        # be dense): the view is drawn span by span, and the bins (kept for dense views) are
+        # left until one comes.
+        limit = int(DENSE_SPANS_PER_PIXEL * max(width_px, 1.0))
         newest = steps.snapshot(last=limit + 1)
-        clearly_sparse = steps.count <= steps.capacity and (
-            len(newest) <= limit or int(newest.host[0, -1]) < lo_ns
+        all_in_view = (len(newest) <= limit and steps.count <= steps.capacity) or (
+            len(newest) > 0 and int(newest.host[0, -1]) < lo_ns
         )
-        cols = None if clearly_sparse else self.bins.columns(lo_ns, hi_ns, int(np.ceil(width_px)))
+        clearly_sparse = all_in_view and not is_dense(
+            int(((newest.host[:, -1] >= lo_ns) & (newest.host[:, 0] <= hi_ns)).sum()), width_px
+        )
+        if clearly_sparse:
+            final_before = self._final_before(run, final)
+            cols = None
+        else:
+            self.bins.update(
+                steps,
+                run.changes,
+                run.t0_ns,
+                lo_ns=lo_ns,
+                hi_ns=hi_ns,
+                px_ns=(hi_ns - lo_ns) / width_px,
+                final=final,
+            )
+            final_before = self.bins.final_before_ns
+            cols = self.bins.columns(lo_ns, hi_ns, int(np.ceil(width_px)))
         if cols is not None and is_dense(cols.n_steps, width_px):
             lanes, shown = dense_lanes(cols)
             timeline = TimelineFrame(
@@ -538,9 +574,7 @@ class FramePresenter:
                 device_kind=run.device_kind,
                 tint=True,
             )
-        busy = self.sample_busy.over(
-            steps, coarse, self.bins.final_before_ns, key=(run.t0_ns, id(steps))
-        )
+        busy = self.sample_busy.over(steps, coarse, final_before, key=(run.t0_ns, id(steps)))
         return PlotFrame(
             revision, timeline, UtilizationFrame(revision.choice, coarse, busy, run.t0_ns)
         )

@@ -259,18 +259,28 @@ class TimelineBins:
             return self._clean_k
         if final:
             return self._k0 + self._occ.shape[1]
-        host_start = view.host[:, 0]
-        newest_end = int(view.host[-1, -1])
-        pending = ~np.asarray(view.has_device, bool) & (
-            view.host[:, -1] > newest_end - DEVICE_MARK_WAIT_NS
-        )
-        if pending.any():
-            first_open = int(host_start[np.argmax(pending)])
-        elif complete:
+        first_open = first_open_ns(view, complete=complete)
+        if first_open is None:
             return self._k0 + self._occ.shape[1]
-        else:
-            first_open = int(host_start[-1])
         return int((first_open - self._origin) // self.width_ns)
+
+
+def first_open_ns(view: StepsView, *, complete: bool = False) -> int | None:
+    """Where the first step that data still to come may change starts: the first step whose
+    device marks may still come (``DEVICE_MARK_WAIT_NS``), else the newest step (its loop
+    overhead runs until the next one starts); None when ``complete`` (the newest step of
+    ``view`` has a successor) and no marks are awaited. ``view`` must hold every step that
+    ended in the last ``DEVICE_MARK_WAIT_NS`` before its newest step's end."""
+    host_start = view.host[:, 0]
+    newest_end = int(view.host[-1, -1])
+    pending = ~np.asarray(view.has_device, bool) & (
+        view.host[:, -1] > newest_end - DEVICE_MARK_WAIT_NS
+    )
+    if pending.any():
+        return int(host_start[np.argmax(pending)])
+    if complete:
+        return None
+    return int(host_start[-1])
 
 
 def occupancy_between(
