@@ -414,6 +414,11 @@ def _color(bars: SpanBars) -> int:
     return rgba(pg.mkBrush(bars.opts["brush"]).color())  # a QColor until a theme sets a brush
 
 
+#: Items whose bounding rectangle depends on the view's scale and is recomputed lazily (the
+#: others' rectangles do not change when the view scrolls).
+_SIZED_IN_PIXELS = (pg.PlotCurveItem, pg.InfiniteLine, pg.ScatterPlotItem, pg.TextItem)
+
+
 def settle_before_paint(widget: pg.PlotWidget) -> None:
     """Apply a changed view range to every item now, in the redraw tick, not in the paint.
 
@@ -426,7 +431,8 @@ def settle_before_paint(widget: pg.PlotWidget) -> None:
     scene = widget.scene()
     scene.prepareForPaint()  # view boxes update their transforms: items are told now
     for item in scene.items():
-        item.boundingRect()  # lazily invalidated rectangles are computed (and announced) now
+        if isinstance(item, _SIZED_IN_PIXELS):
+            item.boundingRect()  # lazily invalidated: computed (and announced) now
 
 
 def style_plot(widget: pg.PlotWidget) -> None:
