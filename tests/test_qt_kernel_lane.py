@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QDockWidget
@@ -235,7 +236,14 @@ def test_the_lane_shows_only_while_a_window_is_in_view(window, qtbot) -> None:
     window.follow_action.setChecked(False)
     view_box.setXRange(1.0, 3.0, padding=0)
     qtbot.waitUntil(lane.isVisible, timeout=5000)
+    lane_box = lane.getPlotItem().getViewBox()
+    np.testing.assert_allclose(lane_box.viewRange()[0], (1.0, 3.0))  # on the timeline's range
     view_box.setXRange(10.0, 40.0, padding=0)  # the window scrolled out of view
     qtbot.waitUntil(lambda: not lane.isVisible(), timeout=5000)
+    # hidden, it no longer follows the timeline (a linked view follows every frame)
+    assert lane_box.linkedView(0) is None
     view_box.setXRange(0.0, 30.0, padding=0)
     qtbot.waitUntil(lane.isVisible, timeout=5000)
+    np.testing.assert_allclose(lane_box.viewRange()[0], (0.0, 30.0))
+    view_box.setXRange(0.5, 20.0, padding=0)
+    np.testing.assert_allclose(lane_box.viewRange()[0], (0.5, 20.0))

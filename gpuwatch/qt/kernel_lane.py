@@ -165,8 +165,8 @@ class KernelCaptureControls(QObject):
         self.session: RunSession = window.session
         self.steps = STEP_CHOICES[0]
         self.lane = KernelLane()
-        self.lane.setXLink(window.timeline)
-        self.lane.hide()
+        self._timeline = window.timeline
+        self.lane.hide()  # and not linked to the timeline's range until shown (_show_lane)
         splitter.insertWidget(1, self.lane)
         splitter.setStretchFactor(1, 0)
         self.table_dock = table_dock
@@ -235,7 +235,7 @@ class KernelCaptureControls(QObject):
             self.window.statusBar().showMessage(f"Kernel capture: {exc}", 15_000)
             return False
         self._raise_table = True
-        self.lane.show()
+        self._show_lane(True)
         self.sync()
         return True
 
@@ -282,9 +282,15 @@ class KernelCaptureControls(QObject):
     def _sync_visible(self) -> None:
         """The lane while a capture runs or a captured window is in view; hidden otherwise."""
         lo_s, hi_s = self._view_box.viewRange()[0]
-        visible = self.session.capturing or self.lane.any_in(lo_s, hi_s)
-        if visible != self.lane.isVisible():
-            self.lane.setVisible(visible)
+        self._show_lane(self.session.capturing or self.lane.any_in(lo_s, hi_s))
+
+    def _show_lane(self, visible: bool) -> None:
+        """Show the lane on the timeline's x range, or hide it and let that range go: a
+        linked view follows every scrolled frame (its items' geometry too) even hidden."""
+        if visible == self.lane.isVisible():
+            return
+        self.lane.setXLink(self._timeline if visible else None)
+        self.lane.setVisible(visible)
 
     def _show_table(self, kernel_window: KernelWindow | None) -> None:
         table, dock = self.table, self.table_dock
