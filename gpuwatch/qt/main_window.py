@@ -13,6 +13,7 @@ as ``SessionSignals``. The window composes its parts: actions and menus from one
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 from PySide6.QtCore import QTimer
@@ -417,7 +418,12 @@ class MainWindow(QMainWindow):
         awake = now < self._awake_until or self.session.state in ACTIVE_STATES
         base = REDRAW_MS if awake else IDLE_REDRAW_MS
         interval = int(min(max(base, 2 * self._tick_cost_ms), max(base, MAX_REDRAW_MS)))
-        if abs(interval - self.timer.interval()) > 5:
+        due = self.frame.due_in_s
+        if due is not None and due * 1e3 < interval:
+            # Held steps are due before the next regular tick: tick then (and the next
+            # tick sets the regular interval again).
+            self.timer.start(max(1, math.ceil(due * 1e3)))
+        elif abs(interval - self.timer.interval()) > 5:
             self.timer.setInterval(interval)
 
     def _redraw(self) -> bool:

@@ -25,6 +25,7 @@ from gpuwatch.core.figures.frame import (
     FrameRevision,
     RunData,
     frame_due,
+    hold_new_steps_s,
 )
 from gpuwatch.core.figures.timeline_bins import TimelineBins
 from gpuwatch.core.files.replay import ReplaySession
@@ -133,6 +134,11 @@ class PlotsRedraw:
         #: When the last frame was drawn (``time.monotonic``) and how many have been.
         self.drawn_at = -math.inf
         self.frames_drawn = 0
+        #: Set when new steps are held for more (``NEW_STEPS_HOLD_S``): seconds until their
+        #: frame is due, so the window can tick then rather than on its next regular tick.
+        self.due_in_s: float | None = None
+        #: The clock the runner's marks are on (this machine's ``perf_counter_ns``).
+        self.clock_ns: Callable[[], int] = time.perf_counter_ns
 
     @property
     def bins(self) -> TimelineBins:
@@ -151,6 +157,7 @@ class PlotsRedraw:
         """
         now = time.monotonic()
         since_drawn = now - self.drawn_at
+        self.due_in_s = None
         # Scrolling with "now" is paced; a view the user moves is followed at once.
         scroll_gap = SCROLL_FRAME_S if live and follow else NEW_STEPS_FRAME_S
         drawn = self.last_key
@@ -159,6 +166,11 @@ class PlotsRedraw:
             or (since_drawn < scroll_gap and self.session.steps.count == drawn.steps_count)
         ):
             return False  # no frame can be due yet: not even its revision is worth reading
+        if live and follow and drawn is not None:
+            hold = self._hold_s(drawn)
+            if hold > 0:
+                self.due_in_s = hold
+                return False  # more steps are about to come: they share the frame
         t0 = self.session.t0_ns
         lo_ns, hi_ns = t0 + int(lo_s * 1e9), t0 + int(hi_s * 1e9)
         run = RunData.of(self.session)
@@ -193,6 +205,17 @@ class PlotsRedraw:
         for plot in (self.timeline, self.utilization.plot):
             settle_before_paint(plot)  # one paint per frame, not one per item that moved
         return True
+
+    def _hold_s(self, drawn: FrameRevision) -> float:
+        """How long the steps that arrived since ``drawn`` wait for more (0: none arrived)."""
+        steps = self.session.steps
+        new = steps.count - drawn.steps_count
+        if new <= 0 or drawn.t0_ns != self.session.t0_ns:
+            return 0.0
+        oldest = steps.snapshot(last=min(new, steps.capacity))
+        if not len(oldest):
+            return 0.0
+        return hold_new_steps_s(int(oldest.host[0, -1]), self.clock_ns())
 
     def headline(self, now_ns: int) -> None:
         """The headline figures over the recent past up to ``now_ns``."""

@@ -61,6 +61,12 @@ NEW_STEPS_FRAME_S = 0.06
 #: ...and one that only scrolls, or shows a new coarse sample, at most this often. A 30 s
 #: view scrolls ~50 px a second: redrawing it at 30 Hz costs the run CPU and shows nothing.
 SCROLL_FRAME_S = 0.2
+#: While a live run is followed, new steps wait until the oldest of them ended this long ago
+#: (seconds), so that steps ending close together share one frame: a run's batches (one
+#: every ~50 ms) are drawn about ten times a second instead of fifteen, and steps that come
+#: more often than this share frames. The 150 ms step end → drawn budget keeps the rest for
+#: the frame itself and the event loop.
+NEW_STEPS_HOLD_S = 0.1
 
 
 # ---- Inputs -------------------------------------------------------------------------------
@@ -275,6 +281,17 @@ class FrameRevision:
             other.steps_count,
             other.n_changes,
         )
+
+
+def hold_new_steps_s(oldest_new_end_ns: int, now_ns: int) -> float:
+    """How long new steps should wait for more before a frame draws them, the oldest of them
+    having ended at ``oldest_new_end_ns`` (the runner's clock, which on one machine is the
+    window's ``perf_counter_ns``): the rest of ``NEW_STEPS_HOLD_S``, or 0 once it has passed
+    or when the clocks disagree (an end still in the future)."""
+    age_s = (now_ns - oldest_new_end_ns) / 1e9
+    if age_s < 0 or age_s >= NEW_STEPS_HOLD_S:
+        return 0.0
+    return NEW_STEPS_HOLD_S - age_s
 
 
 def frame_due(

@@ -1,0 +1,84 @@
+"""New steps of a followed live run share frames: a frame waits until the oldest new step
+ended ``NEW_STEPS_HOLD_S`` ago, and the window ticks when that wait ends rather than on its
+next regular tick, so the wait never adds a tick to the step end → drawn latency."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from gpuwatch.core.figures.frame import NEW_STEPS_HOLD_S, hold_new_steps_s
+from gpuwatch.core.model.messages import DeviceInfo, Hello
+from gpuwatch.core.run.session import Session, SessionState
+from gpuwatch.protocol import N_MARKS
+
+S = 1_000_000_000
+MS = 1_000_000
+WAIT_MS = 60_000
+
+
+def test_the_hold_is_the_rest_of_its_time_and_none_for_an_old_or_future_step() -> None:
+    now = 50 * S
+    assert hold_new_steps_s(now - 30 * MS, now) == pytest.approx(NEW_STEPS_HOLD_S - 0.03)
+    assert hold_new_steps_s(now, now) == pytest.approx(NEW_STEPS_HOLD_S)
+    assert hold_new_steps_s(now - int(NEW_STEPS_HOLD_S * S), now) == 0.0
+    assert hold_new_steps_s(now - 5 * S, now) == 0.0  # waited long enough (or a backlog)
+    assert hold_new_steps_s(now + 10 * MS, now) == 0.0  # another clock: never wait on it
+
+
+def _append(session: Session, step: int, end_ns: int) -> None:
+    marks = np.linspace(end_ns - 20 * MS, end_ns, N_MARKS).astype(np.int64)
+    session.steps.append([step], [0], [32], [marks.tolist()])
+
+
+@pytest.fixture
+def live_window(show_window, qtbot):
+    session = Session(sample_coarse=False)
+    session.t0_ns = time.perf_counter_ns() - 10 * S
+    session._state = SessionState.RUNNING  # as if launched: the window follows "now"
+    session.hello = Hello(workload="mlp", device=DeviceInfo(kind="cpu", name="test CPU"))
+    session.steps.set_device_is_host(True)
+    for step in range(20):  # steps that ended long ago: drawn at once
+        _append(session, step, session.t0_ns + (step + 1) * 100 * MS)
+    window = show_window(session)
+    qtbot.waitUntil(lambda: window.frame.frames_drawn > 0, timeout=WAIT_MS)
+    yield window, session
+    session._state = SessionState.FINISHED  # nothing was launched: nothing to stop
+
+
+def test_a_new_step_waits_for_more_and_the_window_ticks_when_its_frame_is_due(
+    live_window, qtbot
+) -> None:
+    window, session = live_window
+    frame = window.frame
+    drawn = frame.frames_drawn
+    frame.drawn_at = -1e9  # the pacing between frames is not what this tests
+    end = time.perf_counter_ns()
+    _append(session, 20, end)
+    frame.clock_ns = lambda: end + 80 * MS  # the step ended 80 ms ago, however slow this is
+    lo, hi = window.frame.visible_window(time.perf_counter_ns(), True, 30.0)
+    assert not frame.plots(True, lo, hi, follow=True)  # held: more may come for its frame
+    assert frame.due_in_s == pytest.approx(NEW_STEPS_HOLD_S - 0.08)
+    # The hold ends before the next regular tick: the window ticks then instead.
+    window._tick()
+    assert window.timer.interval() == math.ceil((NEW_STEPS_HOLD_S - 0.08) * 1e3)
+    frame.clock_ns = time.perf_counter_ns
+    qtbot.waitUntil(lambda: frame.frames_drawn > drawn, timeout=WAIT_MS)
+    assert frame.last_key is not None and frame.last_key.steps_count == 21
+
+
+def test_steps_that_waited_long_enough_or_a_view_not_following_are_drawn_at_once(
+    live_window,
+) -> None:
+    window, session = live_window
+    frame = window.frame
+    frame.drawn_at = -1e9
+    _append(session, 20, time.perf_counter_ns() - 2 * int(NEW_STEPS_HOLD_S * S))
+    lo, hi = frame.visible_window(time.perf_counter_ns(), True, 30.0)
+    assert frame.plots(True, lo, hi, follow=True) and frame.due_in_s is None
+    frame.drawn_at = -1e9
+    _append(session, 21, time.perf_counter_ns())  # just ended, but the user looks elsewhere
+    assert frame.plots(True, lo, hi, follow=False) and frame.due_in_s is None
