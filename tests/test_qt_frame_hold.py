@@ -10,7 +10,14 @@ import time
 import numpy as np
 import pytest
 
-from gpuwatch.core.figures.frame import NEW_STEPS_HOLD_S, hold_new_steps_s
+from gpuwatch.core.figures.frame import (
+    HOLD_FULL_TICK_MS,
+    HOLD_MAX_NEW_STEPS,
+    HOLD_NONE_TICK_MS,
+    NEW_STEPS_HOLD_S,
+    hold_new_steps_s,
+    new_steps_hold_s,
+)
 from gpuwatch.core.model.messages import DeviceInfo, Hello
 from gpuwatch.core.run.session import Session, SessionState
 from gpuwatch.protocol import N_MARKS
@@ -27,6 +34,18 @@ def test_the_hold_is_the_rest_of_its_time_and_none_for_an_old_or_future_step() -
     assert hold_new_steps_s(now - int(NEW_STEPS_HOLD_S * S), now) == 0.0
     assert hold_new_steps_s(now - 5 * S, now) == 0.0  # waited long enough (or a backlog)
     assert hold_new_steps_s(now + 10 * MS, now) == 0.0  # another clock: never wait on it
+    assert hold_new_steps_s(now - 30 * MS, now, hold_s=0.05) == pytest.approx(0.02)
+    # Thousands of steps a frame: a frame spared saves little, the wait only adds latency.
+    many = HOLD_MAX_NEW_STEPS + 1
+    assert hold_new_steps_s(now - 30 * MS, now, new_steps=HOLD_MAX_NEW_STEPS) > 0
+    assert hold_new_steps_s(now - 30 * MS, now, new_steps=many) == 0.0
+
+
+def test_dear_frames_wait_less_and_the_dearest_not_at_all() -> None:
+    assert new_steps_hold_s(5.0) == new_steps_hold_s(HOLD_FULL_TICK_MS) == NEW_STEPS_HOLD_S
+    between = (HOLD_FULL_TICK_MS + HOLD_NONE_TICK_MS) / 2
+    assert new_steps_hold_s(between) == pytest.approx(NEW_STEPS_HOLD_S / 2)
+    assert new_steps_hold_s(HOLD_NONE_TICK_MS) == new_steps_hold_s(60.0) == 0.0
 
 
 def _append(session: Session, step: int, end_ns: int) -> None:

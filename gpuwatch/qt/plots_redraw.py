@@ -19,7 +19,9 @@ from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QBoxLayout, QLabel, QSizePolicy, QSplitter, QWidget
 
 from gpuwatch.core.figures.frame import (
+    HOLD_MAX_NEW_STEPS,
     NEW_STEPS_FRAME_S,
+    NEW_STEPS_HOLD_S,
     SCROLL_FRAME_S,
     FramePresenter,
     FrameRevision,
@@ -145,10 +147,20 @@ class PlotsRedraw:
         """Lane occupancy per fine time bin, kept up to date as steps arrive."""
         return self.presenter.bins
 
-    def plots(self, live: bool, lo_s: float, hi_s: float, *, follow: bool) -> bool:
+    def plots(
+        self,
+        live: bool,
+        lo_s: float,
+        hi_s: float,
+        *,
+        follow: bool,
+        hold_s: float = NEW_STEPS_HOLD_S,
+    ) -> bool:
         """Timeline and utilization for ``[lo_s, hi_s]`` (seconds since the origin), drawn
         from the presenter's frame if anything they show changed and the frame is due; the
-        view is moved to that range when ``follow``. Returns whether a frame was drawn.
+        view is moved to that range when ``follow``; while following a live run, new steps
+        wait for more until the oldest of them ended ``hold_s`` ago (``due_in_s`` says when).
+        Returns whether a frame was drawn.
 
         Dense windows come from the presenter's bins (lane occupancy kept per fine time bin
         as steps arrive), so a frame costs the new steps and the visible pixels, not every
@@ -167,7 +179,7 @@ class PlotsRedraw:
         ):
             return False  # no frame can be due yet: not even its revision is worth reading
         if live and follow and drawn is not None:
-            hold = self._hold_s(drawn)
+            hold = self._hold_s(drawn, hold_s)
             if hold > 0:
                 self.due_in_s = hold
                 return False  # more steps are about to come: they share the frame
@@ -206,16 +218,17 @@ class PlotsRedraw:
             settle_before_paint(plot)  # one paint per frame, not one per item that moved
         return True
 
-    def _hold_s(self, drawn: FrameRevision) -> float:
+    def _hold_s(self, drawn: FrameRevision, hold_s: float) -> float:
         """How long the steps that arrived since ``drawn`` wait for more (0: none arrived)."""
         steps = self.session.steps
         new = steps.count - drawn.steps_count
-        if new <= 0 or drawn.t0_ns != self.session.t0_ns:
+        if new <= 0 or new > HOLD_MAX_NEW_STEPS or drawn.t0_ns != self.session.t0_ns:
             return 0.0
-        oldest = steps.snapshot(last=min(new, steps.capacity))
+        oldest = steps.snapshot(last=new)
         if not len(oldest):
             return 0.0
-        return hold_new_steps_s(int(oldest.host[0, -1]), self.clock_ns())
+        end = int(oldest.host[0, -1])
+        return hold_new_steps_s(end, self.clock_ns(), hold_s, new_steps=new)
 
     def headline(self, now_ns: int) -> None:
         """The headline figures over the recent past up to ``now_ns``."""

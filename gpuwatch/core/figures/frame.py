@@ -67,6 +67,17 @@ SCROLL_FRAME_S = 0.2
 #: more often than this share frames. The 150 ms step end → drawn budget keeps the rest for
 #: the frame itself and the event loop.
 NEW_STEPS_HOLD_S = 0.1
+#: A frame whose own work (its redraw tick, without the paint) takes up to this long (ms)
+#: waits the whole hold: with its paint and the event loop, a step is drawn ~120 ms after its
+#: end, inside the 150 ms budget. Dearer frames (dense views at thousands of steps a second,
+#: a loaded machine) wait less, and from ``HOLD_NONE_TICK_MS`` on not at all: there the frame
+#: itself uses the budget, and a frame spared saves less than a dear one adds to the wait.
+HOLD_FULL_TICK_MS = 12.0
+HOLD_NONE_TICK_MS = 20.0
+#: More new steps than this are drawn without waiting: at thousands of steps a second a
+#: frame's cost grows with the steps it brings in, so sparing a frame saves little, and the
+#: wait only adds to an already dear frame's latency (measured: no saving at 10,000 steps/s).
+HOLD_MAX_NEW_STEPS = 250
 
 
 # ---- Inputs -------------------------------------------------------------------------------
@@ -283,15 +294,25 @@ class FrameRevision:
         )
 
 
-def hold_new_steps_s(oldest_new_end_ns: int, now_ns: int) -> float:
-    """How long new steps should wait for more before a frame draws them, the oldest of them
-    having ended at ``oldest_new_end_ns`` (the runner's clock, which on one machine is the
-    window's ``perf_counter_ns``): the rest of ``NEW_STEPS_HOLD_S``, or 0 once it has passed
-    or when the clocks disagree (an end still in the future)."""
+def new_steps_hold_s(tick_ms: float) -> float:
+    """How long new steps may wait for more when a frame's own work takes ``tick_ms``:
+    ``NEW_STEPS_HOLD_S`` up to ``HOLD_FULL_TICK_MS``, down to none at ``HOLD_NONE_TICK_MS``."""
+    share = (HOLD_NONE_TICK_MS - tick_ms) / (HOLD_NONE_TICK_MS - HOLD_FULL_TICK_MS)
+    return NEW_STEPS_HOLD_S * min(1.0, max(0.0, share))
+
+
+def hold_new_steps_s(
+    oldest_new_end_ns: int, now_ns: int, hold_s: float = NEW_STEPS_HOLD_S, *, new_steps: int = 1
+) -> float:
+    """How long ``new_steps`` new steps should still wait for more before a frame draws them,
+    the oldest of them having ended at ``oldest_new_end_ns`` (the runner's clock, which on one
+    machine is the window's ``perf_counter_ns``): the rest of ``hold_s``, or 0 once it has
+    passed, when the clocks disagree (an end still in the future) or when more than
+    ``HOLD_MAX_NEW_STEPS`` steps are waiting."""
     age_s = (now_ns - oldest_new_end_ns) / 1e9
-    if age_s < 0 or age_s >= NEW_STEPS_HOLD_S:
+    if age_s < 0 or age_s >= hold_s or new_steps > HOLD_MAX_NEW_STEPS:
         return 0.0
-    return NEW_STEPS_HOLD_S - age_s
+    return hold_s - age_s
 
 
 def frame_due(
