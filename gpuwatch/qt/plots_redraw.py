@@ -222,9 +222,10 @@ class PlotsRedraw:
         """How long the steps that arrived since ``drawn`` wait for more (0: none arrived)."""
         steps = self.session.steps
         new = steps.count - drawn.steps_count
-        if new <= 0 or new > HOLD_MAX_NEW_STEPS or drawn.t0_ns != self.session.t0_ns:
+        if new <= 0 or drawn.t0_ns != self.session.t0_ns:
             return 0.0
-        oldest = steps.snapshot(last=new)
+        # No more rows than the rule can use: past its cap it does not wait at all.
+        oldest = steps.snapshot(last=min(new, HOLD_MAX_NEW_STEPS + 1))
         if not len(oldest):
             return 0.0
         end = int(oldest.host[0, -1])
