@@ -47,6 +47,20 @@ PLOT_TOP_PX = 800.0  # the utilization's 0 %
 PCT_PX = 2.5
 
 
+#: A frame with new steps at most this often (seconds): the window's pacing.
+FRAME_S = 0.06
+
+
+@dataclass
+class Pacing:
+    """When the last frame was drawn (``time.monotonic``), the step count it drew, and
+    whether frames are being recorded."""
+
+    drawn_at: float = -1.0
+    count: int = -1
+    recording: bool = False
+
+
 @dataclass
 class Parts:
     """CPU seconds of the GUI thread per part of the frames drawn while recording."""
@@ -171,18 +185,18 @@ def measure(rate: float, seconds: float) -> str:
     deadline = time.monotonic() + 60
     while not run.caught_up() and time.monotonic() < deadline:
         spin(0.02)
-    state = {"drawn_at": -1.0, "count": -1, "recording": 0}
+    pacing = Pacing()
 
     def tick() -> None:
         started, now_s = time.thread_time(), time.monotonic()
         count = session.steps.count
-        if count == state["count"] or now_s - state["drawn_at"] < 0.06:
+        if count == pacing.count or now_s - pacing.drawn_at < FRAME_S:
             return
         hi = time.perf_counter_ns()
         if widget.new_frame(hi - 30 * S, hi):
             QCoreApplication.sendPostedEvents()  # its paint, timed inside the frame
-            state["drawn_at"], state["count"] = now_s, count
-            if state["recording"]:
+            pacing.drawn_at, pacing.count = now_s, count
+            if pacing.recording:
                 parts.frames.append(time.thread_time() - started)
 
     timer = QTimer()
@@ -190,12 +204,12 @@ def measure(rate: float, seconds: float) -> str:
     timer.start(33)
     spin(2.0)  # warm up
     parts.presenter = parts.dense = parts.paint = 0.0
-    state["recording"] = 1
+    pacing.recording = True
     proc = psutil.Process()
     cpu0, wall0 = proc.cpu_times(), time.perf_counter()
     spin(seconds)
     cpu1, wall = proc.cpu_times(), time.perf_counter() - wall0
-    state["recording"] = 0
+    pacing.recording = False
     timer.stop()
     run.stop()
     widget.close()

@@ -15,8 +15,8 @@ from gpuwatch.core.figures.frame import (
     HOLD_MAX_NEW_STEPS,
     HOLD_NONE_TICK_MS,
     NEW_STEPS_HOLD_S,
+    hold_for_tick_s,
     hold_new_steps_s,
-    new_steps_hold_s,
 )
 from gpuwatch.core.model.messages import DeviceInfo, Hello
 from gpuwatch.core.run.session import Session, SessionState
@@ -42,10 +42,10 @@ def test_the_hold_is_the_rest_of_its_time_and_none_for_an_old_or_future_step() -
 
 
 def test_dear_frames_wait_less_and_the_dearest_not_at_all() -> None:
-    assert new_steps_hold_s(5.0) == new_steps_hold_s(HOLD_FULL_TICK_MS) == NEW_STEPS_HOLD_S
+    assert hold_for_tick_s(5.0) == hold_for_tick_s(HOLD_FULL_TICK_MS) == NEW_STEPS_HOLD_S
     between = (HOLD_FULL_TICK_MS + HOLD_NONE_TICK_MS) / 2
-    assert new_steps_hold_s(between) == pytest.approx(NEW_STEPS_HOLD_S / 2)
-    assert new_steps_hold_s(HOLD_NONE_TICK_MS) == new_steps_hold_s(60.0) == 0.0
+    assert hold_for_tick_s(between) == pytest.approx(NEW_STEPS_HOLD_S / 2)
+    assert hold_for_tick_s(HOLD_NONE_TICK_MS) == hold_for_tick_s(60.0) == 0.0
 
 
 def _append(session: Session, step: int, end_ns: int) -> None:

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpuwatch.core.figures.frame import new_steps_hold_s
+from gpuwatch.core.figures.frame import hold_for_tick_s
 from gpuwatch.core.files.replay import ReplaySession
 from gpuwatch.core.run.session import ACTIVE_STATES, LaunchSpec, LogLine, SessionState
 from gpuwatch.qt import palette
@@ -443,7 +443,7 @@ class MainWindow(QMainWindow):
         live = self.session.state in ACTIVE_STATES
         now_ns = self._now_ns(live)
         lo_s, hi_s = self.frame.visible_window(now_ns, self.follow, self.window_s)
-        hold_s = new_steps_hold_s(self._tick_cost_ms)
+        hold_s = hold_for_tick_s(self._tick_cost_ms)
         drew = self.frame.plots(live, lo_s, hi_s, follow=self.follow, hold_s=hold_s)
         if drew or not self.follow:
             self.status_line.show_window(lo_s, hi_s, following=self.follow)

@@ -86,7 +86,7 @@ _Levels = tuple[tuple[float, tuple[float, ...]], ...]
 class _Seen:
     """What a layout of the ticks would be computed from now (``TimeAxis._seen``)."""
 
-    base: tuple[object, ...]  # size, span, tick values, style
+    base: tuple[object, ...]  # size, span, style
     levels: _Levels
     edges: tuple[_LevelEdges, ...]
     px_per_unit: float
@@ -101,7 +101,8 @@ class _Layout:
     labels moved by the change of the range's start.
     """
 
-    base: tuple[object, ...]  # size, span, tick values, style
+    base: tuple[object, ...]  # size, span, style
+    levels: _Levels
     edges: tuple[_LevelEdges, ...]
     text_levels: int  # levels up to the last one with a label drawn
     lo: float  # where the range started
@@ -115,7 +116,9 @@ class _Layout:
         them stopped for crowding, which the levels below decide, unless all of its labels
         were dropped at the ends (then its ticks are all near one).
         """
-        if seen.base != self.base or len(seen.edges) != len(self.edges):
+        if (seen.base, seen.levels) != (self.base, self.levels):
+            return False
+        if len(seen.edges) != len(self.edges):
             return False
         for i, (now, then) in enumerate(zip(seen.edges, self.edges, strict=True)):
             if now.inside != then.inside:
@@ -133,7 +136,7 @@ class TimeAxis(pg.AxisItem):
 
     A frame asks only which tick values the range shows (each level's first tick and count:
     a little arithmetic) and which ticks and labels its ends leave out; the full layout
-    (``generateDrawSpecs``: every tick and label placed and measured, ~1.5 ms) runs only when
+    (``generateDrawSpecs``: every tick and label placed and measured) runs only when
     one of those, the span, the size or the style changes, and it records text anew only
     when a tick or label appears or leaves, or the move is not a whole number of pixels.
     """
@@ -184,6 +187,7 @@ class TimeAxis(pg.AxisItem):
             if seen is None
             else _Layout(
                 seen.base,
+                seen.levels,
                 seen.edges,
                 _text_levels(self, texts, seen.levels),
                 self.range[0],
@@ -226,13 +230,13 @@ class TimeAxis(pg.AxisItem):
             self.grid,
         )
         # A span that differs in its last bits (the range's ends are sums) is the same span.
-        base = (bounds.width(), bounds.height(), length, f"{span:.12g}", levels, style, pens)
+        base = (bounds.width(), bounds.height(), length, f"{span:.12g}", style, pens)
         return _Seen(base, levels, edges, bounds.width() / span)
 
     def _tick_values(self, lo: float, hi: float, length: float) -> _Levels | None:
-        """``tickValues`` (which filters each level against the others: ~0.15 ms here),
-        computed only when a level's first tick or tick count changes: each level's ticks are
-        found by the arithmetic of ``AxisItem.tickValues``, done here for its two numbers."""
+        """``tickValues`` (which filters each level against the others in Python), computed
+        only when a level's first tick or tick count changes: each level's ticks are found by
+        the arithmetic of ``AxisItem.tickValues``, done here for its two numbers."""
         if self.logMode:
             return None
         low, high = sorted((lo * self.scale, hi * self.scale))

@@ -38,11 +38,10 @@ from gpuwatch.core.figures.gap_causes import (
 )
 from gpuwatch.core.figures.sample_busy import SampleBusy
 from gpuwatch.core.figures.timeline_bins import (
-    DEVICE_MARK_WAIT_NS,
     Columns,
     TimelineBins,
     columns_of,
-    first_open_ns,
+    steps_final_before_ns,
 )
 from gpuwatch.core.model.messages import ConfigChange
 from gpuwatch.core.model.metrics import NVML_GPU_UTIL, PROC_CPU
@@ -63,20 +62,19 @@ NEW_STEPS_FRAME_S = 0.06
 SCROLL_FRAME_S = 0.2
 #: While a live run is followed, new steps wait until the oldest of them ended this long ago
 #: (seconds), so that steps ending close together share one frame: a run's batches (one
-#: every ~50 ms) are drawn about ten times a second instead of fifteen, and steps that come
-#: more often than this share frames. The 150 ms step end → drawn budget keeps the rest for
-#: the frame itself and the event loop.
+#: every ~50 ms) are drawn two to a frame. The 150 ms step end → drawn budget keeps the rest
+#: for the frame itself and the event loop.
 NEW_STEPS_HOLD_S = 0.1
 #: A frame whose own work (its redraw tick, without the paint) takes up to this long (ms)
-#: waits the whole hold: with its paint and the event loop, a step is drawn ~120 ms after its
-#: end, inside the 150 ms budget. Dearer frames (dense views at thousands of steps a second,
+#: waits the whole hold: with its paint and the event loop, a step is still drawn inside the
+#: 150 ms budget. Dearer frames (dense views at thousands of steps a second,
 #: a loaded machine) wait less, and from ``HOLD_NONE_TICK_MS`` on not at all: there the frame
 #: itself uses the budget, and a frame spared saves less than a dear one adds to the wait.
 HOLD_FULL_TICK_MS = 12.0
 HOLD_NONE_TICK_MS = 20.0
 #: More new steps than this are drawn without waiting: at thousands of steps a second a
 #: frame's cost grows with the steps it brings in, so sparing a frame saves little, and the
-#: wait only adds to an already dear frame's latency (measured: no saving at 10,000 steps/s).
+#: wait only adds to an already dear frame's latency (docs/performance.md §7.4).
 HOLD_MAX_NEW_STEPS = 250
 
 
@@ -294,7 +292,7 @@ class FrameRevision:
         )
 
 
-def new_steps_hold_s(tick_ms: float) -> float:
+def hold_for_tick_s(tick_ms: float) -> float:
     """How long new steps may wait for more when a frame's own work takes ``tick_ms``:
     ``NEW_STEPS_HOLD_S`` up to ``HOLD_FULL_TICK_MS``, down to none at ``HOLD_NONE_TICK_MS``."""
     share = (HOLD_NONE_TICK_MS - tick_ms) / (HOLD_NONE_TICK_MS - HOLD_FULL_TICK_MS)
@@ -501,30 +499,6 @@ class FramePresenter:
     def __init__(self) -> None:
         self.bins = TimelineBins()
         self.sample_busy = SampleBusy()
-        #: Everything before this is final, for the run and step count it was found at.
-        self._final: tuple[tuple[int, int], int, int] | None = None
-
-    def _final_before(self, run: RunData, final: bool) -> int:
-        """Everything before this time is final (no arriving data changes it): found from
-        the newest steps, never moving back while the same store only grows."""
-        steps = run.steps
-        key = (run.t0_ns, id(steps))
-        known = self._final
-        if known is not None and (known[0] != key or steps.count < known[1]):
-            known = None  # another run, or a replay's seek rebuilt the store
-        newest = steps.snapshot(last=1)
-        if final and len(newest):
-            found = int(newest.host[-1, -1]) + 1
-        elif len(newest):
-            recent = steps.snapshot(since_ns=int(newest.host[-1, -1]) - DEVICE_MARK_WAIT_NS)
-            opened = first_open_ns(recent)
-            found = opened if opened is not None else int(newest.host[-1, 0])
-        else:
-            found = known[2] if known is not None else 0
-        if known is not None:
-            found = max(found, known[2])
-        self._final = (key, steps.count, found)
-        return found
 
     def revision(
         self, run: RunData, lo_ns: int, hi_ns: int, width_px: float
@@ -582,7 +556,7 @@ class FramePresenter:
             int(((newest.host[:, -1] >= lo_ns) & (newest.host[:, 0] <= hi_ns)).sum()), width_px
         )
         if clearly_sparse:
-            final_before = self._final_before(run, final)
+            final_before = steps_final_before_ns(steps, final=final)
             cols = None
         else:
             self.bins.update(

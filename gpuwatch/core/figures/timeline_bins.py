@@ -283,6 +283,19 @@ def first_open_ns(view: StepsView, *, complete: bool = False) -> int | None:
     return int(host_start[-1])
 
 
+def steps_final_before_ns(store: StepStore, *, final: bool) -> int:
+    """Everything before this time is final, read from the newest steps (``first_open_ns``),
+    without bins: for a view drawn span by span. ``final``: nothing more comes."""
+    newest = store.snapshot(last=1)
+    if not len(newest):
+        return 0
+    end = int(newest.host[-1, -1])
+    if final:
+        return end + 1
+    opened = first_open_ns(store.snapshot(since_ns=end - DEVICE_MARK_WAIT_NS))
+    return opened if opened is not None else int(newest.host[-1, 0])
+
+
 def occupancy_between(
     view: StepsView, changes: Sequence[ConfigChange], edges: np.ndarray
 ) -> np.ndarray:
