@@ -28,6 +28,38 @@ PROTOCOL_VERSION = 1
 AUTHKEY_STDIN_FLAG = "--authkey-stdin"
 #: Environment variable that carries the hex authkey to a runner started by hand.
 AUTHKEY_ENV = "GPUWATCH_AUTHKEY"
+#: Runner option: read the hex authkey from this file (a rank started by torchrun: its stdin is
+#: the launcher's, which is the null device by then). The file is in the run's private folder
+#: (0700 on POSIX, the user's temp folder on Windows) and readable by its owner only.
+AUTHKEY_FILE_FLAG = "--authkey-file"
+#: Runner option: this process is one rank of a distributed job; its identity comes from the
+#: environment torchrun gives every rank (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``).
+AS_RANK_FLAG = "--as-rank"
+#: Modules that start ranks (``python -m torch.distributed.run``, what ``torchrun`` runs): the
+#: runner instruments the ranks they start instead of the launcher itself.
+TORCHRUN_MODULES: tuple[str, ...] = ("torch.distributed.run",)
+#: ``hello.role`` of the process that starts ranks but trains nothing (``TORCHRUN_MODULES``);
+#: every other runner trains (no ``role``, or ``"rank"`` with ``hello.rank``).
+ROLE_LAUNCHER = "launcher"
+ROLE_RANK = "rank"
+
+
+def boot_code(root: str) -> str:
+    """``python -c`` source that runs ``gpuwatch.runner`` from the folder ``root``.
+
+    The script a runner watches must see the environment and ``sys.path`` of a plain
+    ``python SCRIPT`` (docs/design.md, Lifecycle), so nothing goes on ``PYTHONPATH``: the
+    boot puts ``root`` in front of ``sys.path`` to import our ``gpuwatch`` package, and for
+    a script the runner moves it to the end before anything else is imported
+    (``gpuwatch.runner.script_environment.settle_source_root``). A built-in workload keeps it
+    in front, so its forkserver/spawn workers import the same ``gpuwatch`` as the runner.
+    Both sides build it: the GUI for the runner, a launcher runner for the ranks it starts.
+    """
+    return (
+        f"import sys; sys.path.insert(0, {root!r}); "
+        f"from gpuwatch.runner.cli import main; sys.exit(main(source_root={root!r}))"
+    )
+
 
 #: ``error`` type of a training Python that cannot import torch: the GUI says "could not be
 #: run" (as for a missing script), not "the script raised".

@@ -1,6 +1,6 @@
 """What a watched script sees of its process: the ``sys.path`` and environment of a plain run.
 
-gpuwatch's launcher (``gpuwatch.core.run.launcher.boot_code``) starts the runner as ``python -c
+gpuwatch's launcher (``gpuwatch.protocol.boot_code``) starts the runner as ``python -c
 BOOT`` with nothing of its own in the environment but the link's key, which the runner removes
 before the script starts. The runner finds its own code through one ``sys.path`` entry that
 ``BOOT`` inserts in front to import the ``gpuwatch`` package; for a script,

@@ -110,20 +110,8 @@ def default_python() -> str:
     return sys.executable
 
 
-def boot_code(root: str) -> str:
-    """``python -c`` source that runs ``gpuwatch.runner`` from the folder ``root``.
-
-    The script a runner watches must see the environment and ``sys.path`` of a plain
-    ``python SCRIPT`` (docs/design.md, Lifecycle), so nothing goes on ``PYTHONPATH``: the
-    boot puts ``root`` in front of ``sys.path`` to import our ``gpuwatch`` package, and for
-    a script the runner moves it to the end before anything else is imported
-    (``gpuwatch.runner.script_environment.settle_source_root``). A built-in workload keeps it
-    in front, so its forkserver/spawn workers import the same ``gpuwatch`` as the runner.
-    """
-    return (
-        f"import sys; sys.path.insert(0, {root!r}); "
-        f"from gpuwatch.runner.cli import main; sys.exit(main(source_root={root!r}))"
-    )
+#: ``python -c`` source that runs ``gpuwatch.runner`` from a folder (``protocol.boot_code``).
+boot_code = protocol.boot_code
 
 
 def runner_command(
