@@ -1,6 +1,6 @@
 """``python -m gpuwatch.runner``: the training process the GUI starts (docs/design.md, "Lifecycle").
 
-The GUI starts it as ``python -c BOOT`` (``gpuwatch.core.run.launcher.boot_code``) so that nothing
+The GUI starts it as ``python -c BOOT`` (``gpuwatch.protocol.boot_code``) so that nothing
 of gpuwatch's goes into the environment a watched script sees (``script_environment``); ``-m``
 works too wherever the ``gpuwatch`` package is importable.
 
@@ -26,14 +26,22 @@ import os
 import re
 from collections.abc import Sequence
 
-from gpuwatch.protocol import AUTHKEY_ENV, AUTHKEY_STDIN_FLAG
+from gpuwatch.protocol import (
+    AS_RANK_FLAG,
+    AUTHKEY_ENV,
+    AUTHKEY_FILE_FLAG,
+    AUTHKEY_STDIN_FLAG,
+    TORCHRUN_MODULES,
+)
 from gpuwatch.runner.link import (
     Link,
     LinkError,
     interrupt_on_break,
     read_authkey,
+    read_authkey_file,
     read_authkey_stdin,
 )
+from gpuwatch.runner.ranks import RankIdentity
 from gpuwatch.runner.script_environment import configure_stdio, settle_source_root
 from gpuwatch.runner.workloads import WORKLOAD_NAMES
 
@@ -94,11 +102,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="run this module as python -m NAME would, instead of a workload; its arguments "
         "follow a --",
     )
-    parser.add_argument(
+    key = parser.add_mutually_exclusive_group()
+    key.add_argument(
         AUTHKEY_STDIN_FLAG,
         action="store_true",
         help="read the link's hex key from the first line of stdin (how "
         f"gpuwatch starts the runner) instead of ${AUTHKEY_ENV}",
+    )
+    key.add_argument(
+        AUTHKEY_FILE_FLAG,
+        metavar="PATH",
+        default=None,
+        help="read the link's hex key from this file (how a launcher runner starts its ranks)",
+    )
+    parser.add_argument(
+        AS_RANK_FLAG,
+        action="store_true",
+        help="this process is one rank of a torchrun job (RANK, LOCAL_RANK and WORLD_SIZE "
+        "in the environment): hello says which",
     )
     parser.add_argument(
         "--device",
@@ -154,8 +175,19 @@ def main(argv: Sequence[str] | None = None, *, source_root: str | None = None) -
     interrupt_on_break()  # Windows: a stop's CTRL_BREAK_EVENT ends the run as Ctrl-C does
     from gpuwatch.runner.session import say
 
+    rank: RankIdentity | None = None
+    if args.as_rank:
+        try:
+            rank = RankIdentity.from_environ(os.environ)
+        except ValueError as exc:
+            parser.error(str(exc))
     try:
-        key = read_authkey_stdin() if args.authkey_stdin else read_authkey(os.environ)
+        if args.authkey_stdin:
+            key = read_authkey_stdin()
+        elif args.authkey_file:
+            key = read_authkey_file(args.authkey_file)
+        else:
+            key = read_authkey(os.environ)
         link = Link.connect(args.connect, key)
     except LinkError as exc:
         say(str(exc))
@@ -168,7 +200,9 @@ def main(argv: Sequence[str] | None = None, *, source_root: str | None = None) -
             # its children lose it, but this process's /proc/self/environ keeps it (only the
             # same user can read that). gpuwatch passes the key on stdin instead.
             os.environ.pop(AUTHKEY_ENV, None)
-            return _run_user_code(link, args, script_args)
+            if args.module in TORCHRUN_MODULES and rank is None:
+                return _run_torchrun(link, args, script_args, key, source_root)
+            return _run_user_code(link, args, script_args, rank)
         return run(
             link,
             workload_name=args.workload or "vision",
@@ -181,11 +215,48 @@ def main(argv: Sequence[str] | None = None, *, source_root: str | None = None) -
         return EXIT_INTERRUPTED
 
 
-def _run_user_code(link: Link, args: argparse.Namespace, script_args: list[str]) -> int:
-    """The user's script or module, watched (``script_session``)."""
+def _run_user_code(
+    link: Link, args: argparse.Namespace, script_args: list[str], rank: RankIdentity | None
+) -> int:
+    """The user's script or module, watched (``script_session``); ``rank`` when it is one
+    rank of a torchrun job."""
     from gpuwatch.runner.script_session import RunPlace, run_module, run_script
 
-    place = RunPlace(args.device, args.max_steps, args.private_dir)
+    place = RunPlace(args.device, args.max_steps, args.private_dir, rank)
     if args.module is not None:
         return run_module(link, name=args.module, args=script_args, place=place)
     return run_script(link, path=args.script, args=script_args, place=place)
+
+
+def _run_torchrun(
+    link: Link,
+    args: argparse.Namespace,
+    torchrun_args: list[str],
+    key: bytes,
+    source_root: str | None,
+) -> int:
+    """torchrun in this process, every rank it starts watched (``torchrun_launcher``)."""
+    from gpuwatch.runner.torchrun_launcher import LauncherPlace, run_torchrun
+
+    if args.device.startswith("cuda:"):
+        link.send(
+            "error",
+            type="UsageError",
+            message=f"--device {args.device} with torchrun: every rank chooses its own GPU "
+            "(usually cuda:LOCAL_RANK); give --device cuda, cpu or auto",
+            traceback="",
+        )
+        link.send("bye", reason="error", code=2, steps=0, cuda_used=False, instrumentation="auto")
+        link.finished()
+        link.close()
+        return 2
+    root = source_root or os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    place = LauncherPlace(
+        address=args.connect,
+        key=key,
+        root=root,
+        device_spec=args.device,
+        max_steps=args.max_steps,
+        private_dir=args.private_dir,
+    )
+    return run_torchrun(link, args.module, torchrun_args, place)

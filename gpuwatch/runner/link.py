@@ -91,6 +91,28 @@ def read_authkey_stdin() -> bytes:
     return _parse_key(line, "the key on stdin")
 
 
+def read_authkey_file(path: str) -> bytes:
+    """The hex authkey from a file (a rank: ``protocol.AUTHKEY_FILE_FLAG``). The launcher
+    runner wrote it into the run's private folder, which gpuwatch removes when the run ends."""
+    try:
+        with open(path, encoding="ascii") as file:
+            line = file.readline(_KEY_LINE_MAX)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LinkError(f"cannot read the link's key from {path}: {exc}") from None
+    return _parse_key(line, f"the key in {path}")
+
+
+def write_authkey_file(folder: str, key: bytes) -> str:
+    """Write ``key`` (hex) where the ranks a launcher starts read it, readable by its owner
+    only; returns the file's path. It never replaces a file: a second launcher in the same
+    folder is a mistake to report, not a key to overwrite."""
+    path = os.path.join(folder, "ranks.key")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as file:
+        file.write(key.hex() + "\n")
+    return path
+
+
 def _parse_key(value: str, where: str) -> bytes:
     try:
         key = bytes.fromhex(value.strip())

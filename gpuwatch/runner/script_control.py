@@ -66,6 +66,9 @@ class ScriptControl:
         self.stop_grace_s = stop_grace_s
         #: "stopped", "max_steps" or "link_closed" once the script is to stop.
         self.stop_reason: str | None = None
+        #: A stop for a step count (a rank of a distributed job: every rank stops after the
+        #: same step, so none is left waiting in a collective for the others).
+        self.stop_at: int | None = None
         self.paused = False
         #: True once the script was interrupted where it was (no step boundary in time).
         self.interrupted = False
@@ -114,6 +117,8 @@ class ScriptControl:
     def _at_boundary(self, next_step: int) -> None:
         if self.stop_reason is None and self.max_steps is not None and next_step >= self.max_steps:
             self.stop_reason = "max_steps"
+        if self.stop_reason is None and self.stop_at is not None and next_step >= self.stop_at:
+            self.stop_reason = "stopped"
         while True:
             if self.stop_reason is not None:
                 with self._lock:
@@ -169,14 +174,23 @@ class ScriptControl:
                     return
                 continue
             if message["kind"] == "stop":
-                self._request_stop("stopped", grace_s(message, self.stop_grace_s))
+                at_step = message.get("at_step")
+                grace = grace_s(message, self.stop_grace_s)
+                if isinstance(at_step, int) and not isinstance(at_step, bool):
+                    self.stop_at = at_step
+                    self._arm_interrupt(grace)
+                else:
+                    self._request_stop("stopped", grace)
             else:
                 self._inbox.put(message)
 
     def _request_stop(self, reason: str, grace: float | None = None) -> None:
         if self.stop_reason is None:
             self.stop_reason = reason
-        grace = self.stop_grace_s if grace is None else grace
+        self._arm_interrupt(self.stop_grace_s if grace is None else grace)
+
+    def _arm_interrupt(self, grace: float) -> None:
+        """Interrupt the script where it is unless it stopped at a boundary within ``grace``."""
         timer = threading.Timer(grace, self._interrupt, args=(grace,))
         timer.daemon = True
         timer.start()
@@ -186,6 +200,8 @@ class ScriptControl:
             if self._running and not self._stop_raised:
                 self._stop_raised = True
                 self.interrupted = True
+                if self.stop_reason is None:  # a stop for a step count the script never reached
+                    self.stop_reason = "stopped"
                 self.link.log(
                     "warning",
                     f"the script reached no step boundary within "

@@ -32,8 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.protocol import PROTOCOL_VERSION, TORCH_MISSING
+from gpuwatch.protocol import PROTOCOL_VERSION, ROLE_RANK, TORCH_MISSING
 from gpuwatch.runner.link import Link
+from gpuwatch.runner.ranks import RankIdentity
 from gpuwatch.runner.script_environment import (
     ModuleNotFound,
     enter_module,
@@ -109,6 +110,8 @@ class RunPlace:
     device_spec: str
     max_steps: int | None = None
     private_dir: str | None = None
+    #: Which rank of a torchrun job this is (``--as-rank``), None for a single process.
+    rank: RankIdentity | None = None
 
 
 def run_script(link: Link, *, path: str, args: Sequence[str], place: RunPlace) -> int:
@@ -228,6 +231,7 @@ def _watch(
             "cwd": os.getcwd(),
             **({"module": target.module} if target.module else {}),
         },
+        **({"role": ROLE_RANK, "rank": place.rank.fields()} if place.rank else {}),
     )
     watch = ScriptInstruments.build(link, torch, device, backend, max_steps=place.max_steps)
     knobs, control, recorder = watch.knobs, watch.control, watch.recorder
