@@ -140,6 +140,33 @@ class KnobSpec:
 
 
 @dataclass(frozen=True)
+class RankInfo:
+    """``hello.rank``: which rank of a distributed job a runner is (torchrun's numbering)."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    node_rank: int = 0
+    node: str = ""
+
+    @classmethod
+    def from_message(cls, value: Any) -> RankInfo | None:
+        """None when ``value`` is not a rank (a single-process runner sends none)."""
+        if not isinstance(value, dict):
+            return None
+        rank, local, world = (_int(value.get(k)) for k in ("rank", "local_rank", "world_size"))
+        if rank is None or local is None or world is None or not 0 <= rank < world:
+            return None
+        return cls(
+            rank=rank,
+            local_rank=local,
+            world_size=world,
+            node_rank=_int(value.get("node_rank")) or 0,
+            node=_text(value.get("node")) or "",
+        )
+
+
+@dataclass(frozen=True)
 class Hello:
     """The runner's ``hello``: who trains what, where, with which knobs (``gpuwatch.protocol``).
 
@@ -163,6 +190,11 @@ class Hello:
     #: A watched script's ``{"path", "args", "cwd"}`` (and ``"module"``, its name, for ``-m``),
     #: or None for a built-in workload.
     script: dict[str, Any] | None = None
+    #: ``launcher`` for a process that starts ranks and trains nothing (torchrun), ``rank``
+    #: for one of the ranks it starts, None for a single training process.
+    role: str | None = None
+    #: Which rank this runner is (``role`` ``rank``).
+    rank: RankInfo | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -194,6 +226,8 @@ class Hello:
             os=_text(message.get("os")),
             batch_size=_int(message.get("batch_size")),
             script=dict(script) if isinstance(script, dict) else None,
+            role=_text(message.get("role")),
+            rank=RankInfo.from_message(message.get("rank")),
             raw=dict(message),
         )
 

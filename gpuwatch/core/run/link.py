@@ -63,7 +63,9 @@ def link_address(platform: str, private_dir: Path, token: str) -> tuple[str, str
 
 
 class LinkListener:
-    """Listens for exactly one runner; closes the listening endpoint once it is connected.
+    """Listens for one runner and closes the listening endpoint once it is connected; with
+    ``many`` it goes on accepting authenticated peers (the ranks a torchrun runner starts)
+    until ``close()``.
 
     On POSIX every connection gets its own challenge thread with a deadline on the *whole*
     challenge (a timer shuts its socket down), so neither a peer that connects and says
@@ -74,9 +76,15 @@ class LinkListener:
     """
 
     def __init__(
-        self, private_dir: Path, authkey: bytes, *, handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+        self,
+        private_dir: Path,
+        authkey: bytes,
+        *,
+        handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
+        many: bool = False,
     ) -> None:
         self.authkey = authkey
+        self.many = many
         self.handshake_timeout_s = handshake_timeout_s
         self.address, self.family = link_address(sys.platform, private_dir, secrets.token_hex(12))
         self._pipe = self.family == "AF_PIPE"
@@ -129,6 +137,8 @@ class LinkListener:
             if self._pipe:  # the listener ran the challenge already
                 self._slots.release()
                 self._won(conn)
+                if self.many:
+                    continue
                 return
             threading.Thread(
                 target=self._challenge, args=(conn,), daemon=True, name="gpuwatch-link-challenge"
@@ -164,10 +174,14 @@ class LinkListener:
         self._won(conn)
 
     def _won(self, conn: Connection) -> None:
-        """The first authenticated peer is the runner: hand it out, stop listening."""
+        """The first authenticated peer is the runner: hand it out, stop listening (unless
+        ``many``: then every authenticated peer is handed out in turn)."""
         with self._lock:
             if self._closed:
                 conn.close()
+                return
+            if self.many:
+                self._accepted.put(conn)
                 return
             self._closed = True
         self._wake_accept()

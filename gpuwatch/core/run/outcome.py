@@ -148,6 +148,8 @@ def describe(facts: RunFacts) -> Outcome:
         return Outcome(f"{name} could not be run: {_message(facts)}", "error", code)
     if facts.error_type == "SyntaxError":
         return Outcome(f"{name} has a syntax error: {_message(facts)}", "error", EXIT_ERROR)
+    if facts.error_type == "RankFailed":  # torchrun's report, with the rank and its step
+        return Outcome(f"{name} failed: {_message(facts)}", "error", EXIT_ERROR)
     if facts.error_type == "MissingMainGuard":  # the runner's message says it all, with the fix
         return Outcome(_message(facts), "error", EXIT_ERROR)
     if facts.error_type is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import re
 import signal
@@ -27,6 +28,7 @@ from gpuwatch.core.model.log_buffer import LogBuffer, LogLine
 from gpuwatch.core.model.messages import ACTIVE_STATES, SessionState, StateChanged
 from gpuwatch.core.model.store import DEFAULT_STEP_CAPACITY
 from gpuwatch.core.run import launcher, link
+from gpuwatch.core.run.rank_links import RankRun, RankRuns
 from gpuwatch.core.run.run_model import ModelAccess, RunModel
 from gpuwatch.core.run.samplers import (
     NvmlSampler,
@@ -64,6 +66,10 @@ CLOCK_TICK_S = 0.1
 STOP_GRACE_STEPS = 2.0
 STOP_GRACE_MIN_S = 2.0
 STOP_GRACE_MAX_S = 60.0
+#: The ranks of a torchrun run stop after the same step: at least this many steps, and this
+#: much training time, beyond the newest step any rank has sent.
+STOP_LEAD_MIN_STEPS = 2
+STOP_LEAD_S = 0.5
 
 
 #: ``listener(message, t_ns)``: every valid runner message (and the GUI side's own log lines as
@@ -110,6 +116,11 @@ class LaunchSpec:
         if self.module:
             return self.module
         return Path(self.script).name if self.script else self.workload
+
+    @property
+    def ranked(self) -> bool:
+        """Whether the run starts ranks (torchrun): each rank then opens a link of its own."""
+        return self.module in protocol.TORCHRUN_MODULES
 
     @property
     def user_code(self) -> bool:
@@ -186,6 +197,10 @@ class Session(ModelAccess):
         self._proc = None
         self._listener: link.LinkListener | None = None
         self._link: link.Link | None = None
+        self._step_capacity = step_capacity
+        #: The ranks of a torchrun run (``LaunchSpec.ranked``), None otherwise.
+        self._ranks: RankRuns | None = None
+        self._knobs_said = False  # ranked runs: "no knobs across ranks yet" said once
         self._private_dir: Path | None = None
         self._threads: list[threading.Thread] = []
         self._link_thread: threading.Thread | None = None
@@ -391,6 +406,8 @@ class Session(ModelAccess):
         self.stopped_after_s = None
         self._hello_at = None
         self._link = None
+        self._ranks = None
+        self._knobs_said = False
         self._stop_requested.clear()
         self._stop_done.clear()
         self._ended.clear()
@@ -400,7 +417,15 @@ class Session(ModelAccess):
         python = spec.python or launcher.default_python()
         self._private_dir = link.private_dir()
         authkey = link.new_authkey()
-        self._listener = link.LinkListener(self._private_dir, authkey)
+        self._listener = link.LinkListener(self._private_dir, authkey, many=spec.ranked)
+        if spec.ranked:
+            self._ranks = RankRuns(
+                self._listener,
+                primary=self._from_rank0,
+                log_line=self._model_log_line,
+                spawn_thread=self._spawn_thread,
+                step_capacity=self._step_capacity,
+            )
         extra = ["--max-steps", str(spec.max_steps)] if spec.max_steps else []
         extra += ["--private-dir", str(self._private_dir)]
         root = launcher.runner_pythonpath(python, self._private_dir)
@@ -455,6 +480,8 @@ class Session(ModelAccess):
         if conn is None:
             return
         self._link = lnk = link.Link(conn)
+        if self._ranks is not None:  # the runner is torchrun: the ranks connect after it
+            self._ranks.start()
         while True:
             try:
                 message = lnk.recv()
@@ -485,6 +512,8 @@ class Session(ModelAccess):
         except Exception as exc:
             self.model.unusable(message["kind"], exc)
             return
+        if message["kind"] == "hello" and message.get("role") == protocol.ROLE_LAUNCHER:
+            return  # rank 0's hello is the run's, in a recording too
         self._notify(message)
 
     def _notify(self, message: dict[str, Any]) -> None:
@@ -516,6 +545,8 @@ class Session(ModelAccess):
                 f"in the training environment"
             )
             return
+        if kind == "error" and message.get("type") == "RankFailed":
+            message = {**message, "message": self._rank_failure(message)}
         hello = self.model.hello
         device_pending = hello is not None and hello.device.pending
         self.model.fold(message)
@@ -538,12 +569,73 @@ class Session(ModelAccess):
         if connected:
             self._state_changed()
         hello = self.model.hello
-        if not self._sample_coarse or hello is None:
-            return
+        if not self._sample_coarse or hello is None or hello.role == protocol.ROLE_LAUNCHER:
+            return  # torchrun trains nothing: its ranks' hellos name the devices
         if hello.device.kind != "cuda":
             nvml_unavailable_statuses(self.coarse, "the runner trains on the CPU")
         elif not hello.device.pending:  # a script's device is named at its first step
             self._sample_device()
+
+    def ranks(self) -> list[RankRun]:
+        """The ranks of a torchrun run heard from so far, by rank (none for one process)."""
+        return [] if self._ranks is None else self._ranks.runs()
+
+    def _from_rank0(self, message: dict[str, Any]) -> None:
+        """Rank 0's messages draw the run. Its error and bye stay its own (torchrun's say how
+        the run ended); knobs are not offered, since a change must reach every rank at the
+        same step, which no message does yet."""
+        kind = message["kind"]
+        if kind in ("error", "bye"):
+            return
+        if kind == "knobs":
+            if not self._knobs_said:
+                self._knobs_said = True
+                self._info(
+                    "knobs are not offered for a run of many ranks: a change would have to "
+                    "reach every rank at the same step"
+                )
+            return
+        self._dispatch(message)
+
+    def _stop_ranks(self, grace: float) -> float:
+        """Ask every rank to stop after the same step, a little ahead of the newest any has
+        sent (steps arrive in batches, so a rank may be further on than it said): a rank
+        that stopped alone would leave the others waiting for it in a collective. Returns the
+        grace that includes the lead, for torchrun and the stop's own patience."""
+        ranks = self._ranks
+        if ranks is None:
+            return grace
+        typical = self.typical_step_s() or STOP_GRACE_MIN_S
+        lead = max(STOP_LEAD_MIN_STEPS, math.ceil(STOP_LEAD_S / typical))
+        newest = max((run.model.steps.count for run in ranks.runs()), default=0)
+        grace += lead * typical
+        ranks.send_all("stop", grace_s=grace, at_step=newest + lead)
+        return grace
+
+    def _rank_failure(self, message: dict[str, Any]) -> str:
+        """torchrun's failed rank, with the step it had reached (its own model knows)."""
+        text = str(message.get("message") or "a rank failed")
+        rank = message.get("rank")
+        run = self._ranks.get(rank) if self._ranks is not None and isinstance(rank, int) else None
+        if run is not None:
+            first, sep, rest = text.partition(" (")
+            text = f"{first} after {_count(run.model.steps.count, 'step')}{sep}{rest}"
+        return f"{text}; torchrun stopped the other ranks"
+
+    def _end_ranks(self) -> None:
+        """Close the ranks' links and end any rank process still alive (one torchrun lost
+        track of): nothing of a rank's tree outlives the run."""
+        ranks = self._ranks
+        if ranks is None:
+            return
+        ranks.close()
+        survivors = ranks.end_survivors()
+        if survivors:
+            self._log_line(
+                "info",
+                "gpuwatch",
+                f"{survivors} rank process(es) outlived torchrun: gpuwatch ended them",
+            )
 
     def _sample_device(self) -> None:
         """Sample NVML for the CUDA device hello names (matched by UUID or PCI bus id)."""
@@ -590,6 +682,8 @@ class Session(ModelAccess):
         for t in (self._link_thread, self._output_thread):
             if t is not None:
                 t.join(LINK_DRAIN_S)
+        if self._ranks is not None:
+            self._end_ranks()
         self._finish(code)
 
     def _run_clock(self, spec: LaunchSpec) -> None:
@@ -631,6 +725,8 @@ class Session(ModelAccess):
             if proc is None:
                 return
             grace = stop_grace_s(self.typical_step_s())
+            if self._ranks is not None:
+                grace = self._stop_ranks(grace)
             asked = self._link is not None and self._link.send("stop", grace_s=grace)
             polite = grace + POLITE_STOP_S if asked else 0.0  # no link: nobody to ask
             self._ended_leftovers(
@@ -752,6 +848,10 @@ _PROFILER_NOISE = re.compile(
     r"^(USDT:.*\] profiler_(start|stop)$"
     r"|ERROR:.*gpuGetDeviceCount failed with code 35$)"
 )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def is_profiler_noise(line: str) -> bool:

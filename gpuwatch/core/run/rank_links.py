@@ -1,0 +1,195 @@
+"""The ranks of a torchrun job: each rank's own authenticated link and its own ``RunModel``.
+
+A ranked run (``gpuwatch run -m torch.distributed.run ...``) starts one runner, the launcher,
+which trains nothing; torchrun then starts the ranks, and each opens a link of its own to the
+same listener with the same key (``LinkListener(many=True)``). Every rank's messages fold into
+that rank's model, so its steps, input wait and errors are its own; rank 0's also reach the
+Session (``primary``), which draws the run from them. A rank's clock is ``perf_counter_ns`` of
+its own process: one clock per machine (``CLOCK_MONOTONIC``, ``QueryPerformanceCounter``), so
+the ranks of one node share the time axis.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from gpuwatch import protocol
+from gpuwatch.core.model.messages import RankInfo
+from gpuwatch.core.model.store import DEFAULT_STEP_CAPACITY
+from gpuwatch.core.run import link
+from gpuwatch.core.run.run_model import LogSink, RunModel
+
+log = logging.getLogger(__name__)
+
+#: Rank 0's messages, handed to the Session as they arrive (on that rank's link thread).
+Primary = Callable[[dict[str, Any]], None]
+#: Starts a named daemon thread the Session keeps (and guards) with its others.
+SpawnThread = Callable[[str, Callable[[], None]], threading.Thread]
+
+
+@dataclass
+class RankRun:
+    """One rank: who it is, what it sent (``model``), and its process while it lives."""
+
+    info: RankInfo
+    model: RunModel
+    pid: int | None
+    process: psutil.Process | None = field(default=None, repr=False)
+    connected: bool = True
+
+
+class RankRuns:
+    """Accepts the ranks' links and keeps a ``RankRun`` per rank (thread-safe reads)."""
+
+    def __init__(
+        self,
+        listener: link.LinkListener,
+        *,
+        primary: Primary,
+        log_line: LogSink,
+        spawn_thread: SpawnThread,
+        step_capacity: int = DEFAULT_STEP_CAPACITY,
+    ) -> None:
+        self._listener = listener
+        self._primary = primary
+        self._log_line = log_line
+        self._spawn_thread = spawn_thread
+        self._step_capacity = step_capacity
+        self._lock = threading.Lock()
+        self._runs: dict[int, RankRun] = {}
+        self._links: list[link.Link] = []
+
+    def start(self) -> None:
+        """Accept ranks until the listener closes."""
+        self._spawn_thread("gpuwatch-ranks", self._accept)
+
+    def runs(self) -> list[RankRun]:
+        """Every rank heard from so far, by rank."""
+        with self._lock:
+            return [self._runs[r] for r in sorted(self._runs)]
+
+    def get(self, rank: int) -> RankRun | None:
+        with self._lock:
+            return self._runs.get(rank)
+
+    def send_all(self, kind: str, **fields: Any) -> int:
+        """Send one message to every connected rank; how many took it."""
+        with self._lock:
+            links = list(self._links)
+        return sum(1 for lnk in links if lnk.send(kind, **fields))
+
+    def close(self) -> None:
+        """Close every rank's link: a rank whose link closes ends itself (its runner's
+        watchdog), so none outlives the run, even one torchrun no longer knows."""
+        with self._lock:
+            links, self._links = self._links, []
+        for lnk in links:
+            lnk.close()
+
+    def end_survivors(self) -> int:
+        """Kill the rank processes still alive (each checked against the process that said
+        hello, so a reused pid is never touched); how many there were."""
+        ended = 0
+        for run in self.runs():
+            proc = run.process
+            if proc is None:
+                continue
+            with contextlib.suppress(psutil.Error):
+                if proc.is_running():
+                    for p in [*proc.children(recursive=True), proc]:
+                        with contextlib.suppress(psutil.Error):
+                            p.kill()
+                    ended += 1
+        return ended
+
+    def _accept(self) -> None:
+        while (conn := self._listener.accept()) is not None:
+            lnk = link.Link(conn)
+            with self._lock:
+                self._links.append(lnk)
+            self._spawn_thread("gpuwatch-rank", functools.partial(self._read, lnk))
+
+    def _read(self, lnk: link.Link) -> None:
+        run: RankRun | None = None
+        while True:
+            try:
+                message = lnk.recv()
+            except protocol.ProtocolError as exc:
+                self._log_line(
+                    "warning", "gpuwatch", f"dropped a message from a rank: {exc}", False
+                )
+                continue
+            except EOFError:  # OversizedMessage included: that rank's link is broken
+                break
+            if run is None:
+                run = self._register(message)
+                if run is None:
+                    break
+            try:
+                run.model.fold(message)
+            except Exception as exc:
+                run.model.unusable(message["kind"], exc)
+                continue
+            if run.info.rank == 0:
+                self._primary(message)
+        if run is not None:
+            run.connected = False
+        lnk.close()
+
+    def _register(self, message: dict[str, Any]) -> RankRun | None:
+        """A rank's first message must be a hello that says which rank it is."""
+        info = RankInfo.from_message(message.get("rank")) if message["kind"] == "hello" else None
+        if info is None:
+            self._log_line(
+                "warning",
+                "gpuwatch",
+                f"a peer of the ranked run sent {message['kind']!r} before a rank's hello: "
+                "closed its link",
+                False,
+            )
+            return None
+        pid = message.get("pid") if isinstance(message.get("pid"), int) else None
+        process = None
+        if pid is not None:
+            with contextlib.suppress(psutil.Error):
+                process = psutil.Process(pid)
+        prefix = f"rank {info.rank}: "
+        quiet = info.rank == 0  # rank 0 speaks through the Session's own model
+
+        def rank_log(level: str, source: str, text: str, notice: bool) -> None:
+            if not quiet:
+                self._log_line(level, source, prefix + text, notice)
+
+        run = RankRun(
+            info=info,
+            model=RunModel(step_capacity=self._step_capacity, log_line=rank_log),
+            pid=pid,
+            process=process,
+        )
+        with self._lock:
+            if info.rank in self._runs and self._runs[info.rank].connected:
+                self._log_line(
+                    "warning",
+                    "gpuwatch",
+                    f"two processes say they are rank {info.rank}: kept the first",
+                    False,
+                )
+                return None
+            self._runs[info.rank] = run
+        node = f" on {info.node}" if info.node else ""
+        self._log_line(
+            "info",
+            "gpuwatch",
+            f"rank {info.rank} of {info.world_size} connected (local rank {info.local_rank}"
+            f"{node}, pid {pid})",
+            False,
+        )
+        return run
