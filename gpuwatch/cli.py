@@ -11,12 +11,12 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuwatch import __version__
-from gpuwatch.protocol import MAX_CAPTURE_STEPS, WORKLOADS
+from gpuwatch.protocol import MAX_CAPTURE_STEPS, TORCHRUN_MODULES, WORKLOADS
 
 if TYPE_CHECKING:
     from gpuwatch.qt.window_options import WindowOptions
@@ -255,6 +255,15 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         "num_workers, pin_memory, persistent_workers, prefetch_factor (the first one the "
         "script iterates) or one of its gw.knob knobs",
     )
+    run.add_argument(
+        "--nproc-per-node",
+        dest="nproc_per_node",
+        type=_positive_int,
+        metavar="N",
+        help="start N ranks of SCRIPT on this machine through torchrun (python -m "
+        "torch.distributed.run --standalone --nproc-per-node N SCRIPT ARGS) and watch every "
+        "rank; for other torchrun options run -m torch.distributed.run yourself",
+    )
     _add_demo_options(run, "run_")
     _add_look_options(run, "run_")
     run.add_argument(
@@ -392,6 +401,16 @@ def _capture_steps(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"a kernel window covers 1 to {MAX_CAPTURE_STEPS} steps, not {value}"
         )
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= 4096:
+        raise argparse.ArgumentTypeError(f"{value} is not between 1 and 4096")
     return value
 
 
@@ -572,10 +591,22 @@ def _run_target_problem(args: argparse.Namespace) -> str | None:
     return module_problem(args.module[0] if args.module else "")
 
 
+def torchrun_args(
+    nproc: int, module: str | None, script: str | None, args: Sequence[str]
+) -> tuple[str, ...]:
+    """``torchrun --standalone --nproc-per-node N`` arguments that run SCRIPT ARGS (or
+    ``-m MODULE ARGS``) on this machine."""
+    target = ["-m", module] if module else [script or ""]
+    return ("--standalone", "--nproc-per-node", str(nproc), *target, *args)
+
+
 def _run(args: argparse.Namespace) -> int:
     """``gpuwatch run SCRIPT`` or ``-m MODULE``: bad input is refused (exit 2) before anything
     starts."""
     problem = _run_target_problem(args)
+    torchrun_module = bool(args.module) and args.module[0] in TORCHRUN_MODULES
+    if problem is None and args.nproc_per_node is not None and torchrun_module:
+        problem = "--nproc-per-node starts torchrun itself: give torchrun's options after -m"
     if problem is None and args.record is not None and not args.record.parent.is_dir():
         problem = f"--record: folder {str(args.record.parent)!r} does not exist"
     if problem is None and args.headless and (args.run_screenshot or args.run_demo_seconds):
@@ -588,6 +619,9 @@ def _run(args: argparse.Namespace) -> int:
     module, module_args = (args.module[0], args.module[1:]) if args.module else (None, [])
     script = None if module else str(Path(args.script).expanduser())
     script_args = tuple(module_args if module else args.script_args)
+    if args.nproc_per_node is not None:  # the same run through torchrun, every rank watched
+        script_args = torchrun_args(args.nproc_per_node, module, script, script_args)
+        module, script = TORCHRUN_MODULES[0], None
     if args.run_set:  # the runner takes them from its environment (runner.script_knobs)
         os.environ[SCRIPT_SET_ENV] = script_presets(args.run_set)
     device = args.run_device or args.device or "auto"

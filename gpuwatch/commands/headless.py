@@ -24,6 +24,7 @@ from gpuwatch.commands.bench_report import COLUMNS, MISSING
 from gpuwatch.commands.progress_line import STOP_TIMEOUT_S, ProgressLine, stop_run
 from gpuwatch.core.figures.analysis import headline
 from gpuwatch.core.figures.frame import RunData, whole_run_figures
+from gpuwatch.core.figures.rank_figures import RankFigures, find_straggler, rank_line
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.messages import describe_change
 from gpuwatch.core.run.gpu_mismatch import BackgroundCheck
@@ -245,12 +246,41 @@ def summary_lines(session: Session, sentence: str, recording: str | None = None)
                 f"gpuwatch's instrumentation: {share * 100:.2f} % of step time "
                 "(its hooks and step recording, as the runner timed them)"
             )
+    lines += rank_lines(session)
     lines += [f"gpuwatch: {text}" for text in session.instruments_off]
     if len(rows) > 1:
         lines.append("")
         lines += scoreboard_lines(rows)
     if recording:
         lines.append(f"recording: {recording}")
+    return lines
+
+
+def rank_lines(session: Session) -> list[str]:
+    """A run of many ranks: each rank's figures, their sum, and the straggler if one stands
+    out (``rank_figures``); nothing for a single process."""
+    runs = session.ranks()
+    if not runs:
+        return []
+    figures = [
+        RankFigures.of(r.info.rank, r.info.local_rank, r.info.node, r.model.steps.snapshot())
+        for r in runs
+    ]
+    world = runs[0].info.world_size
+    nodes = len({r.info.node for r in runs})
+    heard = f"{len(runs)} of {world}" if len(runs) != world else f"{world}"
+    total = sum(f.samples_per_s or 0.0 for f in figures)
+    lines = [
+        f"ranks: {heard} ({nodes} node{'s' if nodes != 1 else ''}); all ranks together: "
+        f"{total:,.1f} samples/s; figures above are rank 0's"
+    ]
+    lines += [rank_line(f) for f in figures]
+    straggler = find_straggler(figures)
+    lines.append(
+        f"straggler: {straggler.sentence}"
+        if straggler is not None
+        else "straggler: none (no rank's input wait, forward or step time stands out)"
+    )
     return lines
 
 

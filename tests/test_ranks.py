@@ -1,0 +1,227 @@
+"""The pieces of a run of many ranks, without starting one: how a rank's command is built, who
+a rank is, how torchrun's failures are read, the listener that takes many peers, a stop for a
+step count, and the straggler rules."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client
+
+import numpy as np
+import pytest
+
+from gpuwatch import protocol
+from gpuwatch.cli import torchrun_args
+from gpuwatch.core.figures.rank_figures import RankFigures, find_straggler
+from gpuwatch.core.model.messages import Hello, RankInfo
+from gpuwatch.core.model.store import StepsView
+from gpuwatch.core.run.link import LinkListener, new_authkey, private_dir, remove_private_dir
+from gpuwatch.runner.probe_knobs import ProbeKnobs
+from gpuwatch.runner.ranks import RankIdentity, RankLaunchError, RankLink, rank_command
+from gpuwatch.runner.script_control import ScriptControl
+from gpuwatch.runner.torchrun_launcher import rank_failures
+
+LINK = RankLink(root="/src", address="/tmp/x/link.sock", keyfile="/tmp/x/ranks.key", options=())
+
+
+def test_a_rank_runs_torchruns_script_through_the_boot_with_its_arguments_intact() -> None:
+    cmd = rank_command(["-u", "train.py", "--lr", "0.1", "--local-rank=3"], LINK)
+    assert cmd[:3] == ["-u", "-c", protocol.boot_code("/src")]
+    assert cmd[cmd.index("--script") + 1] == "train.py"
+    assert cmd[cmd.index("--") + 1 :] == ["--lr", "0.1", "--local-rank=3"]
+    assert protocol.AS_RANK_FLAG in cmd[: cmd.index("--")]
+    assert cmd[cmd.index(protocol.AUTHKEY_FILE_FLAG) + 1] == "/tmp/x/ranks.key"
+
+
+def test_a_module_rank_runs_as_python_m_would() -> None:
+    cmd = rank_command(["-u", "-m", "pkg.train", "a"], LINK)
+    assert cmd[cmd.index("--module") + 1] == "pkg.train"
+    assert "--script" not in cmd
+    assert cmd[cmd.index("--") + 1 :] == ["a"]
+
+
+@pytest.mark.parametrize("args", [[], ["train.py"], ["-u"], ["-u", "-m"]])
+def test_a_rank_command_gpuwatch_cannot_watch_is_one_sentence(args: list[str]) -> None:
+    with pytest.raises(RankLaunchError):
+        rank_command(args, LINK)
+
+
+def test_rank_identity_comes_from_torchruns_environment() -> None:
+    env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "GROUP_RANK": "1"}
+    me = RankIdentity.from_environ(env)
+    assert (me.rank, me.local_rank, me.world_size, me.node_rank) == (3, 1, 4, 1)
+    assert me.node
+    info = RankInfo.from_message(me.fields())
+    assert info == RankInfo(3, 1, 4, 1, me.node)
+    with pytest.raises(ValueError, match="LOCAL_RANK"):
+        RankIdentity.from_environ({"RANK": "0", "WORLD_SIZE": "2"})
+
+
+def test_hello_reads_the_rank_and_refuses_a_rank_outside_the_world() -> None:
+    base = {"protocol": 1, "pid": 1, "workload": "t.py", "device": {}, "versions": {}}
+    hello = Hello.from_message(
+        {**base, "role": "rank", "rank": {"rank": 1, "local_rank": 1, "world_size": 2}}
+    )
+    assert hello.role == "rank" and hello.rank == RankInfo(1, 1, 2)
+    assert (
+        Hello.from_message({**base, "rank": {"rank": 2, "local_rank": 0, "world_size": 2}}).rank
+        is None
+    )
+    assert Hello.from_message(base).rank is None
+
+
+@dataclass
+class _Failure:
+    """What torchrun's ``ProcessFailure`` offers."""
+
+    local_rank: int
+    pid: int
+    exitcode: int
+    timestamp: int
+    name: str
+
+    def signal_name(self) -> str:
+        return self.name
+
+
+class _ChildFailed(Exception):
+    def __init__(self, failures: dict[int, _Failure]) -> None:
+        super().__init__("child failed")
+        self.failures = failures
+
+
+def test_the_rank_that_failed_first_is_not_one_torchrun_ended() -> None:
+    """torchrun SIGTERMs the others once one failed, and reports them too, often in the same
+    second: the killed rank must come first even with a higher rank number."""
+    exc = _ChildFailed(
+        {
+            0: _Failure(0, 10, -15, 100, "SIGTERM"),
+            1: _Failure(1, 11, -9, 100, "SIGKILL"),
+            2: _Failure(0, 12, 1, 100, "<N/A>"),
+        }
+    )
+    failures = rank_failures(exc)
+    assert [f.rank for f in failures] == [1, 2, 0]
+    assert failures[0].sentence() == "rank 1 was killed by SIGKILL"
+    assert failures[1].sentence() == "rank 2 exited with code 1"
+    assert rank_failures(RuntimeError("no failures here")) == []
+
+
+def test_the_listener_for_ranks_hands_out_every_authenticated_peer() -> None:
+    folder = private_dir()
+    key = new_authkey()
+    listener = LinkListener(folder, key, many=True, handshake_timeout_s=5.0)
+    got: queue.Queue[object] = queue.Queue()
+
+    def accept() -> None:
+        while (conn := listener.accept()) is not None:
+            got.put(conn)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        peers = [Client(listener.address, authkey=key) for _ in range(3)]
+        accepted = [got.get(timeout=10) for _ in range(3)]
+        assert len(accepted) == 3
+        with pytest.raises((AuthenticationError, EOFError, OSError)):  # refused; it goes on
+            Client(listener.address, authkey=b"wrong key")
+        peers.append(Client(listener.address, authkey=key))
+        accepted.append(got.get(timeout=10))
+    finally:
+        listener.close()
+        thread.join(10)
+        remove_private_dir(folder)
+    assert not thread.is_alive()
+    for conn in [*peers, *accepted]:
+        conn.close()  # type: ignore[attr-defined]
+
+
+class _Link:
+    def __init__(self) -> None:
+        self.controls: queue.Queue[dict[str, object]] = queue.Queue()
+        self.lost = threading.Event()
+        self.sent: list[tuple[str, dict[str, object]]] = []
+
+    def send(self, kind: str, **fields: object) -> None:
+        self.sent.append((kind, fields))
+
+    def log(self, level: str, text: str) -> None:
+        self.sent.append(("log", {"level": level, "text": text}))
+
+
+def test_a_stop_for_a_step_count_stops_at_that_boundary_and_not_before() -> None:
+    link = _Link()
+    control = ScriptControl(link, ProbeKnobs(link), stop_grace_s=60.0)  # type: ignore[arg-type]
+    control.start()
+    try:
+        link.controls.put({"kind": "stop", "grace_s": 60.0, "at_step": 7})
+        for _ in range(100):  # the watcher thread takes the message
+            if control.stop_at is not None:
+                break
+            threading.Event().wait(0.05)
+        assert control.stop_at == 7
+        for step in range(1, 7):
+            control.at_boundary(step)  # no stop before step 7
+        with pytest.raises(KeyboardInterrupt):
+            control.at_boundary(7)
+        assert control.stop_reason == "stopped"
+    finally:
+        control.script_done()
+
+
+def _view(phases_ms: list[float], n: int = 20) -> StepsView:
+    """``n`` identical steps whose phases (``protocol.PHASES`` order) take ``phases_ms``."""
+    widths = np.array(phases_ms, dtype=np.float64) * 1e6
+    marks = np.concatenate([[0.0], np.cumsum(widths)])
+    step_ns = marks[-1]
+    host = np.array([marks + i * step_ns for i in range(n)], dtype=np.int64)
+    empty = np.zeros((n, len(protocol.MARKS)), np.int64)
+    return StepsView(
+        np.arange(n), np.zeros(n, np.int64), np.full(n, 8), host, empty, np.zeros(n, bool)
+    )
+
+
+def _ranks(*phases: list[float]) -> list[RankFigures]:
+    return [RankFigures.of(i, i, "node", _view(p)) for i, p in enumerate(phases)]
+
+
+#: data, h2d, forward, backward, optimizer, sync
+EVEN = [1.0, 0.0, 2.0, 5.0, 1.0, 0.0]
+
+
+def test_a_rank_with_a_slow_loader_is_named_with_the_others_waiting_in_backward() -> None:
+    slow = [30.0, 0.0, 2.0, 2.0, 1.0, 0.0]
+    waiting = [1.0, 0.0, 2.0, 31.0, 1.0, 0.0]
+    found = find_straggler(_ranks(waiting, waiting, slow, waiting))
+    assert found is not None and found.rank == 2 and found.rule == "input"
+    assert "input wait is 86 %" in found.sentence
+    assert "backward (p50 31.0 ms against its 2.0 ms" in found.sentence
+
+
+def test_a_rank_that_computes_slower_is_named() -> None:
+    slow = [1.0, 0.0, 6.0, 5.0, 1.0, 0.0]
+    found = find_straggler(_ranks(EVEN, slow, EVEN))
+    assert found is not None and (found.rank, found.rule) == (1, "compute")
+    assert "forward takes 6.0 ms, the others' 2.0 ms (200 % longer)" in found.sentence
+
+
+def test_even_ranks_have_no_straggler_and_too_few_steps_are_not_judged() -> None:
+    assert find_straggler(_ranks(EVEN, EVEN, EVEN)) is None
+    slow = [30.0, 0.0, 2.0, 2.0, 1.0, 0.0]
+    few = [RankFigures.of(0, 0, "n", _view(EVEN)), RankFigures.of(1, 1, "n", _view(slow, n=3))]
+    assert find_straggler(few) is None
+
+
+def test_nproc_per_node_is_torchrun_standalone_on_this_machine() -> None:
+    assert torchrun_args(4, None, "train.py", ("--lr", "1")) == (
+        "--standalone",
+        "--nproc-per-node",
+        "4",
+        "train.py",
+        "--lr",
+        "1",
+    )
+    assert torchrun_args(2, "pkg.train", None, ())[-2:] == ("-m", "pkg.train")

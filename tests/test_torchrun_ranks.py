@@ -1,0 +1,197 @@
+"""``gpuwatch run`` of a torchrun job on this machine's CPU (gloo): every rank watched.
+
+Each test starts the real thing as a user would (``python -m gpuwatch run --headless ...``):
+torchrun in the runner, two or four ranks each with its own link. A plain torchrun of the same
+script is the reference: the ranks see the same argv and compute the same weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+RUN_TIMEOUT_S = 240
+REPO = Path(__file__).parents[1]
+
+#: A small DDP loop over a DataLoader. argv: TAG STEPS (STEPS < 0: until stopped). Each rank
+#: writes its pid to ``pids/TAG-RANK`` first and, when it ends by itself, what it saw and its
+#: weights to ``out/TAG-RANK.json``. SLOW_RANK/SLOW_S make one rank's loader slow; KILL_RANK and
+#: KILL_AT make one rank SIGKILL itself after that many steps.
+TRAIN = """
+import json, os, signal, sys, time
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
+
+
+class Data(Dataset):
+    def __init__(self, delay):
+        self.delay = delay
+
+    def __len__(self):
+        return 1_000_000
+
+    def __getitem__(self, i):
+        if self.delay:
+            time.sleep(self.delay)
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(16, generator=g), torch.randn(1, generator=g)
+
+
+def main():
+    tag, steps = sys.argv[1], int(sys.argv[2])
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    with open(f"pids/{tag}-{rank}", "w") as f:
+        f.write(str(os.getpid()))
+    torch.manual_seed(0)
+    mine = lambda name: rank == int(os.environ.get(name, "-1"))
+    delay = float(os.environ.get("SLOW_S", "0")) if mine("SLOW_RANK") else 0.0
+    kill_at = int(os.environ.get("KILL_AT", "-1")) if mine("KILL_RANK") else -1
+    layers = [torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)]
+    model = DDP(torch.nn.Sequential(*layers))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = Data(delay)
+    loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data, shuffle=False))
+    done = 0
+    for x, y in loader:
+        if done == steps:
+            break
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        done += 1
+        if done == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+    weights = [float(p.detach().double().sum()) for p in model.parameters()]
+    with open(f"out/{tag}-{rank}.json", "w") as f:
+        json.dump({"argv": sys.argv, "steps": done, "weights": weights,
+                   "world": os.environ["WORLD_SIZE"]}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    (tmp_path / "train.py").write_text(textwrap.dedent(TRAIN), encoding="utf-8")
+    (tmp_path / "pids").mkdir()
+    (tmp_path / "out").mkdir()
+    return tmp_path
+
+
+def _run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    return subprocess.run(
+        [sys.executable, *args],
+        check=False,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        env={**base, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **env},
+    )
+
+
+def _watched(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return _run(["-m", "gpuwatch", "run", "--headless", "--device", "cpu", *args], cwd, **env)
+
+
+def _rank_steps(stdout: str) -> dict[int, int]:
+    found = re.findall(r"^rank (\d+) \([^)]*\): ([\d,]+) steps", stdout, re.MULTILINE)
+    return {int(rank): int(steps.replace(",", "")) for rank, steps in found}
+
+
+def _seen(work: Path, tag: str, rank: int) -> dict[str, object]:
+    return json.loads((work / "out" / f"{tag}-{rank}.json").read_text(encoding="utf-8"))
+
+
+def _left_running(work: Path, tag: str) -> list[int]:
+    """The ranks' processes still alive a moment after gpuwatch exited (waited for, not raced:
+    a process that is ending gets up to 10 s)."""
+    pids = [int(p.read_text()) for p in (work / "pids").glob(f"{tag}-*")]
+    deadline = time.monotonic() + 10
+    while True:
+        alive = [pid for pid in pids if _is_rank(pid, work)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def _is_rank(pid: int, work: Path) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and proc.cwd() == str(work)
+    except psutil.Error:
+        return False
+
+
+def test_ranks_run_as_plain_torchrun_runs_them_and_compute_the_same_weights(work: Path) -> None:
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    plain = _run([*torchrun, "train.py", "plain", "30"], work)
+    assert plain.returncode == 0, plain.stderr
+    watched = _watched([*torchrun, "train.py", "watched", "30"], work)
+
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    assert "torch.distributed.run finished after 30 steps" in watched.stdout, watched.stdout
+    assert "ranks: 2 (1 node)" in watched.stdout
+    assert _rank_steps(watched.stdout) == {0: 30, 1: 30}
+    for rank in (0, 1):
+        before, after = _seen(work, "plain", rank), _seen(work, "watched", rank)
+        assert after["argv"] == ["train.py", "watched", "30"]
+        assert before["argv"] == ["train.py", "plain", "30"]
+        assert after["weights"] == before["weights"], "watched = unwatched: the same weights"
+    assert not _left_running(work, "watched")
+
+
+def test_four_ranks_with_a_slow_loader_name_the_straggler(work: Path) -> None:
+    watched = _watched(
+        ["--nproc-per-node", "4", "train.py", "slow", "40"], work, SLOW_RANK="2", SLOW_S="0.004"
+    )
+
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    assert _rank_steps(watched.stdout) == {0: 40, 1: 40, 2: 40, 3: 40}
+    assert "straggler: rank 2 holds the others back: its input wait is" in watched.stdout, (
+        watched.stdout
+    )
+    assert _seen(work, "slow", 3)["world"] == "4"
+
+
+def test_a_killed_rank_is_named_and_nothing_of_the_job_is_left(work: Path) -> None:
+    watched = _watched(
+        ["--nproc-per-node", "2", "train.py", "killed", "-1"], work, KILL_RANK="1", KILL_AT="20"
+    )
+
+    assert watched.returncode == 1, watched.stdout + watched.stderr
+    assert re.search(
+        r"failed: rank 1 was killed by SIGKILL after [\d,]+ steps?; torchrun stopped the other "
+        r"ranks",
+        watched.stdout,
+    ), watched.stdout
+    assert len(list((work / "pids").glob("killed-*"))) == 2
+    assert not _left_running(work, "killed")
+
+
+def test_a_stop_ends_every_rank_after_the_same_step(work: Path) -> None:
+    watched = _watched(["--seconds", "4", "--nproc-per-node", "2", "train.py", "stop", "-1"], work)
+
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    assert "torch.distributed.run was stopped after 4 s" in watched.stdout, watched.stdout
+    steps = _rank_steps(watched.stdout)
+    assert set(steps) == {0, 1} and steps[0] == steps[1] > 0, watched.stdout
+    assert not _left_running(work, "stop")
