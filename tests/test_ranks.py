@@ -15,7 +15,9 @@ import pytest
 
 from gpuwatch import protocol
 from gpuwatch.cli import torchrun_args
+from gpuwatch.core.figures.advisor import advise, context_of
 from gpuwatch.core.figures.rank_figures import RankFigures, find_straggler
+from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.messages import Hello, RankInfo
 from gpuwatch.core.model.store import StepsView
 from gpuwatch.core.run.link import LinkListener, new_authkey, private_dir, remove_private_dir
@@ -225,3 +227,48 @@ def test_nproc_per_node_is_torchrun_standalone_on_this_machine() -> None:
         "1",
     )
     assert torchrun_args(2, "pkg.train", None, ())[-2:] == ("-m", "pkg.train")
+
+
+class _RankedRun:
+    """What the advisor reads of a Session of many ranks."""
+
+    hello = None
+
+    def __init__(self, figures: list[RankFigures]) -> None:
+        self.figures = figures
+        self.knobs: list[dict[str, object]] = []
+
+    def config_values(self) -> dict[str, object]:
+        return {}
+
+    def config_changes(self) -> list[object]:
+        return []
+
+    def rank_figures(self) -> list[RankFigures]:
+        return self.figures
+
+
+def test_the_advisor_names_the_straggler_first_and_offers_no_knob() -> None:
+    slow = [30.0, 0.0, 2.0, 2.0, 1.0, 0.0]
+    waiting = [1.0, 0.0, 2.0, 31.0, 1.0, 0.0]
+    ctx = context_of(_RankedRun(_ranks(waiting, slow)))  # type: ignore[arg-type]
+    assert ctx.straggler is not None and ctx.straggler.rank == 1
+    steady = SegmentStats(
+        config_id=0,
+        label="config 0",
+        settings={},
+        changed={},
+        t_ns=0,
+        steps=100,
+        steady_steps=90,
+        samples_per_s=100.0,
+        window_rates=(100.0, 100.0, 100.0),
+        idle_causes={"input": 1.0},
+        breakdown={"kernel": 30.0, "data_loading": 1.0},
+        host_phases={"data": 1.0, "forward": 2.0, "backward": 31.0},
+    )
+    findings = advise([steady], ctx)
+    assert findings[0].rule == "straggler"
+    assert findings[0].title == "Rank 1 holds the other ranks back"
+    assert not findings[0].suggestion
+    assert context_of(_RankedRun(_ranks(EVEN, EVEN))).straggler is None  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ from gpuwatch.commands.bench_report import COLUMNS, MISSING
 from gpuwatch.commands.progress_line import STOP_TIMEOUT_S, ProgressLine, stop_run
 from gpuwatch.core.figures.analysis import headline
 from gpuwatch.core.figures.frame import RunData, whole_run_figures
-from gpuwatch.core.figures.rank_figures import RankFigures, find_straggler, rank_line
+from gpuwatch.core.figures.rank_figures import find_straggler, rank_line
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.messages import describe_change
 from gpuwatch.core.run.gpu_mismatch import BackgroundCheck
@@ -262,10 +262,7 @@ def rank_lines(session: Session) -> list[str]:
     runs = session.ranks()
     if not runs:
         return []
-    figures = [
-        RankFigures.of(r.info.rank, r.info.local_rank, r.info.node, r.model.steps.snapshot())
-        for r in runs
-    ]
+    figures = session.rank_figures(last=None)
     world = runs[0].info.world_size
     nodes = len({r.info.node for r in runs})
     heard = f"{len(runs)} of {world}" if len(runs) != world else f"{world}"

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from gpuwatch.core.figures.kernel_window import KernelWindow, WindowSummary
+from gpuwatch.core.figures.rank_figures import RankFigures, Straggler, find_straggler
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.figures.speed_noise import noise_band
 from gpuwatch.core.model.knob_values import KnobValueError, check_usable, schema_by_name
@@ -132,6 +133,15 @@ RULES: tuple[Rule, ...] = (
         "—",
         "nothing in the input, sync or launch path is holding the device back",
     ),
+    Rule(
+        "straggler",
+        "each rank's input wait, forward p50 and step p50 against the other ranks' median "
+        "(a run of many ranks; their newest steps)",
+        "input wait ≥ 15 points above and ≥ 2× the others', forward ≥ 1.25×, or step ≥ 1.15×",
+        "none (that rank's input pipeline or device: more DataLoader workers, faster storage, "
+        "a less busy GPU)",
+        "DDP all-reduces every step, so every rank waits for the slowest one",
+    ),
 )
 RULE_IDS = tuple(r.id for r in RULES)
 #: The "why" column of ``RULES`` by rule id: the one-line reason a card shows under a finding.
@@ -196,6 +206,8 @@ class Context:
     cores: int | None = None
     #: The newest kernel capture window taken under the configuration in force, if any.
     capture: WindowSummary | None = None
+    #: A run of many ranks: the rank holding the others back, if one stands out.
+    straggler: Straggler | None = None
 
 
 class AdvisedRun(Protocol):
@@ -210,6 +222,13 @@ class AdvisedRun(Protocol):
     def config_values(self) -> Mapping[str, Any]: ...
 
     def config_changes(self) -> Sequence[ConfigChange]: ...
+
+
+@runtime_checkable
+class RankedRun(Protocol):
+    """A run of many ranks (a Session of a torchrun job); none for one process."""
+
+    def rank_figures(self) -> Sequence[RankFigures]: ...
 
 
 @runtime_checkable
@@ -229,6 +248,9 @@ def context_of(session: AdvisedRun) -> Context:
         device_kind=device.kind if device else None,
         cores=cores if isinstance(cores, int) and cores > 0 else None,
         capture=_current_capture(session),
+        straggler=find_straggler(session.rank_figures())
+        if isinstance(session, RankedRun)
+        else None,
     )
 
 
@@ -690,4 +712,23 @@ def advise(
     findings += _loop_rules(latest, knobs, ctx)
     findings += _device_rules(latest, knobs, ctx)
     findings += _capture_rules(latest, knobs, ctx)
+    findings += _rank_rules(ctx)
     return sorted(findings, key=lambda f: -f.impact)
+
+
+def _rank_rules(ctx: Context) -> list[Finding]:
+    """The straggler of a run of many ranks: first among fixes (every rank runs at its pace)."""
+    found = ctx.straggler
+    if found is None:
+        return []
+    return [
+        Finding(
+            rule="straggler",
+            kind="fix",
+            title=f"Rank {found.rank} holds the other ranks back",
+            evidence=found.sentence,
+            quantity={"input": "input wait", "compute": "forward", "step": "step time"}[found.rule],
+            value=None,
+            impact=1.0,
+        )
+    ]

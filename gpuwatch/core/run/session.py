@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch import protocol
+from gpuwatch.core.figures.rank_figures import RankFigures
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.liveness import Liveness, Transition
 from gpuwatch.core.model.log_buffer import LogBuffer, LogLine
@@ -70,6 +71,8 @@ STOP_GRACE_MAX_S = 60.0
 #: much training time, beyond the newest step any rank has sent.
 STOP_LEAD_MIN_STEPS = 2
 STOP_LEAD_S = 0.5
+#: The live straggler finding compares the ranks over this many of their newest steps.
+RANK_FIGURES_STEPS = 1000
 
 
 #: ``listener(message, t_ns)``: every valid runner message (and the GUI side's own log lines as
@@ -579,6 +582,15 @@ class Session(ModelAccess):
     def ranks(self) -> list[RankRun]:
         """The ranks of a torchrun run heard from so far, by rank (none for one process)."""
         return [] if self._ranks is None else self._ranks.runs()
+
+    def rank_figures(self, last: int | None = RANK_FIGURES_STEPS) -> list[RankFigures]:
+        """Each rank's figures over its ``last`` newest steps (all with None), by rank."""
+        return [
+            RankFigures.of(
+                r.info.rank, r.info.local_rank, r.info.node, r.model.steps.snapshot(last=last)
+            )
+            for r in self.ranks()
+        ]
 
     def _from_rank0(self, message: dict[str, Any]) -> None:
         """Rank 0's messages draw the run. Its error and bye stay its own (torchrun's say how
