@@ -21,6 +21,7 @@ from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.messages import Hello, RankInfo
 from gpuwatch.core.model.store import StepsView
 from gpuwatch.core.run.link import LinkListener, new_authkey, private_dir, remove_private_dir
+from gpuwatch.core.run.session import TORCHRUN_FLAGS, LaunchSpec
 from gpuwatch.runner.probe_knobs import ProbeKnobs
 from gpuwatch.runner.ranks import RankIdentity, RankLaunchError, RankLink, rank_command
 from gpuwatch.runner.script_control import ScriptControl
@@ -272,3 +273,28 @@ def test_the_advisor_names_the_straggler_first_and_offers_no_knob() -> None:
     assert findings[0].title == "Rank 1 holds the other ranks back"
     assert not findings[0].suggestion
     assert context_of(_RankedRun(_ranks(EVEN, EVEN))).straggler is None  # type: ignore[arg-type]
+
+
+def test_torchruns_flags_are_the_ones_its_parser_takes_without_a_value() -> None:
+    """The GUI never imports torch, so it keeps the list; this is where it is checked."""
+    run = pytest.importorskip("torch.distributed.run")
+    parser = run.get_args_parser()
+    flags = {
+        opt for action in parser._actions if action.nargs == 0 for opt in action.option_strings
+    }
+    assert flags == TORCHRUN_FLAGS
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        (("--standalone", "--nproc-per-node", "2", "/w/train.py", "30"), "train.py (torchrun)"),
+        (("--nnodes=1", "-m", "pkg.train", "x"), "pkg.train (torchrun)"),
+        (("--rdzv-endpoint", "127.0.0.1:29400", "t.py", "--standalone"), "t.py (torchrun)"),
+        (("--nproc-per-node", "2"), "torchrun"),
+    ],
+)
+def test_a_torchrun_run_is_named_after_its_training_script(
+    args: tuple[str, ...], name: str
+) -> None:
+    assert LaunchSpec(module="torch.distributed.run", script_args=args).name == name

@@ -148,7 +148,7 @@ def test_ranks_run_as_plain_torchrun_runs_them_and_compute_the_same_weights(work
     watched = _watched([*torchrun, "train.py", "watched", "30"], work)
 
     assert watched.returncode == 0, watched.stdout + watched.stderr
-    assert "torch.distributed.run finished after 30 steps" in watched.stdout, watched.stdout
+    assert "train.py (torchrun) finished after 30 steps" in watched.stdout, watched.stdout
     assert "ranks: 2 (1 node)" in watched.stdout
     assert _rank_steps(watched.stdout) == {0: 30, 1: 30}
     for rank in (0, 1):
@@ -191,7 +191,7 @@ def test_a_stop_ends_every_rank_after_the_same_step(work: Path) -> None:
     watched = _watched(["--seconds", "4", "--nproc-per-node", "2", "train.py", "stop", "-1"], work)
 
     assert watched.returncode == 0, watched.stdout + watched.stderr
-    assert "torch.distributed.run was stopped after 4 s" in watched.stdout, watched.stdout
+    assert "train.py (torchrun) was stopped after 4 s" in watched.stdout, watched.stdout
     steps = _rank_steps(watched.stdout)
     assert set(steps) == {0, 1} and steps[0] == steps[1] > 0, watched.stdout
     assert not _left_running(work, "stop")

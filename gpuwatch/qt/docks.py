@@ -17,6 +17,7 @@ from gpuwatch.qt.advisor_view import AdvisorView
 from gpuwatch.qt.kernel_table import KernelTable
 from gpuwatch.qt.knob_panel import KnobPanel
 from gpuwatch.qt.log_pane import LogPane
+from gpuwatch.qt.ranks_view import RanksView
 from gpuwatch.qt.run_session import RunSession
 from gpuwatch.qt.scoreboard_view import ScoreboardView
 from gpuwatch.qt.timeline_view import TimelineView
@@ -93,7 +94,7 @@ class PlotsFloor(QObject):
 
 
 class WindowDocks:
-    """Builds the four docks on ``window``; the knobs and the advisor lock while a tour runs."""
+    """Builds the docks on ``window``; the knobs and the advisor lock while a tour runs."""
 
     def __init__(self, window: QMainWindow, session: RunSession, tour: TourController) -> None:
         self.log_pane = LogPane()
@@ -105,6 +106,12 @@ class WindowDocks:
         window.splitDockWidget(score_dock, log_dock, Qt.Orientation.Horizontal)
         window.resizeDocks([score_dock, log_dock], [3, 1], Qt.Orientation.Horizontal)
         window.resizeDocks([score_dock], [190], Qt.Orientation.Vertical)
+        #: Every rank of a torchrun job, a tab behind the scoreboard (raised when ranks come).
+        self.ranks = RanksView(session)
+        self.ranks_dock = dock(window, "Ranks", "ranks", self.ranks)
+        window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.ranks_dock)
+        window.tabifyDockWidget(score_dock, self.ranks_dock)
+        score_dock.raise_()
         #: The ops of a kernel window, a tab behind the log (it says how to get a window).
         self.kernel_table = KernelTable()
         self.kernel_dock = dock(window, "Kernel ops", "kernel_ops", self.kernel_table)

@@ -183,6 +183,7 @@ class MainWindow(QMainWindow):
         self.plots_floor = PlotsFloor(self.timeline, self.utilization.plot)
         self.log_pane, self.scoreboard = docks.log_pane, docks.scoreboard
         self.knob_panel, self.advisor = docks.knob_panel, docks.advisor
+        self.ranks, self.ranks_dock = docks.ranks, docks.ranks_dock
         #: Every start, restart and tour, kept: the Runs panel, the scoreboard's groups.
         self.runs_view = add_runs_dock(self, self.scoreboard)
         self.tour.runs = self.scoreboard.runs
@@ -494,6 +495,7 @@ class MainWindow(QMainWindow):
             self.runs_view.refresh()
             self.knob_panel.refresh(rows)
             self.advisor.refresh(rows)
+            self._refresh_ranks()
             changes = session.config_changes()
             for markers in (self.timeline_markers, self.utilization_markers):
                 markers.update(session.hello, changes, rows, session.t0_ns, now_ns)
@@ -523,6 +525,14 @@ class MainWindow(QMainWindow):
         return self.frame.now_ns(live)
 
     # ---- State ------------------------------------------------------------------------
+
+    def _refresh_ranks(self) -> None:
+        """The Ranks tab; raised once, when the first ranks of a run appear."""
+        ranks = self.ranks
+        had = ranks.table.rowCount()
+        ranks.refresh()
+        if not had and ranks.table.rowCount():
+            self.ranks_dock.raise_()
 
     def _sync_state(self) -> None:
         session = self.session

@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,7 +115,10 @@ class LaunchSpec:
     @property
     def name(self) -> str:
         """What the run is called on screen: the script's file name, the module, or the
-        workload."""
+        workload; for torchrun, the script (or module) it runs on its ranks."""
+        if self.ranked:
+            target = torchrun_target(self.script_args)
+            return f"{target} (torchrun)" if target else "torchrun"
         if self.module:
             return self.module
         return Path(self.script).name if self.script else self.workload
@@ -130,6 +133,39 @@ class LaunchSpec:
         """Whether the user's own code runs (a script or a module), not a built-in workload:
         its steps are found by the runner's hooks, so it may take none."""
         return bool(self.script or self.module)
+
+
+#: torchrun's options that take no value (``torch.distributed.run``'s parser; a test checks it).
+TORCHRUN_FLAGS = frozenset(
+    {
+        "-h",
+        "--help",
+        "-m",
+        "--module",
+        "--no-python",
+        "--no_python",
+        "--run-path",
+        "--run_path",
+        "--standalone",
+        "--virtual-local-rank",
+        "--virtual_local_rank",
+    }
+)
+
+
+def torchrun_target(args: Sequence[str]) -> str | None:
+    """The training script's file name (or the module, with ``-m``) in torchrun's arguments:
+    the first argument that is neither an option nor an option's value."""
+    expects_value = False
+    for arg in args:
+        if expects_value:
+            expects_value = False
+        elif arg.startswith("-"):
+            expects_value = arg not in TORCHRUN_FLAGS and "=" not in arg
+        else:
+            module = "-m" in args[: args.index(arg)] or "--module" in args[: args.index(arg)]
+            return arg if module else Path(arg).name
+    return None
 
 
 def script_problem(script: str) -> str | None:

@@ -1,0 +1,128 @@
+"""The Ranks dock: every rank of a torchrun job side by side, and the one holding the rest back.
+
+One row per rank (its node, local rank, steps, samples/s, step p50, input wait, forward and
+backward p50 over its newest steps: ``Session.rank_figures``); the straggler's row is bold and
+the line above the table says why (``rank_figures.find_straggler``, the advisor's rule). A run
+of one process, or a replay, shows how to start one with ranks. Refreshed with the scoreboard;
+a cell's text is set only when it changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QLabel,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gpuwatch.core.figures.rank_figures import RankFigures, Straggler, find_straggler
+
+HINT_NO_RANKS = (
+    "A run of many ranks shows each rank here: gpuwatch run --nproc-per-node N train.py, or "
+    "gpuwatch run -m torch.distributed.run … train.py"
+)
+NO_STRAGGLER = "No straggler: no rank's input wait, forward or step time stands out."
+COLUMNS = (
+    "Rank",
+    "Node",
+    "Local",
+    "Steps",
+    "Samples/s",
+    "Step p50 ms",
+    "Input wait",
+    "Forward p50 ms",
+    "Backward p50 ms",
+)
+
+
+@runtime_checkable
+class RankedSession(Protocol):
+    """A session whose ranks can be read (a live Session)."""
+
+    def rank_figures(self) -> Sequence[RankFigures]: ...
+
+
+def row_cells(r: RankFigures) -> tuple[str, ...]:
+    """One rank's cells, in ``COLUMNS`` order ("—" where it has no figure yet)."""
+
+    def num(value: float | None, fmt: str) -> str:
+        return "—" if value is None else format(value, fmt)
+
+    return (
+        str(r.rank),
+        r.node or "—",
+        str(r.local_rank),
+        f"{r.steps:,}",
+        num(r.samples_per_s, ",.1f"),
+        num(r.step_ms_p50, ".1f"),
+        "—" if r.input_wait is None else f"{r.input_wait * 100:.0f} %",
+        num(r.forward_ms_p50, ".1f"),
+        num(r.backward_ms_p50, ".1f"),
+    )
+
+
+class RanksView(QWidget):
+    """See the module docstring."""
+
+    def __init__(self, session: object) -> None:
+        super().__init__()
+        self.session = session
+        self.verdict = QLabel(HINT_NO_RANKS)
+        self.verdict.setWordWrap(True)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.verdict)
+        layout.addWidget(self.table)
+        #: The straggler shown, if any (tests and the window read it).
+        self.straggler: Straggler | None = None
+        self._bold = QFont(self.table.font())
+        self._bold.setBold(True)
+
+    def refresh(self) -> None:
+        """Read the ranks' figures and show them (nothing changes that did not)."""
+        session = self.session
+        figures = list(session.rank_figures()) if isinstance(session, RankedSession) else []
+        self.straggler = find_straggler(figures)
+        if not figures:
+            text = HINT_NO_RANKS
+        elif self.straggler is not None:
+            text = f"Straggler: {self.straggler.sentence}."
+        else:
+            text = NO_STRAGGLER
+        if self.verdict.text() != text:
+            self.verdict.setText(text)
+        self._show_rows(figures)
+
+    def _show_rows(self, figures: list[RankFigures]) -> None:
+        table = self.table
+        if table.rowCount() != len(figures):
+            table.setRowCount(len(figures))
+        slow = self.straggler.rank if self.straggler is not None else None
+        tip = self.straggler.sentence if self.straggler is not None else ""
+        for row, figure in enumerate(figures):
+            bold = figure.rank == slow
+            for column, text in enumerate(row_cells(figure)):
+                item = table.item(row, column)
+                if item is None:
+                    item = QTableWidgetItem()
+                    table.setItem(row, column, item)
+                if item.text() != text:
+                    item.setText(text)
+                if item.font().bold() != bold:
+                    item.setFont(self._bold if bold else table.font())
+                if item.toolTip() != (tip if bold else ""):
+                    item.setToolTip(tip if bold else "")
