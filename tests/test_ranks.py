@@ -175,11 +175,12 @@ def test_a_stop_for_a_step_count_stops_at_that_boundary_and_not_before() -> None
         control.script_done()
 
 
-def _view(phases_ms: list[float], n: int = 20) -> StepsView:
-    """``n`` identical steps whose phases (``protocol.PHASES`` order) take ``phases_ms``."""
+def _view(phases_ms: list[float], n: int = 20, gap_ms: float = 0.0) -> StepsView:
+    """``n`` identical steps whose phases (``protocol.PHASES`` order) take ``phases_ms``, each
+    ``gap_ms`` after the one before (the loop's own code: ``other``)."""
     widths = np.array(phases_ms, dtype=np.float64) * 1e6
     marks = np.concatenate([[0.0], np.cumsum(widths)])
-    step_ns = marks[-1]
+    step_ns = marks[-1] + gap_ms * 1e6
     host = np.array([marks + i * step_ns for i in range(n)], dtype=np.int64)
     empty = np.zeros((n, len(protocol.MARKS)), np.int64)
     return StepsView(
@@ -209,6 +210,29 @@ def test_a_rank_that_computes_slower_is_named() -> None:
     found = find_straggler(_ranks(EVEN, slow, EVEN))
     assert found is not None and (found.rank, found.rule) == (1, "compute")
     assert "forward takes 6.0 ms, the others' 2.0 ms (200 % longer)" in found.sentence
+
+
+def test_a_rank_that_arrives_last_at_the_all_reduce_is_named_with_where_its_time_goes() -> None:
+    """The straggler's extra time is its own code between steps (no phase of ours): the others'
+    long backward still gives it away."""
+    waiting = [0.5, 0.0, 0.5, 11.0, 0.5, 0.0]
+    late = [0.5, 0.0, 0.5, 1.0, 0.5, 0.0]
+    figures = [
+        RankFigures.of(0, 0, "n", _view(waiting)),
+        RankFigures.of(1, 1, "n", _view(late, gap_ms=10.0)),
+    ]
+    assert figures[1].phase_ms_p50["other"] == pytest.approx(10.0)
+    found = find_straggler(figures)
+    assert found is not None and (found.rank, found.rule) == (1, "allreduce")
+    assert "others wait for it in backward (p50 11.0 ms against its 1.0 ms)" in found.sentence
+    assert "its extra time is in its own code between steps (10.0 ms" in found.sentence
+
+
+def test_a_small_forward_difference_is_no_straggler() -> None:
+    """Half a millisecond more forward in a 30 ms step is noise, not a slower device."""
+    base = [1.0, 0.0, 0.5, 27.0, 1.5, 0.0]
+    slower = [1.0, 0.0, 1.0, 26.5, 1.5, 0.0]
+    assert find_straggler(_ranks(base, slower, base)) is None
 
 
 def test_even_ranks_have_no_straggler_and_too_few_steps_are_not_judged() -> None:

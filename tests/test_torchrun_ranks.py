@@ -1,8 +1,9 @@
-"""``gpuwatch run`` of a torchrun job on this machine's CPU (gloo): every rank watched.
+"""``gpuwatch run`` of a distributed job on this machine's CPU (gloo): every rank watched.
 
 Each test starts the real thing as a user would (``python -m gpuwatch run --headless ...``):
-torchrun in the runner, two or four ranks each with its own link. A plain torchrun of the same
-script is the reference: the ranks see the same argv and compute the same weights.
+torchrun in the runner, or a script that calls ``torch.multiprocessing.spawn`` itself; two or
+four ranks, each with its own link. A plain run of the same script is the reference: the ranks
+see the same argv and compute the same weights.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -87,9 +89,52 @@ if __name__ == "__main__":
 """
 
 
+#: The same kind of loop started by the script itself: ``mp.spawn`` of two processes that join
+#: a gloo group on MASTER_PORT (argv: TAG STEPS PORT); rank 1 is slow between its batch and
+#: its forward. Each rank writes its weights to ``out/TAG-RANK.json``.
+SPAWN = """
+import json, os, sys, time
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def worker(index, tag, steps):
+    dist.init_process_group("gloo", rank=index, world_size=2)
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = TensorDataset(torch.randn(4096, 16), torch.randn(4096, 1))
+    done = 0
+    for x, y in DataLoader(data, batch_size=8):
+        if index == 1:
+            time.sleep(0.01)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        done += 1
+        if done == steps:
+            break
+    weights = [float(p.detach().double().sum()) for p in model.parameters()]
+    with open(f"out/{tag}-{index}.json", "w") as f:
+        json.dump({"argv": sys.argv, "weights": weights}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = sys.argv[3]
+    mp.spawn(worker, args=(sys.argv[1], int(sys.argv[2])), nprocs=2)
+"""
+
+
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
     (tmp_path / "train.py").write_text(textwrap.dedent(TRAIN), encoding="utf-8")
+    (tmp_path / "spawn_train.py").write_text(textwrap.dedent(SPAWN), encoding="utf-8")
     (tmp_path / "pids").mkdir()
     (tmp_path / "out").mkdir()
     return tmp_path
@@ -195,3 +240,25 @@ def test_a_stop_ends_every_rank_after_the_same_step(work: Path) -> None:
     steps = _rank_steps(watched.stdout)
     assert set(steps) == {0, 1} and steps[0] == steps[1] > 0, watched.stdout
     assert not _left_running(work, "stop")
+
+
+def _free_port() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+def test_ranks_a_script_spawns_itself_are_watched_and_compute_the_same_weights(
+    work: Path,
+) -> None:
+    plain = _run(["spawn_train.py", "plain", "40", _free_port()], work)
+    assert plain.returncode == 0, plain.stderr
+    watched = _watched(["spawn_train.py", "watched", "40", _free_port()], work)
+
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    assert "spawn_train.py finished" in watched.stdout, watched.stdout
+    assert _rank_steps(watched.stdout) == {0: 40, 1: 40}
+    assert "straggler: rank 1 arrives last at every all-reduce" in watched.stdout, watched.stdout
+    for rank in (0, 1):
+        before, after = _seen(work, "plain", rank), _seen(work, "watched", rank)
+        assert after["weights"] == before["weights"], "watched = unwatched: the same weights"

@@ -202,7 +202,7 @@ def main(argv: Sequence[str] | None = None, *, source_root: str | None = None) -
             os.environ.pop(AUTHKEY_ENV, None)
             if args.module in TORCHRUN_MODULES and rank is None:
                 return _run_torchrun(link, args, script_args, key, source_root)
-            return _run_user_code(link, args, script_args, rank)
+            return _run_user_code(link, args, script_args, rank, key)
         return run(
             link,
             workload_name=args.workload or "vision",
@@ -216,13 +216,20 @@ def main(argv: Sequence[str] | None = None, *, source_root: str | None = None) -
 
 
 def _run_user_code(
-    link: Link, args: argparse.Namespace, script_args: list[str], rank: RankIdentity | None
+    link: Link,
+    args: argparse.Namespace,
+    script_args: list[str],
+    rank: RankIdentity | None,
+    key: bytes,
 ) -> int:
     """The user's script or module, watched (``script_session``); ``rank`` when it is one
-    rank of a torchrun job."""
+    rank of a torchrun job. Ranks the script spawns itself reach the GUI with ``key``."""
     from gpuwatch.runner.script_session import RunPlace, run_module, run_script
+    from gpuwatch.runner.spawned_ranks import RankStart
 
-    place = RunPlace(args.device, args.max_steps, args.private_dir, rank)
+    name = args.module or os.path.basename(args.script)
+    spawn = RankStart(args.connect, key, args.device, args.max_steps, name)
+    place = RunPlace(args.device, args.max_steps, args.private_dir, rank, spawn)
     if args.module is not None:
         return run_module(link, name=args.module, args=script_args, place=place)
     return run_script(link, path=args.script, args=script_args, place=place)

@@ -41,6 +41,7 @@ from gpuwatch.runner.script_environment import (
     enter_script,
     module_file,
 )
+from gpuwatch.runner.spawned_ranks import RankStart, SpawnedRanks
 from gpuwatch.runner.worker_start import MainGuardWatch, missing_guard_message
 
 EXIT_OK = 0
@@ -112,6 +113,8 @@ class RunPlace:
     private_dir: str | None = None
     #: Which rank of a torchrun job this is (``--as-rank``), None for a single process.
     rank: RankIdentity | None = None
+    #: How the ranks the script spawns itself reach the GUI (``spawned_ranks``).
+    spawn: RankStart | None = None
 
 
 def run_script(link: Link, *, path: str, args: Sequence[str], place: RunPlace) -> int:
@@ -244,9 +247,14 @@ def _watch(
     # Spawned workers of an unguarded script: one message, not N.
     guard = MainGuardWatch(place.private_dir)
     guard.install()
+    ranks = SpawnedRanks(torch, place.spawn) if place.spawn and not place.rank else None
+    if ranks is not None:
+        ranks.install()
     try:
         outcome = _run(target)
     finally:
+        if ranks is not None:
+            ranks.remove()
         watch.remove()
         guard_missing = guard.missing()
         guard.remove()

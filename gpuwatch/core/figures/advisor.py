@@ -135,9 +135,11 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "straggler",
-        "each rank's input wait, forward p50 and step p50 against the other ranks' median "
-        "(a run of many ranks; their newest steps)",
-        "input wait ≥ 15 points above and ≥ 2× the others', forward ≥ 1.25×, or step ≥ 1.15×",
+        "each rank's input wait, forward, backward and step p50 against the other ranks' "
+        "median (a run of many ranks; their newest steps)",
+        "input wait ≥ 15 points above and ≥ 2× the others'; forward ≥ 1.25× and 10 % of a "
+        "step longer; the others' backward (their all-reduce wait) 10 % of a step longer than "
+        "its own; or step ≥ 1.15×",
         "none (that rank's input pipeline or device: more DataLoader workers, faster storage, "
         "a less busy GPU)",
         "DDP all-reduces every step, so every rank waits for the slowest one",

@@ -10,20 +10,25 @@ its device is), and every other rank spends the same time waiting for it, inside
 - *input*: one rank's input wait (``data`` share of its steps) is at least
   ``INPUT_GAP`` (15 points) above the others' median and at least twice it;
 - *compute*: one rank's ``forward`` p50 is at least ``COMPUTE_RATIO`` (1.25×) the others'
-  median (a slower or busier device, or a larger share of the data);
+  median, and longer by at least ``MIN_SHARE`` of a step (a slower or busier device, or a
+  larger share of the data);
+- *all-reduce*: whatever the cause, the straggler arrives last at every all-reduce, so its
+  ``backward`` is the shortest: the others' median ``backward`` p50 exceeds its own by at least
+  ``MIN_SHARE`` of a step; the phase where its extra time goes is named (its largest excess
+  over the others' median, ``other`` being its own code between steps);
 - *step*: one rank's step p50 is at least ``STEP_RATIO`` (1.15×) the others' median (ranks
   that are not in lockstep, e.g. no collective every step).
 
 The evidence is the others' ``backward`` p50 against the straggler's: the time they wait in
-the all-reduce for it. Steps are taken from every rank's own store, all of them (warm-up
-included); a rank with fewer than ``MIN_STEPS`` steps is listed but never judged.
+the all-reduce for it. Steps are taken from every rank's own store; a rank with fewer than
+``MIN_STEPS`` steps is listed but never judged.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,6 +39,8 @@ from gpuwatch.protocol import PHASES
 INPUT_GAP = 0.15
 COMPUTE_RATIO = 1.25
 STEP_RATIO = 1.15
+#: A time difference that decides a rule must be at least this share of the step.
+MIN_SHARE = 0.10
 MIN_STEPS = 5
 
 
@@ -48,20 +55,36 @@ class RankFigures:
     samples_per_s: float | None
     step_ms_p50: float | None
     input_wait: float | None  # share of step time in next(loader), 0..1
-    forward_ms_p50: float | None
-    backward_ms_p50: float | None
+    #: p50 of each phase (``protocol.ALL_PHASES``; ``other``: to the next step's start), ms.
+    phase_ms_p50: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def forward_ms_p50(self) -> float | None:
+        return self.phase_ms_p50.get("forward")
+
+    @property
+    def backward_ms_p50(self) -> float | None:
+        return self.phase_ms_p50.get("backward")
 
     @classmethod
     def of(cls, rank: int, local_rank: int, node: str, view: StepsView) -> RankFigures:
+        """A rank's figures from its steps; a step is its start to the next step's start
+        (the scoreboard's step time), the last one to its own end."""
         n = len(view)
         if n == 0:
-            return cls(rank, local_rank, node, 0, None, None, None, None, None)
+            return cls(rank, local_rank, node, 0, None, None, None)
         host = view.host.astype(np.float64)
-        step_ns = host[:, -1] - host[:, 0]
+        starts = host[:, 0]
+        ends = np.append(starts[1:], host[-1, -1])
+        step_ns = ends - starts
         total_ns = float(step_ns.sum())
         phase_ns = np.diff(host, axis=1)
-        data = PHASES.index("data")
+        other_ns = ends - host[:, -1]
+        phases = {name: float(np.median(phase_ns[:, i])) / 1e6 for i, name in enumerate(PHASES)}
+        if n > 1:
+            phases["other"] = float(np.median(other_ns[:-1])) / 1e6
         wall_ns = float(host[-1, -1] - host[0, 0])
+        data = PHASES.index("data")
         return cls(
             rank=rank,
             local_rank=local_rank,
@@ -70,8 +93,7 @@ class RankFigures:
             samples_per_s=float(view.samples.sum()) / wall_ns * 1e9 if wall_ns > 0 else None,
             step_ms_p50=float(np.median(step_ns)) / 1e6,
             input_wait=float(phase_ns[:, data].sum()) / total_ns if total_ns > 0 else None,
-            forward_ms_p50=float(np.median(phase_ns[:, PHASES.index("forward")])) / 1e6,
-            backward_ms_p50=float(np.median(phase_ns[:, PHASES.index("backward")])) / 1e6,
+            phase_ms_p50=phases,
         )
 
 
@@ -80,7 +102,7 @@ class Straggler:
     """The rank that holds the others back, why (``rule``), and the sentence that says so."""
 
     rank: int
-    rule: str  # "input" | "compute" | "step"
+    rule: str  # "input" | "compute" | "allreduce" | "step"
     sentence: str
 
 
@@ -89,7 +111,7 @@ def find_straggler(ranks: Sequence[RankFigures]) -> Straggler | None:
     judged = [r for r in ranks if r.steps >= MIN_STEPS]
     if len(judged) < 2:
         return None
-    for rule in (_input_straggler, _compute_straggler, _step_straggler):
+    for rule in (_input_straggler, _compute_straggler, _allreduce_straggler, _step_straggler):
         found = rule(judged)
         if found is not None:
             return found
@@ -140,7 +162,8 @@ def _compute_straggler(ranks: Sequence[RankFigures]) -> Straggler | None:
     worst = max(known, key=lambda r: r.forward_ms_p50 or 0.0)
     others = _median([r.forward_ms_p50 for r in _others(known, worst)])
     mine = worst.forward_ms_p50 or 0.0
-    if not others or mine < COMPUTE_RATIO * others:
+    step = worst.step_ms_p50 or 0.0
+    if not others or mine < COMPUTE_RATIO * others or mine - others < MIN_SHARE * step:
         return None
     return Straggler(
         worst.rank,
@@ -148,6 +171,47 @@ def _compute_straggler(ranks: Sequence[RankFigures]) -> Straggler | None:
         f"rank {worst.rank} computes slower: its forward takes {mine:.1f} ms, the others' "
         f"{others:.1f} ms ({(mine / others - 1) * 100:.0f} % longer){_waiting(ranks, worst)}",
     )
+
+
+def _allreduce_straggler(ranks: Sequence[RankFigures]) -> Straggler | None:
+    known = [r for r in ranks if r.backward_ms_p50 is not None and r.step_ms_p50]
+    if len(known) < 2:
+        return None
+    last = min(known, key=lambda r: r.backward_ms_p50 or 0.0)
+    others = _others(known, last)
+    waited = _median([r.backward_ms_p50 for r in others])
+    mine = last.backward_ms_p50 or 0.0
+    if waited is None or waited - mine < MIN_SHARE * (last.step_ms_p50 or 0.0):
+        return None
+    excess = {
+        name: ms - (_median([r.phase_ms_p50.get(name) for r in others]) or 0.0)
+        for name, ms in last.phase_ms_p50.items()
+        if name != "backward"
+    }
+    name, extra = max(excess.items(), key=lambda item: item[1], default=("", 0.0))
+    where = (
+        f"; its extra time is in {_PHASE_WORDS.get(name, name)} ({extra:.1f} ms a step more "
+        "than the others')"
+        if extra > 0
+        else ""
+    )
+    return Straggler(
+        last.rank,
+        "allreduce",
+        f"rank {last.rank} arrives last at every all-reduce: the others wait for it in "
+        f"backward (p50 {waited:.1f} ms against its {mine:.1f} ms){where}",
+    )
+
+
+#: How a phase is named in a straggler's sentence.
+_PHASE_WORDS = {
+    "data": "waiting for input",
+    "h2d": "copies to the device",
+    "forward": "forward",
+    "optimizer": "the optimizer step",
+    "sync": "syncs (.item(), logging)",
+    "other": "its own code between steps",
+}
 
 
 def _step_straggler(ranks: Sequence[RankFigures]) -> Straggler | None:

@@ -456,8 +456,10 @@ class Session(ModelAccess):
         python = spec.python or launcher.default_python()
         self._private_dir = link.private_dir()
         authkey = link.new_authkey()
-        self._listener = link.LinkListener(self._private_dir, authkey, many=spec.ranked)
-        if spec.ranked:
+        # User code may start ranks (torchrun, or torch.multiprocessing.spawn in the script):
+        # each connects with the same key.
+        self._listener = link.LinkListener(self._private_dir, authkey, many=spec.user_code)
+        if spec.user_code:
             self._ranks = RankRuns(
                 self._listener,
                 primary=self._from_rank0,
@@ -519,7 +521,7 @@ class Session(ModelAccess):
         if conn is None:
             return
         self._link = lnk = link.Link(conn)
-        if self._ranks is not None:  # the runner is torchrun: the ranks connect after it
+        if self._ranks is not None:  # ranks the runner starts connect after it
             self._ranks.start()
         while True:
             try:
@@ -773,7 +775,7 @@ class Session(ModelAccess):
             if proc is None:
                 return
             grace = stop_grace_s(self.typical_step_s())
-            if self._ranks is not None:
+            if self._ranks is not None and self._ranks.runs():
                 grace = self._stop_ranks(grace)
             asked = self._link is not None and self._link.send("stop", grace_s=grace)
             polite = grace + POLITE_STOP_S if asked else 0.0  # no link: nobody to ask
