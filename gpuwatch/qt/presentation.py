@@ -62,7 +62,7 @@ NEWCOMERS_MS = 300
 #: The scoreboard's share of the width on stage, at most.
 SCOREBOARD_SHARE = 0.4
 #: Docks hidden while presenting (by object name): detail for the desk, noise on stage.
-SECONDARY_DOCKS = ("log", "knobs", "advisor", "runs", "kernel_ops")
+SECONDARY_DOCKS = ("log", "knobs", "advisor", "runs", "kernel_ops", "ranks")
 #: The big sentence's size relative to the (already scaled) window font...
 HEADLINE_FACTOR = 1.6
 #: ...and the line of figures under it, relative to the sentence.
