@@ -175,6 +175,24 @@ def test_a_stop_for_a_step_count_stops_at_that_boundary_and_not_before() -> None
         control.script_done()
 
 
+def test_a_change_for_a_later_step_waits_for_that_boundary() -> None:
+    """Every rank applies a ``set`` with ``at_step`` at that step, whenever it arrived."""
+    from gpuwatch import probe as gw
+
+    link = _Link()
+    knobs = ProbeKnobs(link)  # type: ignore[arg-type]
+    knobs.declare(gw.knob_entry("workers", 0, choices=[0, 2]))
+    control = ScriptControl(link, knobs, stop_grace_s=60.0)  # type: ignore[arg-type]
+    control._inbox.put({"kind": "set", "values": {"workers": 2}, "request": 1, "at_step": 5})
+    for step in range(1, 5):
+        control.at_boundary(step)
+        assert knobs.values["workers"] == 0, step
+    control.at_boundary(5)
+    assert knobs.values["workers"] == 2
+    configs = [fields for kind, fields in link.sent if kind == "config"]
+    assert [c["first_step"] for c in configs] == [5]
+
+
 def _view(phases_ms: list[float], n: int = 20, gap_ms: float = 0.0) -> StepsView:
     """``n`` identical steps whose phases (``protocol.PHASES`` order) take ``phases_ms``, each
     ``gap_ms`` after the one before (the loop's own code: ``other``)."""

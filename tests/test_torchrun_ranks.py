@@ -262,3 +262,55 @@ def test_ranks_a_script_spawns_itself_are_watched_and_compute_the_same_weights(
     for rank in (0, 1):
         before, after = _seen(work, "plain", rank), _seen(work, "watched", rank)
         assert after["weights"] == before["weights"], "watched = unwatched: the same weights"
+
+
+def _wait(condition, seconds: float, what: str) -> None:
+    """Wait for ``condition`` (a cold machine starts four torch imports: be patient)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_a_knob_change_lands_on_every_rank_at_the_same_step(work: Path) -> None:
+    from gpuwatch.core.run.session import LaunchSpec, Session, SessionError
+
+    session = Session()
+    args = ("--standalone", "--nproc-per-node", "2", "train.py", "knob", "-1")
+    session.start(
+        LaunchSpec(
+            module="torch.distributed.run",
+            script_args=args,
+            device="cpu",
+            cwd=str(work),
+            env=(("OMP_NUM_THREADS", "1"),),
+        )
+    )
+    try:
+        _wait(
+            lambda: (
+                len(session.ranks()) == 2
+                and all(r.model.knobs and r.model.steps.count >= 5 for r in session.ranks())
+            ),
+            RUN_TIMEOUT_S,
+            "both ranks' first steps and their DataLoader knobs",
+        )
+        with pytest.raises(SessionError, match="rank 0 has no knob nope"):
+            session.set_knobs({"nope": 1})
+        request = session.set_knobs({"num_workers": 1})
+        assert request is not None
+        _wait(
+            lambda: all(len(r.model.config_changes()) == 2 for r in session.ranks()),
+            RUN_TIMEOUT_S,
+            "the change on every rank",
+        )
+        firsts = {r.info.rank: r.model.config_changes()[1].first_step for r in session.ranks()}
+        assert firsts[0] == firsts[1], firsts
+        assert all(r.model.config_values()["num_workers"] == 1 for r in session.ranks())
+        _wait(lambda: session.answer(request) is not None, RUN_TIMEOUT_S, "rank 0's answer")
+        assert getattr(session.answer(request), "first_step", None) == firsts[0]
+    finally:
+        session.stop()
+        assert session.wait_ended(RUN_TIMEOUT_S)
+    assert session.error is None, session.error
+    assert not _left_running(work, "knob")

@@ -76,6 +76,9 @@ class ScriptControl:
         #: The hooks' own time, shared with them (``script_instruments``).
         self.spent = SpentTime()
         self._inbox: queue.Queue[dict[str, Any]] = queue.Queue()
+        #: Controls for a later step (``at_step``: every rank of a distributed job applies a
+        #: knob change at the same step), oldest first; only the boundary thread touches it.
+        self._later: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._running = False
         self._stop_raised = False
@@ -124,6 +127,9 @@ class ScriptControl:
                 with self._lock:
                     self._stop_raised = True
                 raise KeyboardInterrupt(f"gpuwatch: {self.stop_reason}")
+            if self._later and _step_of(self._later[0]) <= next_step:
+                self._apply(self._later.pop(0), next_step)
+                continue
             if not self.paused and self._inbox.empty():  # the usual boundary: nothing queued
                 self._capture_at_boundary(next_step)
                 return
@@ -138,6 +144,10 @@ class ScriptControl:
                     continue
                 self._capture_at_boundary(next_step)
                 return
+            if _step_of(message) > next_step:
+                self._later.append(message)
+                self._later.sort(key=_step_of)
+                continue
             self._apply(message, next_step)
 
     def _apply(self, message: dict[str, Any], next_step: int) -> None:
@@ -244,6 +254,12 @@ def interrupt_main_thread() -> None:
         signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
     else:
         _thread.interrupt_main()
+
+
+def _step_of(message: dict[str, Any]) -> int:
+    """The step a control is for (``at_step``), or 0: at the next boundary."""
+    step = message.get("at_step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else 0
 
 
 def grace_s(message: dict[str, Any], default: float) -> float:

@@ -24,6 +24,7 @@ from typing import Any
 from gpuwatch import protocol
 from gpuwatch.core.figures.rank_figures import RankFigures
 from gpuwatch.core.figures.segments import SegmentStats
+from gpuwatch.core.model.knob_values import KnobValueError, check_usable
 from gpuwatch.core.model.liveness import Liveness, Transition
 from gpuwatch.core.model.log_buffer import LogBuffer, LogLine
 from gpuwatch.core.model.messages import ACTIVE_STATES, SessionState, StateChanged
@@ -239,7 +240,6 @@ class Session(ModelAccess):
         self._step_capacity = step_capacity
         #: The ranks of a torchrun run (``LaunchSpec.ranked``), None otherwise.
         self._ranks: RankRuns | None = None
-        self._knobs_said = False  # ranked runs: "no knobs across ranks yet" said once
         self._private_dir: Path | None = None
         self._threads: list[threading.Thread] = []
         self._link_thread: threading.Thread | None = None
@@ -301,9 +301,43 @@ class Session(ModelAccess):
         lnk = self._link
         if lnk is None or self._state is not SessionState.RUNNING:
             raise SessionError("no training run is connected: start one first")
+        ranks = self.ranks()
+        if ranks:
+            return self._set_on_ranks(ranks, wanted, label)
         request = self.model.next_request(label)
         if not lnk.send("set", values=wanted, request=request):
             raise SessionError("the link to the runner is closed")
+        return request
+
+    def _set_on_ranks(self, ranks: list[RankRun], wanted: dict[str, Any], label: str | None) -> int:
+        """One change for every rank, applied by each at the same step (announced ahead as
+        the stop is, ``_rank_step_ahead``), so their collectives stay in lockstep. Refused
+        as a whole before anything is sent when any rank does not have a knob yet (its
+        DataLoader has not started) or cannot use the value; each rank still validates."""
+        for run in ranks:
+            if not run.connected:
+                raise SessionError(f"rank {run.info.rank} has ended: the change is not sent")
+            schema = {k["name"]: k for k in run.model.knobs}
+            for name, value in wanted.items():
+                knob = schema.get(name)
+                if knob is None:
+                    raise SessionError(
+                        f"rank {run.info.rank} has no knob {name} yet (a DataLoader's knobs "
+                        "appear when the script first iterates it): the change is not sent"
+                    )
+                try:
+                    check_usable(knob, value)
+                except KnobValueError as exc:
+                    raise SessionError(f"rank {run.info.rank}: {exc}") from None
+        links = self._ranks
+        if links is None:
+            raise SessionError("this run has no ranks")
+        at_step, _ = self._rank_step_ahead(ranks)
+        request = self.model.next_request(label)
+        sent = links.send_all("set", values=wanted, request=request, at_step=at_step)
+        if sent < len(ranks):
+            raise SessionError(f"only {sent} of {len(ranks)} ranks took the change")
+        self._info(f"every rank applies {_describe(wanted)} at step {at_step:,}")
         return request
 
     @property
@@ -446,7 +480,6 @@ class Session(ModelAccess):
         self._hello_at = None
         self._link = None
         self._ranks = None
-        self._knobs_said = False
         self._stop_requested.clear()
         self._stop_done.clear()
         self._ended.clear()
@@ -631,19 +664,10 @@ class Session(ModelAccess):
         ]
 
     def _from_rank0(self, message: dict[str, Any]) -> None:
-        """Rank 0's messages draw the run. Its error and bye stay its own (torchrun's say how
-        the run ended); knobs are not offered, since a change must reach every rank at the
-        same step, which no message does yet."""
-        kind = message["kind"]
-        if kind in ("error", "bye"):
-            return
-        if kind == "knobs":
-            if not self._knobs_said:
-                self._knobs_said = True
-                self._info(
-                    "knobs are not offered for a run of many ranks: a change would have to "
-                    "reach every rank at the same step"
-                )
+        """Rank 0's messages draw the run, its knobs included (every rank runs the same script;
+        a change goes to all, ``_set_on_ranks``). Its error and bye stay its own: how the run
+        ended is the launcher's (or the script's) to say."""
+        if message["kind"] in ("error", "bye"):
             return
         self._dispatch(message)
 
@@ -655,12 +679,18 @@ class Session(ModelAccess):
         ranks = self._ranks
         if ranks is None:
             return grace
+        at_step, lead_s = self._rank_step_ahead(ranks.runs())
+        grace += lead_s
+        ranks.send_all("stop", grace_s=grace, at_step=at_step)
+        return grace
+
+    def _rank_step_ahead(self, runs: list[RankRun]) -> tuple[int, float]:
+        """A step every rank has yet to start (the newest any has sent, plus a lead: steps
+        arrive in batches, so a rank may be further on than it said), and the lead's time."""
         typical = self.typical_step_s() or STOP_GRACE_MIN_S
         lead = max(STOP_LEAD_MIN_STEPS, math.ceil(STOP_LEAD_S / typical))
-        newest = max((run.model.steps.count for run in ranks.runs()), default=0)
-        grace += lead * typical
-        ranks.send_all("stop", grace_s=grace, at_step=newest + lead)
-        return grace
+        newest = max((run.model.steps.count for run in runs), default=0)
+        return newest + lead, lead * typical
 
     def _rank_failure(self, message: dict[str, Any]) -> str:
         """torchrun's failed rank, with the step it had reached (its own model knows)."""
@@ -898,6 +928,10 @@ _PROFILER_NOISE = re.compile(
     r"^(USDT:.*\] profiler_(start|stop)$"
     r"|ERROR:.*gpuGetDeviceCount failed with code 35$)"
 )
+
+
+def _describe(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
 
 
 def _count(n: int, noun: str) -> str:
