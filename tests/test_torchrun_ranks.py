@@ -190,7 +190,8 @@ def test_ranks_run_as_plain_torchrun_runs_them_and_compute_the_same_weights(work
     torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     plain = _run([*torchrun, "train.py", "plain", "30"], work)
     assert plain.returncode == 0, plain.stderr
-    watched = _watched([*torchrun, "train.py", "watched", "30"], work)
+    record = work / "ranks.gpuwatch"
+    watched = _watched(["--record", str(record), *torchrun, "train.py", "watched", "30"], work)
 
     assert watched.returncode == 0, watched.stdout + watched.stderr
     assert "train.py (torchrun) finished after 30 steps" in watched.stdout, watched.stdout
@@ -202,6 +203,29 @@ def test_ranks_run_as_plain_torchrun_runs_them_and_compute_the_same_weights(work
         assert before["argv"] == ["train.py", "plain", "30"]
         assert after["weights"] == before["weights"], "watched = unwatched: the same weights"
     assert not _left_running(work, "watched")
+    _check_recording(record)
+
+
+def _check_recording(record: Path) -> None:
+    """Every rank is in the recording, and each is a process of its own in the Perfetto
+    export; a replay's Ranks figures come from it."""
+    from gpuwatch.core.files.export_perfetto import perfetto_trace
+    from gpuwatch.core.files.recording_reader import open_recording
+    from gpuwatch.core.files.replay import ReplaySession
+
+    recording = open_recording(record)
+    assert [r.info.rank for r in recording.ranks] == [0, 1]
+    assert [len(r.steps) for r in recording.ranks] == [30, 30]
+    assert recording.ranks[1].bye is not None
+    assert recording.hello is not None and recording.hello.rank is not None  # rank 0's
+    events = perfetto_trace(recording)["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert sorted(names) == [1, 2] and names[2].startswith("rank 1 ("), names
+    for pid in (1, 2):
+        phases = [e for e in events if e.get("pid") == pid and e.get("cat") == "host"]
+        assert len(phases) >= 30 * 5, (pid, len(phases))
+    figures = ReplaySession(recording).rank_figures()
+    assert [(f.rank, f.steps) for f in figures] == [(0, 30), (1, 30)]
 
 
 def test_four_ranks_with_a_slow_loader_name_the_straggler(work: Path) -> None:

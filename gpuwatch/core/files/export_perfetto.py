@@ -1,8 +1,9 @@
 """A recording as Chrome trace-event JSON, which Perfetto and chrome://tracing open.
 
-One process for the run, one track (thread) per lane: the steps, each host phase, the
-device stream's active spans, the stream's gaps, and the configuration segments; counters
-for the coarse samples; a global instant at every configuration change. Times are
+One process for the run (for a run of many ranks: rank 0, then one process per other rank
+with its steps, host phases and device spans), one track (thread) per lane: the steps, each
+host phase, the device stream's active spans, the stream's gaps, and the configuration
+segments; counters for the coarse samples; a global instant at every configuration change. Times are
 microseconds from the run's t0. Events on one track never overlap (a viewer would nest or
 drop them): a span that starts before the previous one on its track ended is cut to start
 there, and dropped if nothing is left.
@@ -31,6 +32,7 @@ from gpuwatch.core.figures.kernel_window import KernelWindow
 from gpuwatch.core.files.atomic_file import atomic_output
 from gpuwatch.core.files.recording import finite
 from gpuwatch.core.files.recording_reader import Recording, kernel_windows
+from gpuwatch.core.model.store import StepsView
 from gpuwatch.protocol import ACTIVE_FIRST, ACTIVE_LAST, KERNEL_KINDS, PHASES
 
 PID = 1
@@ -85,6 +87,7 @@ def write_perfetto_to(
     head = [_dump(e) for e in (*_metadata(recording), *_kernel_metadata(windows, streams))]
     tracks: list[Timed] = [
         *_step_events(recording, t0),
+        *_rank_events(recording, t0),
         _segment_events(recording, t0),
         *_device_events(recording, t0),
         *_counter_events(recording, t0),
@@ -126,7 +129,9 @@ def _us(ns: int) -> float:
     return round(ns / 1000, 3)
 
 
-def _track_names(tracks: Sequence[tuple[int, str]], first_index: int) -> list[dict[str, Any]]:
+def _track_names(
+    tracks: Sequence[tuple[int, str]], first_index: int, pid: int = PID
+) -> list[dict[str, Any]]:
     """Perfetto metadata naming each ``(tid, label)`` track and fixing its order."""
     events: list[dict[str, Any]] = []
     for index, (tid, label) in enumerate(tracks, start=first_index):
@@ -134,7 +139,7 @@ def _track_names(tracks: Sequence[tuple[int, str]], first_index: int) -> list[di
             ("thread_name", {"name": label}),
             ("thread_sort_index", {"sort_index": index}),
         ):
-            events.append({"ph": "M", "name": name, "pid": PID, "tid": tid, "ts": 0, "args": args})
+            events.append({"ph": "M", "name": name, "pid": pid, "tid": tid, "ts": 0, "args": args})
     return events
 
 
@@ -147,6 +152,9 @@ def _metadata(recording: Recording) -> list[dict[str, Any]]:
         {"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "ts": 0, "args": {"name": name}}
     ]
     events += _track_names(TRACKS, first_index=0)
+    if recording.ranks:  # rank 0's process keeps the run's tracks and takes rank 0's name
+        events = [e for e in events if e["name"] != "process_name"]
+        events += _rank_metadata(recording)
     return events
 
 
@@ -193,10 +201,11 @@ def _step_spans(
     step: np.ndarray,
     config: np.ndarray,
     t0: int,
+    pid: int = PID,
 ) -> Timed:
     """``X`` events with ``{"step", "config"}`` args, encoded directly (millions of them);
     ``name`` None names each after its step."""
-    head = f'{{"ph":"X","pid":{PID},"tid":{tid},"cat":{json.dumps(cat)},"name":'
+    head = f'{{"ph":"X","pid":{pid},"tid":{tid},"cat":{json.dumps(cat)},"name":'
     fixed = json.dumps(name) if name is not None else None
     for begin, end, rows in _cut(starts, ends):
         since = begin - t0
@@ -244,7 +253,11 @@ def _encoded(events: Iterable[dict[str, Any]]) -> Timed:
 
 
 def _step_events(recording: Recording, t0: int) -> list[Timed]:
-    view = recording.steps
+    return _steps_tracks(recording.steps, t0, PID)
+
+
+def _steps_tracks(view: StepsView, t0: int, pid: int) -> list[Timed]:
+    """A process's steps and host phases (the run's, or one rank's)."""
     host = view.host
     tracks = [
         _step_spans(
@@ -256,6 +269,7 @@ def _step_events(recording: Recording, t0: int) -> list[Timed]:
             step=view.step,
             config=view.config,
             t0=t0,
+            pid=pid,
         )
         for i, phase in enumerate(PHASES)
     ]
@@ -269,9 +283,73 @@ def _step_events(recording: Recording, t0: int) -> list[Timed]:
             step=view.step,
             config=view.config,
             t0=t0,
+            pid=pid,
         )
     )
     return tracks
+
+
+def _rank_pid(rank: int) -> int:
+    """Rank 0 is the run's own process (``PID``); rank r is ``PID + r``."""
+    return PID + rank
+
+
+def _rank_events(recording: Recording, t0: int) -> list[Timed]:
+    """Every rank but rank 0 (the run's own steps) as a process of its own."""
+    tracks: list[Timed] = []
+    for rank in recording.ranks:
+        if rank.info.rank == 0:
+            continue
+        pid, view = _rank_pid(rank.info.rank), rank.steps
+        tracks += _steps_tracks(view, t0, pid)
+        rows = np.flatnonzero(view.has_device)
+        tracks.append(
+            _step_spans(
+                DEVICE_TID,
+                "device",
+                "active",
+                view.device[rows, ACTIVE_FIRST],
+                view.device[rows, ACTIVE_LAST],
+                step=view.step[rows],
+                config=view.config[rows],
+                t0=t0,
+                pid=pid,
+            )
+        )
+    return tracks
+
+
+def _rank_metadata(recording: Recording) -> list[dict[str, Any]]:
+    """Names and order of the ranks' processes (rank 0's is the run's, renamed)."""
+    events: list[dict[str, Any]] = []
+    rank_tracks = [t for t in TRACKS if t[0] not in (SEGMENTS_TID, GAPS_TID)]
+    for rank in recording.ranks:
+        info, pid = rank.info, _rank_pid(rank.info.rank)
+        where = f"{info.node}, " if info.node else ""
+        name = f"rank {info.rank} ({where}local rank {info.local_rank}): {rank.hello.workload}"
+        events.append(
+            {
+                "ph": "M",
+                "name": "process_name",
+                "pid": pid,
+                "tid": 0,
+                "ts": 0,
+                "args": {"name": name},
+            }
+        )
+        events.append(
+            {
+                "ph": "M",
+                "name": "process_sort_index",
+                "pid": pid,
+                "tid": 0,
+                "ts": 0,
+                "args": {"sort_index": info.rank},
+            }
+        )
+        if info.rank != 0:
+            events += _track_names(rank_tracks, first_index=0, pid=pid)
+    return events
 
 
 def _device_events(recording: Recording, t0: int) -> list[Timed]:

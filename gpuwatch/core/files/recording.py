@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch import __version__
-from gpuwatch.core.model.messages import ConfigChange
-from gpuwatch.core.model.store import MetricStatus
+from gpuwatch.core.model.messages import ConfigChange, RankInfo
+from gpuwatch.core.model.store import MetricStatus, StepsView
 from gpuwatch.core.run.session import Session
 
 log = logging.getLogger(__name__)
@@ -68,9 +68,52 @@ CREATE TABLE samples (metric TEXT NOT NULL, t0 INTEGER NOT NULL, t1 INTEGER NOT 
                       value REAL);
 CREATE INDEX samples_by_metric ON samples (metric, t1);
 CREATE TABLE statuses (metric TEXT PRIMARY KEY, status TEXT NOT NULL);
+CREATE TABLE rank_events (seq INTEGER PRIMARY KEY, rank INTEGER NOT NULL, t_ns INTEGER NOT NULL,
+                          kind TEXT NOT NULL, body TEXT NOT NULL);
+CREATE TABLE rank_steps (rank INTEGER NOT NULL, step INTEGER NOT NULL, config INTEGER NOT NULL,
+                         samples INTEGER NOT NULL,
+                         {", ".join(f"{c} INTEGER NOT NULL" for c in MARK_COLUMNS)},
+                         {", ".join(f"{c} INTEGER" for c in DEVICE_COLUMNS)},
+                         PRIMARY KEY (rank, step));
 """
+#: The key a rank's message carries on the recorder's queue (never on the wire).
+RANK_KEY = "_rank"
 
 _STOP = object()
+
+
+def _step_messages(view: StepsView, cuda: bool) -> list[tuple[dict[str, Any], int]]:
+    """Stored steps as the ``steps`` (and ``device_marks``) messages that brought them, in
+    chunks of ``PRELUDE_CHUNK``, each timed at its last step's end."""
+    items: list[tuple[dict[str, Any], int]] = []
+    for i in range(0, len(view), PRELUDE_CHUNK):
+        part = slice(i, i + PRELUDE_CHUNK)
+        t_ns = int(view.host[part][-1, -1])
+        items.append(
+            (
+                {
+                    "kind": "steps",
+                    "step": view.step[part].tolist(),
+                    "config": view.config[part].tolist(),
+                    "samples": view.samples[part].tolist(),
+                    "host": view.host[part].tolist(),
+                },
+                t_ns,
+            )
+        )
+        has = view.has_device[part]
+        if cuda and has.any():
+            items.append(
+                (
+                    {
+                        "kind": "device_marks",
+                        "step": view.step[part][has].tolist(),
+                        "device": view.device[part][has].tolist(),
+                    },
+                    t_ns,
+                )
+            )
+    return items
 
 
 class RecordingError(Exception):
@@ -211,6 +254,7 @@ class Recorder:
             raise RecordingError("this recorder was already started; make a new one")
         self._conn = self._create()
         self.session.add_listener(self._on_message)
+        self.session.add_rank_listener(self._on_rank_message)
         prelude = self._prelude()
         self._thread = threading.Thread(
             target=self._run, args=(prelude,), name="gpuwatch-recorder", daemon=True
@@ -224,6 +268,7 @@ class Recorder:
         self._closed = True
         self._closing = True
         self.session.remove_listener(self._on_message)
+        self.session.remove_rank_listener(self._on_rank_message)
         thread = self._thread
         if thread is None:
             return
@@ -266,6 +311,11 @@ class Recorder:
             self.dropped += 1
             if message["kind"] == "steps":
                 self.dropped_steps += len(message["step"])
+
+    def _on_rank_message(self, rank: RankInfo, message: dict[str, Any], t_ns: int) -> None:
+        """A rank's message (every rank's hello, the other ranks' all): queued as the run's
+        are, tagged with the rank."""
+        self._on_message({**message, RANK_KEY: rank.rank}, t_ns)
 
     # ---- File ------------------------------------------------------------------------
 
@@ -317,36 +367,18 @@ class Recorder:
         first_t = changes[0].t_ns if changes else time.perf_counter_ns()
         items: list[tuple[dict[str, Any], int]] = [(hello.to_message(), first_t)]
         items += [(config_message(c), c.t_ns) for c in changes if c.id > 0]
-        view = session.steps.snapshot()
-        cuda = session.device_kind == "cuda"
-        for i in range(0, len(view), PRELUDE_CHUNK):
-            part = slice(i, i + PRELUDE_CHUNK)
-            steps = view.step[part].tolist()
-            t_ns = int(view.host[part][-1, -1])
-            items.append(
-                (
-                    {
-                        "kind": "steps",
-                        "step": steps,
-                        "config": view.config[part].tolist(),
-                        "samples": view.samples[part].tolist(),
-                        "host": view.host[part].tolist(),
-                    },
-                    t_ns,
-                )
-            )
-            has = view.has_device[part]
-            if cuda and has.any():
-                items.append(
-                    (
-                        {
-                            "kind": "device_marks",
-                            "step": view.step[part][has].tolist(),
-                            "device": view.device[part][has].tolist(),
-                        },
-                        t_ns,
-                    )
-                )
+        items += _step_messages(session.steps.snapshot(), session.device_kind == "cuda")
+        for run in session.ranks():
+            rank_hello = run.model.hello
+            if rank_hello is None:
+                continue
+            tag = {RANK_KEY: run.info.rank}
+            items.append(({**rank_hello.to_message(), **tag}, first_t))
+            if run.info.rank == 0:
+                continue  # its steps are the run's, above
+            cuda = run.model.device_kind == "cuda"
+            view = run.model.steps.snapshot()
+            items += [({**m, **tag}, t) for m, t in _step_messages(view, cuda)]
         items += [(w.to_message(), w.t1_ns) for w in session.kernel_windows()]
         items[1:] = sorted(items[1:], key=lambda item: item[1])  # the hello stays first
         return items
@@ -423,6 +455,7 @@ class Recorder:
             log.error("%s", message)
         self._closing = True
         self.session.remove_listener(self._on_message)
+        self.session.remove_rank_listener(self._on_rank_message)
 
     def _write(self, batch: list[tuple[dict[str, Any], int]], *, final: bool) -> None:
         conn = self._conn
@@ -441,6 +474,9 @@ class Recorder:
 
     def _write_message(self, conn: sqlite3.Connection, message: dict[str, Any], t_ns: int) -> int:
         """Write one message; returns how many new steps it added."""
+        if RANK_KEY in message:
+            self._write_rank_message(conn, message, t_ns)
+            return 0
         kind = message["kind"]
         if kind == "hello":
             if message.get("pid") == self._hello_pid:
@@ -491,6 +527,46 @@ class Recorder:
             body = {k: v for k, v in message.items() if k != "kind"}
         conn.execute("INSERT INTO events VALUES (?, ?, ?, ?)", (seq, t_ns, kind, to_json(body)))
         return added
+
+    def _write_rank_message(
+        self, conn: sqlite3.Connection, message: dict[str, Any], t_ns: int
+    ) -> None:
+        """A rank's message into ``rank_events`` and its steps into ``rank_steps``."""
+        rank, kind = message[RANK_KEY], message["kind"]
+        self._seq += 1
+        self._t1_ns = max(self._t1_ns, t_ns)
+        if kind == "steps":
+            conn.executemany(
+                f"INSERT OR IGNORE INTO rank_steps (rank, step, config, samples, "
+                f"{', '.join(MARK_COLUMNS)}) VALUES ({', '.join('?' * 11)})",
+                [
+                    (rank, step, config, samples, *host)
+                    for step, config, samples, host in zip(
+                        message["step"],
+                        message["config"],
+                        message["samples"],
+                        message["host"],
+                        strict=True,
+                    )
+                ],
+            )
+            body: dict[str, Any] = {"rows": len(message["step"])}
+        elif kind == "device_marks":
+            conn.executemany(
+                f"UPDATE rank_steps SET {', '.join(f'{c} = ?' for c in DEVICE_COLUMNS)} "
+                "WHERE rank = ? AND step = ?",
+                [
+                    (*marks, rank, step)
+                    for step, marks in zip(message["step"], message["device"], strict=True)
+                ],
+            )
+            body = {"rows": len(message["step"])}
+        else:
+            body = {k: v for k, v in message.items() if k not in ("kind", RANK_KEY)}
+        conn.execute(
+            "INSERT INTO rank_events VALUES (?, ?, ?, ?, ?)",
+            (self._seq, rank, t_ns, kind, to_json(body)),
+        )
 
     def _config0_t_ns(self, arrival_ns: int) -> int:
         """The hello's time as the session stamped config 0, so a replay times it the same."""

@@ -26,7 +26,7 @@ from gpuwatch.core.files.recording import (
     RecordingError,
 )
 from gpuwatch.core.model.log_buffer import LogLine
-from gpuwatch.core.model.messages import ConfigChange, Hello, Refusal
+from gpuwatch.core.model.messages import ConfigChange, Hello, RankInfo, Refusal
 from gpuwatch.core.model.store import DEFAULT_SERIES_CAPACITY, MetricStatus, SeriesStore, StepsView
 from gpuwatch.protocol import N_MARKS
 
@@ -36,6 +36,18 @@ _LEVELS = ("info", "warning", "error")
 #: Step rows read per ``fetchmany``: the rows go into preallocated arrays, so a recording of
 #: millions of steps never exists as millions of Python tuples at once.
 STEP_CHUNK = 65_536
+
+
+@dataclass(frozen=True)
+class RecordedRank:
+    """One rank of a run of many ranks as recorded: who it was, what it said when it ended,
+    and its steps (rank 0's are the recording's own ``steps``)."""
+
+    info: RankInfo
+    hello: Hello
+    steps: StepsView
+    bye: dict[str, Any] | None = None
+    error: str | None = None
 
 
 @dataclass
@@ -57,6 +69,9 @@ class Recording:
     exit_code: int | None
     t0_ns: int
     t1_ns: int
+    #: Every rank of a run of many ranks, by rank (empty for one process, or a file written
+    #: before ranks were recorded).
+    ranks: tuple[RecordedRank, ...] = ()
     _events: list[tuple[int, int, str, dict[str, Any]]] = field(repr=False, default_factory=list)
     _step_seq: np.ndarray = field(repr=False, default_factory=lambda: np.empty(0, np.int64))
     _device_seq: np.ndarray = field(repr=False, default_factory=lambda: np.empty(0, np.int64))
@@ -277,10 +292,60 @@ def _load(conn: sqlite3.Connection, path: Path) -> Recording:
         exit_code=exit_code if _is_int(exit_code) else None,
         t0_ns=t0_ns,
         t1_ns=max([t0_ns, *ends]),
+        ranks=_load_ranks(conn, tables, steps),
         _events=events,
         _step_seq=step_seq,
         _device_seq=device_seq,
         _device_marks=device_marks,
+    )
+
+
+def _load_ranks(
+    conn: sqlite3.Connection, tables: set[str], steps: StepsView
+) -> tuple[RecordedRank, ...]:
+    """The ranks (``rank_events``, ``rank_steps``): each rank that said hello, its steps
+    (rank 0's: the run's own), its last ``bye`` and ``error``."""
+    if not {"rank_events", "rank_steps"} <= tables:
+        return ()
+    hellos: dict[int, Hello] = {}
+    byes: dict[int, dict[str, Any]] = {}
+    errors: dict[int, str] = {}
+    for rank, kind, body in conn.execute("SELECT rank, kind, body FROM rank_events ORDER BY seq"):
+        message = {**_object(json.loads(body)), "kind": kind}
+        if kind == "hello":
+            hello = Hello.from_message(message)
+            if hello.rank is not None and hello.rank.rank == rank:
+                hellos[int(rank)] = hello
+        elif kind == "bye":
+            byes[int(rank)] = message
+        elif kind == "error":
+            errors[int(rank)] = f"{message.get('type')}: {message.get('message')}"
+    ranks = []
+    for rank, hello in sorted(hellos.items()):
+        if hello.rank is None:
+            continue
+        view = steps if rank == 0 else _load_rank_steps(conn, rank, hello.device.kind != "cuda")
+        ranks.append(RecordedRank(hello.rank, hello, view, byes.get(rank), errors.get(rank)))
+    return tuple(ranks)
+
+
+def _load_rank_steps(conn: sqlite3.Connection, rank: int, on_cpu: bool) -> StepsView:
+    columns = ("step", "config", "samples", *MARK_COLUMNS, *DEVICE_COLUMNS)
+    rows = conn.execute(
+        f"SELECT {', '.join(columns)} FROM rank_steps WHERE rank = ? ORDER BY step", (rank,)
+    ).fetchall()
+    if not rows:
+        return StepsView.empty()
+    data = _int_rows(rows)
+    host = data[:, 3 : 3 + N_MARKS].copy()
+    recorded = data[:, 3 + N_MARKS :]
+    has = recorded[:, 0] >= 0
+    if on_cpu:
+        device, has_device = host.copy(), np.ones(len(data), bool)
+    else:
+        device, has_device = np.where(has[:, None], recorded, 0), has
+    return StepsView(
+        data[:, 0].copy(), data[:, 1].copy(), data[:, 2].copy(), host, device, has_device
     )
 
 

@@ -22,13 +22,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpuwatch.core.figures.rank_figures import RankFigures
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.liveness import Liveness
 from gpuwatch.core.model.log_buffer import LogBuffer, LogLine
 from gpuwatch.core.model.messages import SessionState
-from gpuwatch.core.model.store import DEFAULT_SERIES_CAPACITY, DEFAULT_STEP_CAPACITY, SeriesStore
+from gpuwatch.core.model.store import (
+    DEFAULT_SERIES_CAPACITY,
+    DEFAULT_STEP_CAPACITY,
+    SeriesStore,
+    StepsView,
+)
 from gpuwatch.core.run.run_model import ModelAccess, RunModel
-from gpuwatch.core.run.session import LOG_LINES_KEPT, LaunchSpec, SessionError
+from gpuwatch.core.run.session import (
+    LOG_LINES_KEPT,
+    RANK_FIGURES_STEPS,
+    LaunchSpec,
+    SessionError,
+)
 
 if TYPE_CHECKING:
     from gpuwatch.core.files.recording_reader import Recording
@@ -185,6 +196,20 @@ class ReplaySession(ModelAccess):
         """
         return self.model.scoreboard(running=self._applied < len(self._messages))
 
+    def rank_figures(self, last: int | None = RANK_FIGURES_STEPS) -> list[RankFigures]:
+        """Each recorded rank's figures over its ``last`` newest steps that had ended by the
+        play position (the Ranks dock and the advisor, as live)."""
+        figures = []
+        for rank in self.recording.ranks:
+            view = rank.steps
+            n = int(np.searchsorted(view.host[:, -1], self._position_ns, side="right"))
+            first = 0 if last is None else max(0, n - last)
+            info = rank.info
+            figures.append(
+                RankFigures.of(info.rank, info.local_rank, info.node, _part(view, first, n))
+            )
+        return figures
+
     # ---- Play control ------------------------------------------------------------------
 
     def play(self) -> None:
@@ -294,3 +319,16 @@ class ReplaySession(ModelAccess):
         # The GUI's own lines were recorded as messages; the fold's copies would repeat them.
         if source != "gpuwatch":
             self._log.append(LogLine(self._now, level, source, text, notice))
+
+
+def _part(view: StepsView, start: int, stop: int) -> StepsView:
+    """Steps ``start:stop`` of ``view`` (views of its arrays, not copies)."""
+    cut = slice(start, stop)
+    return StepsView(
+        view.step[cut],
+        view.config[cut],
+        view.samples[cut],
+        view.host[cut],
+        view.device[cut],
+        view.has_device[cut],
+    )

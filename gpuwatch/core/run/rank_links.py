@@ -15,6 +15,7 @@ import contextlib
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 
 #: Rank 0's messages, handed to the Session as they arrive (on that rank's link thread).
 Primary = Callable[[dict[str, Any]], None]
+#: ``listener(rank, message, t_ns)``: every rank's hello, and every message of the ranks other
+#: than rank 0 (whose messages are the Session's own), with their arrival time.
+RankListener = Callable[[RankInfo, dict[str, Any], int], None]
 #: Starts a named daemon thread the Session keeps (and guards) with its others.
 SpawnThread = Callable[[str, Callable[[], None]], threading.Thread]
 
@@ -66,6 +70,15 @@ class RankRuns:
         self._lock = threading.Lock()
         self._runs: dict[int, RankRun] = {}
         self._links: list[link.Link] = []
+        self._listeners: list[RankListener] = []
+
+    def add_listener(self, listener: RankListener) -> None:
+        with self._lock:
+            self._listeners = [*self._listeners, listener]
+
+    def remove_listener(self, listener: RankListener) -> None:
+        with self._lock:
+            self._listeners = [f for f in self._listeners if f is not listener]
 
     def start(self) -> None:
         """Accept ranks until the listener closes."""
@@ -140,9 +153,20 @@ class RankRuns:
                 continue
             if run.info.rank == 0:
                 self._primary(message)
+            if run.info.rank != 0 or message["kind"] == "hello":
+                self._notify(run.info, message)
         if run is not None:
             run.connected = False
         lnk.close()
+
+    def _notify(self, info: RankInfo, message: dict[str, Any]) -> None:
+        t_ns = time.perf_counter_ns()
+        for listener in self._listeners:
+            try:
+                listener(info, message, t_ns)
+            except Exception:  # a listener's bug must not cost the rank its link
+                log.exception("rank listener %r failed", listener)
+                self.remove_listener(listener)
 
     def _register(self, message: dict[str, Any]) -> RankRun | None:
         """A rank's first message must be a hello that says which rank it is."""

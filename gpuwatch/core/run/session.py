@@ -30,7 +30,7 @@ from gpuwatch.core.model.log_buffer import LogBuffer, LogLine
 from gpuwatch.core.model.messages import ACTIVE_STATES, SessionState, StateChanged
 from gpuwatch.core.model.store import DEFAULT_STEP_CAPACITY
 from gpuwatch.core.run import launcher, link
-from gpuwatch.core.run.rank_links import RankRun, RankRuns
+from gpuwatch.core.run.rank_links import RankListener, RankRun, RankRuns
 from gpuwatch.core.run.run_model import ModelAccess, RunModel
 from gpuwatch.core.run.samplers import (
     NvmlSampler,
@@ -238,8 +238,13 @@ class Session(ModelAccess):
         self._listener: link.LinkListener | None = None
         self._link: link.Link | None = None
         self._step_capacity = step_capacity
-        #: The ranks of a torchrun run (``LaunchSpec.ranked``), None otherwise.
+        #: The ranks of a run of user code (torchrun's, or those a script spawns); None
+        #: before a run of user code.
         self._ranks: RankRuns | None = None
+        self._rank_listeners: list[RankListener] = []
+        #: Whether a hello reached the listeners: rank 0's is the run's only when the runner
+        #: itself said none (torchrun's launcher); a script that spawns its ranks said its own.
+        self._hello_told = False
         self._private_dir: Path | None = None
         self._threads: list[threading.Thread] = []
         self._link_thread: threading.Thread | None = None
@@ -480,6 +485,7 @@ class Session(ModelAccess):
         self._hello_at = None
         self._link = None
         self._ranks = None
+        self._hello_told = False
         self._stop_requested.clear()
         self._stop_done.clear()
         self._ended.clear()
@@ -500,6 +506,8 @@ class Session(ModelAccess):
                 spawn_thread=self._spawn_thread,
                 step_capacity=self._step_capacity,
             )
+            for listener in self._rank_listeners:
+                self._ranks.add_listener(listener)
         extra = ["--max-steps", str(spec.max_steps)] if spec.max_steps else []
         extra += ["--private-dir", str(self._private_dir)]
         root = launcher.runner_pythonpath(python, self._private_dir)
@@ -586,8 +594,10 @@ class Session(ModelAccess):
         except Exception as exc:
             self.model.unusable(message["kind"], exc)
             return
-        if message["kind"] == "hello" and message.get("role") == protocol.ROLE_LAUNCHER:
-            return  # rank 0's hello is the run's, in a recording too
+        if message["kind"] == "hello":
+            if message.get("role") == protocol.ROLE_LAUNCHER or self._hello_told:
+                return  # one hello per run reaches a recording: the runner's, else rank 0's
+            self._hello_told = True
         self._notify(message)
 
     def _notify(self, message: dict[str, Any]) -> None:
@@ -649,6 +659,22 @@ class Session(ModelAccess):
             nvml_unavailable_statuses(self.coarse, "the runner trains on the CPU")
         elif not hello.device.pending:  # a script's device is named at its first step
             self._sample_device()
+
+    def add_rank_listener(self, listener: RankListener) -> None:
+        """Hear every rank's hello and the other ranks' messages (a recorder); kept across
+        runs, as ``add_listener``'s are."""
+        with self._lock:
+            self._rank_listeners = [*self._rank_listeners, listener]
+            ranks = self._ranks
+        if ranks is not None:
+            ranks.add_listener(listener)
+
+    def remove_rank_listener(self, listener: RankListener) -> None:
+        with self._lock:
+            self._rank_listeners = [f for f in self._rank_listeners if f is not listener]
+            ranks = self._ranks
+        if ranks is not None:
+            ranks.remove_listener(listener)
 
     def ranks(self) -> list[RankRun]:
         """The ranks of a torchrun run heard from so far, by rank (none for one process)."""
