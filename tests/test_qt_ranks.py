@@ -1,11 +1,17 @@
-"""The Ranks dock: one row per rank, the straggler's in bold with the reason above the table."""
+"""The Ranks dock: one row per rank, the straggler's in bold with the reason above the table;
+the scoreboard's rank columns, shown only for a run of many ranks."""
 
 from __future__ import annotations
 
-from test_ranks import EVEN, _ranks
+import dataclasses
+
+from test_ranks import EVEN, _ranks, _row
 
 from gpuwatch.core.figures.rank_figures import RankFigures
+from gpuwatch.core.run.runs import ScoredRow
+from gpuwatch.core.run.session import Session
 from gpuwatch.qt.ranks_view import HINT_NO_RANKS, NO_STRAGGLER, RanksView
+from gpuwatch.qt.scoreboard_view import COLUMNS, RANK_COLUMNS, ScoreboardView
 
 
 class _Ranked:
@@ -45,3 +51,20 @@ def test_a_run_of_one_process_says_how_to_start_ranks(qtbot) -> None:
     view.refresh()
     assert view.table.rowCount() == 0
     assert view.verdict.text() == HINT_NO_RANKS
+
+
+def test_the_scoreboard_shows_the_rank_columns_only_for_a_run_of_many_ranks(qtbot) -> None:
+    view = ScoreboardView(Session())
+    qtbot.addWidget(view)
+    rank_columns = [i for i, c in enumerate(COLUMNS) if c.title in RANK_COLUMNS]
+    one = _row(0, 100.0, 10.0)
+    view.show_rows([one])
+    assert all(view.table.isColumnHidden(i) for i in rank_columns)
+    ranked = dataclasses.replace(
+        one, ranks_samples_per_s=398.0, ranks_counted=4, rank_step_ms=(10.0, 10.6)
+    )
+    view.show_rows([ranked])
+    assert not any(view.table.isColumnHidden(i) for i in rank_columns)
+    row = next(i for i, line in enumerate(view.model.lines) if isinstance(line, ScoredRow))
+    texts = [view.model.index(row, i).data() for i in rank_columns]
+    assert texts == ["398 (4 ranks)", "10.0–10.6"]

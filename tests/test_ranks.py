@@ -16,7 +16,7 @@ import pytest
 from gpuwatch import protocol
 from gpuwatch.cli import torchrun_args
 from gpuwatch.core.figures.advisor import advise, context_of
-from gpuwatch.core.figures.rank_figures import RankFigures, find_straggler
+from gpuwatch.core.figures.rank_figures import RankFigures, find_straggler, with_ranks
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.messages import Hello, RankInfo
 from gpuwatch.core.model.store import StepsView
@@ -340,3 +340,30 @@ def test_a_torchrun_run_is_named_after_its_training_script(
     args: tuple[str, ...], name: str
 ) -> None:
     assert LaunchSpec(module="torch.distributed.run", script_args=args).name == name
+
+
+def _row(config_id: int, rate: float | None, step_ms: float | None) -> SegmentStats:
+    return SegmentStats(
+        config_id=config_id,
+        label=f"config {config_id}",
+        settings={},
+        changed={},
+        t_ns=0,
+        steps=100,
+        steady_steps=90,
+        samples_per_s=rate,
+        step_ms_p50=step_ms,
+    )
+
+
+def test_each_configuration_row_sums_the_ranks_and_gives_their_step_spread() -> None:
+    rows = [_row(0, 100.0, 10.0), _row(1, 150.0, 7.0)]
+    per_rank = [
+        [_row(0, 100.0, 10.0), _row(1, 150.0, 7.0)],
+        [_row(0, 98.0, 10.4), _row(1, None, None)],  # still in its transition: not counted
+    ]
+    first, second = with_ranks(rows, per_rank)
+    assert first.ranks_samples_per_s == pytest.approx(198.0) and first.ranks_counted == 2
+    assert first.rank_step_ms == (10.0, 10.4)
+    assert second.ranks_samples_per_s == pytest.approx(150.0) and second.ranks_counted == 1
+    assert with_ranks(rows, [])[0].ranks_samples_per_s is None

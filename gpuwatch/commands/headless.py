@@ -272,6 +272,15 @@ def rank_lines(session: Session) -> list[str]:
         f"{total:,.1f} samples/s; figures above are rank 0's"
     ]
     lines += [rank_line(f) for f in figures]
+    for row in session.scoreboard():
+        if row.ranks_samples_per_s is None or row.rank_step_ms is None:
+            continue
+        fastest, slowest = row.rank_step_ms
+        lines.append(
+            f"{row.label or f'config {row.config_id}'}, steady steps of {row.ranks_counted} "
+            f"ranks: {row.ranks_samples_per_s:,.1f} samples/s together · rank step p50 "
+            f"{fastest:.1f}–{slowest:.1f} ms"
+        )
     straggler = find_straggler(figures)
     lines.append(
         f"straggler: {straggler.sentence}"

@@ -104,6 +104,16 @@ def _coarse_header(device_kind: str | None) -> str:
     return "coarse %"
 
 
+def _ranks_rate(row: SegmentStats) -> str:
+    if row.ranks_samples_per_s is None:
+        return "—"
+    return f"{row.ranks_samples_per_s:,.0f} ({row.ranks_counted} ranks)"
+
+
+#: Columns only a run of many ranks fills: hidden otherwise.
+RANK_COLUMNS = ("all ranks samples/s", "rank step p50 ms")
+
+
 def _stage(row: SegmentStats) -> str:
     return (LIVE_MARK if row.live else "") + (row.label or f"config {row.config_id}")
 
@@ -122,9 +132,21 @@ COLUMNS: tuple[Column, ...] = (
         lambda r: _fmt("{:.2f}×")(r.speedup),
     ),
     Column(
+        "all ranks samples/s",
+        "A run of many ranks: samples/s summed over the ranks whose steady steps in this "
+        "configuration are measured (and how many they are)",
+        _ranks_rate,
+    ),
+    Column(
         "step p50 ms",
         "Median step time (start to next start)",
         lambda r: _fmt("{:.1f}")(r.step_ms_p50),
+    ),
+    Column(
+        "rank step p50 ms",
+        "A run of many ranks: the fastest and slowest rank's median step time (in lockstep "
+        "they are close: the straggler shows in the Ranks tab, as the others' wait)",
+        lambda r: "—" if r.rank_step_ms is None else "{:.1f}–{:.1f}".format(*r.rank_step_ms),
     ),
     Column("step p95 ms", "95th percentile step time", lambda r: _fmt("{:.1f}")(r.step_ms_p95)),
     Column(
@@ -170,6 +192,8 @@ COLUMNS: tuple[Column, ...] = (
 
 FIRST_FIGURE = next(i for i, c in enumerate(COLUMNS) if c.numeric)
 SPEEDUP = next(i for i, c in enumerate(COLUMNS) if c.title == "speedup")
+_STEP_P95 = next(i for i, c in enumerate(COLUMNS) if c.title == "step p95 ms")
+_RANK_COLUMN_INDEXES = tuple(i for i, c in enumerate(COLUMNS) if c.title in RANK_COLUMNS)
 
 
 def cell_text(row: SegmentStats, column: Column) -> str:
@@ -492,11 +516,22 @@ class ScoreboardView(QWidget):
             if selected is not None:
                 self.select_ref(selected)
             self.table.scrollToBottom()  # the live segment is the last row
+        self._show_rank_columns()
         change = runs.live_change()
         if change != self._change:
             self._change = change
             self.live_change.emit(change)
         self._sync_controls()
+
+    def _show_rank_columns(self) -> None:
+        """The rank columns only for a run of many ranks, and never on stage (presentation
+        mode hides the desk's columns, "step p95 ms" among them)."""
+        ranked = any(r.ranks_counted or r.rank_step_ms for r in self.model.rows)
+        on_stage = self.table.isColumnHidden(_STEP_P95)
+        for i in _RANK_COLUMN_INDEXES:
+            hidden = not ranked or on_stage
+            if self.table.isColumnHidden(i) != hidden:
+                self.table.setColumnHidden(i, hidden)
 
     def _span_headings(self) -> None:
         self.table.clearSpans()

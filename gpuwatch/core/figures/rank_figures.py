@@ -26,12 +26,14 @@ the all-reduce for it. Steps are taken from every rank's own store; a rank with 
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.store import StepsView
 from gpuwatch.protocol import PHASES
 
@@ -246,3 +248,30 @@ def rank_line(r: RankFigures) -> str:
     if r.forward_ms_p50 is not None and r.backward_ms_p50 is not None:
         parts.append(f"forward/backward p50: {r.forward_ms_p50:.1f}/{r.backward_ms_p50:.1f} ms")
     return f"rank {r.rank} ({where}): " + " · ".join(parts)
+
+
+def with_ranks(
+    rows: Sequence[SegmentStats], per_rank: Sequence[Sequence[SegmentStats]]
+) -> list[SegmentStats]:
+    """The run's scoreboard rows (rank 0's) with every rank's figures of the same
+    configuration: samples/s summed over the ranks whose steady steps are measured, and the
+    spread of their step p50s. Each rank's rows follow the scoreboard's own rules (its
+    transition steps left out), so a rank still in its transition is not counted yet."""
+    by_config: dict[int, list[SegmentStats]] = {}
+    for rank_rows in per_rank:
+        for row in rank_rows:
+            if row.steady:
+                by_config.setdefault(row.config_id, []).append(row)
+    enriched = []
+    for row in rows:
+        ranks = by_config.get(row.config_id, [])
+        steps = [r.step_ms_p50 for r in ranks if r.step_ms_p50 is not None]
+        enriched.append(
+            dataclasses.replace(
+                row,
+                ranks_samples_per_s=sum(r.samples_per_s or 0.0 for r in ranks) if ranks else None,
+                ranks_counted=len(ranks),
+                rank_step_ms=(min(steps), max(steps)) if steps else None,
+            )
+        )
+    return enriched

@@ -95,6 +95,11 @@ class SegmentStats:
     steady_needed: int = MIN_STEADY_STEPS
     #: How samples/s was rated: "window" (median of 1 s windows) or "step" (median per step).
     rate_basis: str = "window"
+    #: A run of many ranks: samples/s summed over the ranks with steady steps in this
+    #: configuration, how many they were, and the spread of their step p50s (min, max).
+    ranks_samples_per_s: float | None = None
+    ranks_counted: int = 0
+    rank_step_ms: tuple[float, float] | None = None
 
     @property
     def steady(self) -> bool:

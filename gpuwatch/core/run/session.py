@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch import protocol
-from gpuwatch.core.figures.rank_figures import RankFigures
+from gpuwatch.core.figures.rank_figures import RankFigures, with_ranks
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.knob_values import KnobValueError, check_usable
 from gpuwatch.core.model.liveness import Liveness, Transition
@@ -377,9 +377,16 @@ class Session(ModelAccess):
         self._info(f"capturing kernels over the next {steps} step(s) (plus one warm-up step)")
 
     def scoreboard(self) -> list[SegmentStats]:
-        """One row per configuration (docs/knobs.md §3), speedups against ``baseline_id``."""
-        return self.model.scoreboard(
-            running=self._state in ACTIVE_STATES, default_cores=os.cpu_count() or 1
+        """One row per configuration (docs/knobs.md §3), speedups against ``baseline_id``;
+        for a run of many ranks, with every rank's figures of each configuration."""
+        running = self._state in ACTIVE_STATES
+        cores = os.cpu_count() or 1
+        rows = self.model.scoreboard(running=running, default_cores=cores)
+        ranks = self.ranks()
+        if not ranks:
+            return rows
+        return with_ranks(
+            rows, [r.model.scoreboard(running=running, default_cores=cores) for r in ranks]
         )
 
     def start(self, spec: LaunchSpec) -> None:
