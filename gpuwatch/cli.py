@@ -264,6 +264,20 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         "torch.distributed.run --standalone --nproc-per-node N SCRIPT ARGS) and watch every "
         "rank; for other torchrun options run -m torch.distributed.run yourself",
     )
+    run.add_argument(
+        "--listen",
+        type=_host_port,
+        metavar="[HOST:]PORT",
+        help="also watch ranks of other machines: listen on TCP (HOST 127.0.0.1 unless given) "
+        "and print a token for gpuwatch run --connect on the other nodes",
+    )
+    run.add_argument(
+        "--connect",
+        metavar="HOST:PORT",
+        help="on another node of a job a window watches (its --listen): run torchrun here "
+        "(-m torch.distributed.run … or --nproc-per-node N SCRIPT) and send its ranks there",
+    )
+    run.add_argument("--token", metavar="T", help="with --connect: the token the window printed")
     _add_demo_options(run, "run_")
     _add_look_options(run, "run_")
     run.add_argument(
@@ -402,6 +416,16 @@ def _capture_steps(text: str) -> int:
             f"a kernel window covers 1 to {MAX_CAPTURE_STEPS} steps, not {value}"
         )
     return value
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT`` or ``PORT`` (host 127.0.0.1: this machine only; port 0: any
+    free one, printed with the token)."""
+    host, sep, port = text.strip().rpartition(":")
+    host = host.strip("[]") if sep else ""
+    if not port.isdigit() or not 0 <= int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (a port from 0 to 65535)")
+    return host or "127.0.0.1", int(port)
 
 
 def _positive_int(text: str) -> int:
@@ -600,6 +624,29 @@ def torchrun_args(
     return ("--standalone", "--nproc-per-node", str(nproc), *target, *args)
 
 
+def _remote_problem(args: argparse.Namespace, torchrun: bool) -> str | None:
+    """Why ``--listen``/``--connect``/``--token`` cannot be used as given, or None."""
+    if args.connect is None:
+        if args.token is not None:
+            return "--token goes with --connect HOST:PORT"
+        return None
+    if args.listen is not None:
+        return "--connect runs ranks for a window elsewhere; --listen is that window's"
+    if not args.token:
+        return "--connect needs --token: the token the window printed with its address"
+    if not torchrun:
+        return "--connect runs torchrun here: give -m torch.distributed.run … or --nproc-per-node N"
+    for flag, given in (
+        ("--record", args.record),
+        ("--seconds", args.run_seconds),
+        ("--set", args.run_set),
+        ("--screenshot", args.run_screenshot),
+    ):
+        if given:
+            return f"{flag} belongs to the window that watches the run, not to --connect"
+    return None
+
+
 def _run(args: argparse.Namespace) -> int:
     """``gpuwatch run SCRIPT`` or ``-m MODULE``: bad input is refused (exit 2) before anything
     starts."""
@@ -607,6 +654,8 @@ def _run(args: argparse.Namespace) -> int:
     torchrun_module = bool(args.module) and args.module[0] in TORCHRUN_MODULES
     if problem is None and args.nproc_per_node is not None and torchrun_module:
         problem = "--nproc-per-node starts torchrun itself: give torchrun's options after -m"
+    if problem is None:
+        problem = _remote_problem(args, torchrun_module or args.nproc_per_node is not None)
     if problem is None and args.record is not None and not args.record.parent.is_dir():
         problem = f"--record: folder {str(args.record.parent)!r} does not exist"
     if problem is None and args.headless and (args.run_screenshot or args.run_demo_seconds):
@@ -622,6 +671,21 @@ def _run(args: argparse.Namespace) -> int:
     if args.nproc_per_node is not None:  # the same run through torchrun, every rank watched
         script_args = torchrun_args(args.nproc_per_node, module, script, script_args)
         module, script = TORCHRUN_MODULES[0], None
+    if args.connect:
+        from gpuwatch.commands.remote_ranks import RemoteRanks, main_remote
+
+        if module != TORCHRUN_MODULES[0]:
+            script_args = (*(["-m", module] if module else []), *script_args)
+        return main_remote(
+            RemoteRanks(
+                address=args.connect,
+                token=args.token,
+                torchrun_args=tuple(script_args),
+                python=args.run_python or args.python,
+                device=args.run_device or args.device or "auto",
+                cwd=os.getcwd(),
+            )
+        )
     if args.run_set:  # the runner takes them from its environment (runner.script_knobs)
         os.environ[SCRIPT_SET_ENV] = script_presets(args.run_set)
     device = args.run_device or args.device or "auto"
@@ -638,6 +702,7 @@ def _run(args: argparse.Namespace) -> int:
                 python=python,
                 seconds=args.run_seconds,
                 record=str(args.record) if args.record else None,
+                listen=args.listen,
             )
         )
     return _open_window(
@@ -655,6 +720,7 @@ def _run(args: argparse.Namespace) -> int:
         cwd=os.getcwd(),
         seconds=args.run_seconds,
         record=args.record,
+        listen=args.listen,
     )
 
 

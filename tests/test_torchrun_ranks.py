@@ -21,6 +21,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from gpuwatch.core.run.outcome import describe, facts_from
+from gpuwatch.core.run.session import LaunchSpec, Session, SessionError
+
 RUN_TIMEOUT_S = 240
 REPO = Path(__file__).parents[1]
 
@@ -257,12 +260,37 @@ def test_a_killed_rank_is_named_and_nothing_of_the_job_is_left(work: Path) -> No
 
 
 def test_a_stop_ends_every_rank_after_the_same_step(work: Path) -> None:
-    watched = _watched(["--seconds", "4", "--nproc-per-node", "2", "train.py", "stop", "-1"], work)
-
-    assert watched.returncode == 0, watched.stdout + watched.stderr
-    assert "train.py (torchrun) was stopped after 4 s" in watched.stdout, watched.stdout
-    steps = _rank_steps(watched.stdout)
-    assert set(steps) == {0, 1} and steps[0] == steps[1] > 0, watched.stdout
+    """Stopped mid-run (once both ranks train), every rank stops after the same step: none is
+    left waiting in an all-reduce, and the run ends as stopped, not hung."""
+    session = Session()
+    args = ("--standalone", "--nproc-per-node", "2", "train.py", "stop", "-1")
+    spec = LaunchSpec(
+        module="torch.distributed.run",
+        script_args=args,
+        device="cpu",
+        cwd=str(work),
+        env=(("OMP_NUM_THREADS", "1"),),
+    )
+    session.start(spec)
+    try:
+        _wait(
+            lambda: (
+                len(session.ranks()) == 2
+                and all(r.model.steps.count >= 20 for r in session.ranks())
+            ),
+            RUN_TIMEOUT_S,
+            "both ranks' first steps",
+        )
+    finally:
+        session.stop()
+        assert session.wait_ended(RUN_TIMEOUT_S)
+    counts = [r.model.steps.count for r in session.ranks()]
+    said = [line.text for line in session.drain_log()]
+    byes = [r.model.bye for r in session.ranks()]
+    assert counts[0] == counts[1] >= 20, (counts, byes, said)
+    assert [(r.model.bye or {}).get("reason") for r in session.ranks()] == ["stopped"] * 2
+    outcome = describe(facts_from(session))
+    assert outcome.exit_code == 0 and "was stopped on request" in outcome.sentence, outcome
     assert not _left_running(work, "stop")
 
 
@@ -297,8 +325,6 @@ def _wait(condition, seconds: float, what: str) -> None:
 
 
 def test_a_knob_change_lands_on_every_rank_at_the_same_step(work: Path) -> None:
-    from gpuwatch.core.run.session import LaunchSpec, Session, SessionError
-
     session = Session()
     args = ("--standalone", "--nproc-per-node", "2", "train.py", "knob", "-1")
     session.start(
@@ -338,3 +364,73 @@ def test_a_knob_change_lands_on_every_rank_at_the_same_step(work: Path) -> None:
         assert session.wait_ended(RUN_TIMEOUT_S)
     assert session.error is None, session.error
     assert not _left_running(work, "knob")
+
+
+def test_two_nodes_on_loopback_show_every_rank_in_one_recording(work: Path) -> None:
+    """Two torchrun launches with ``--nnodes 2`` (c10d rendezvous on 127.0.0.1): the first
+    is watched and listens (``--listen``), the second sends its rank there (``--connect``)."""
+    rdzv = [
+        *("-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"),
+        *("--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}"),
+        *("--rdzv-id", "two-nodes", "train.py", "nodes", "30"),
+    ]
+    record = work / "nodes.gpuwatch"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env = {**base, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    home = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "gpuwatch", "run", "--headless", "--device", "cpu"),
+            *("--record", str(record), "--listen", "127.0.0.1:0", *rdzv),
+        ],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        said: list[str] = []
+        found = None
+        assert home.stderr is not None
+        for line in home.stderr:  # it prints the address and token before the ranks start
+            said.append(line)
+            found = re.search(r"--connect (\S+) --token ([0-9a-f]+)", line)
+            if found:
+                break
+        assert found, "".join(said)
+        other = _run(
+            [
+                *("-m", "gpuwatch", "run", "--device", "cpu", "--connect", found[1]),
+                *("--token", found[2], *rdzv),
+            ],
+            work,
+        )
+        assert other.returncode == 0, other.stdout + other.stderr
+        out, rest = home.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        if home.poll() is None:
+            home.kill()
+            home.wait()
+    assert home.returncode == 0, out + "".join(said) + rest
+    assert "ranks: 2 (2 nodes)" in out, out
+    assert _rank_steps(out) == {0: 30, 1: 30}
+    from gpuwatch.core.files.recording_reader import open_recording
+
+    recording = open_recording(record)
+    assert [(r.info.rank, len(r.steps)) for r in recording.ranks] == [(0, 30), (1, 30)]
+    assert {r.info.node_rank for r in recording.ranks} == {0, 1}
+    assert not _left_running(work, "nodes")
+
+
+def test_connect_without_a_usable_token_is_one_line_and_exit_2(work: Path) -> None:
+    done = _run(
+        [
+            *("-m", "gpuwatch", "run", "--connect", "127.0.0.1:9", "--token", "not-hex"),
+            *("--nproc-per-node", "1", "train.py", "x", "1"),
+        ],
+        work,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "gpuwatch run: --token is the hex string the window printed with its --listen address"
+    )

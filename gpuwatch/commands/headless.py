@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from gpuwatch.commands.bench_report import COLUMNS, MISSING
 from gpuwatch.commands.progress_line import STOP_TIMEOUT_S, ProgressLine, stop_run
+from gpuwatch.core.figures.advisor import RankedRun
 from gpuwatch.core.figures.analysis import headline
 from gpuwatch.core.figures.frame import RunData, whole_run_figures
 from gpuwatch.core.figures.rank_figures import find_straggler, rank_line
@@ -58,6 +59,8 @@ class HeadlessOptions:
     record: str | None = None
     cwd: str = field(default_factory=os.getcwd)
     module: str | None = None
+    #: Also watch ranks of other machines (``--listen``): where to listen.
+    listen: tuple[str, int] | None = None
 
     def spec(self) -> LaunchSpec:
         return LaunchSpec(
@@ -68,6 +71,7 @@ class HeadlessOptions:
             script_args=tuple(self.script_args),
             cwd=self.cwd,
             seconds=self.seconds,
+            listen=self.listen,
         )
 
 
@@ -257,15 +261,16 @@ def summary_lines(session: Session, sentence: str, recording: str | None = None)
 
 
 def rank_lines(session: Session) -> list[str]:
-    """A run of many ranks: each rank's figures, their sum, and the straggler if one stands
-    out (``rank_figures``); nothing for a single process."""
-    runs = session.ranks()
-    if not runs:
+    """A run of many ranks: each rank's figures, their sum, each configuration over the
+    ranks, and the straggler if one stands out (``rank_figures``); nothing for one process."""
+    if not isinstance(session, RankedRun):
         return []
-    figures = session.rank_figures(last=None)
-    world = runs[0].info.world_size
-    nodes = len({r.info.node for r in runs})
-    heard = f"{len(runs)} of {world}" if len(runs) != world else f"{world}"
+    figures = list(session.rank_figures(last=None))
+    if not figures:
+        return []
+    world = figures[0].world_size or len(figures)
+    nodes = len({(f.node, f.node_rank) for f in figures})
+    heard = f"{len(figures)} of {world}" if len(figures) != world else f"{world}"
     total = sum(f.samples_per_s or 0.0 for f in figures)
     lines = [
         f"ranks: {heard} ({nodes} node{'s' if nodes != 1 else ''}); all ranks together: "

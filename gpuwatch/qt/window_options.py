@@ -38,6 +38,8 @@ class WindowOptions:
     seconds: float | None = None
     #: Record the run to this file from its start.
     record: Path | None = None
+    #: Also watch ranks of other machines (``gpuwatch run --listen``): where to listen.
+    listen: tuple[str, int] | None = None
     #: ``gpuwatch replay``: a recording shown instead of a live run, and one beside it.
     recording: Recording | None = None
     compare: Recording | None = None
@@ -56,4 +58,5 @@ class WindowOptions:
             script_args=tuple(self.script_args),
             cwd=self.cwd,
             seconds=self.seconds,
+            listen=self.listen,
         )

@@ -116,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the link's hex key from this file (how a launcher runner starts its ranks)",
     )
     parser.add_argument(
+        "--ranks-only",
+        action="store_true",
+        help="with --module torch.distributed.run: no link of this process's own; the ranks "
+        "it starts connect to ADDRESS (a window on another machine, its token on stdin)",
+    )
+    parser.add_argument(
         AS_RANK_FLAG,
         action="store_true",
         help="this process is one rank of a torchrun job (RANK, LOCAL_RANK and WORLD_SIZE "
@@ -181,6 +187,8 @@ def main(argv: Sequence[str] | None = None, *, source_root: str | None = None) -
             rank = RankIdentity.from_environ(os.environ)
         except ValueError as exc:
             parser.error(str(exc))
+    if args.ranks_only:
+        return _ranks_only(parser, args, script_args, source_root)
     try:
         if args.authkey_stdin:
             key = read_authkey_stdin()
@@ -267,3 +275,25 @@ def _run_torchrun(
         private_dir=args.private_dir,
     )
     return run_torchrun(link, args.module, torchrun_args, place)
+
+
+def _ranks_only(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    torchrun_args: list[str],
+    source_root: str | None,
+) -> int:
+    """``--ranks-only``: torchrun here, its ranks watched by a window elsewhere."""
+    from gpuwatch.runner.session import say
+    from gpuwatch.runner.torchrun_launcher import LauncherPlace, run_ranks_only
+
+    if args.module not in TORCHRUN_MODULES:
+        parser.error(f"--ranks-only runs {' or '.join(TORCHRUN_MODULES)} (--module)")
+    try:
+        key = read_authkey_stdin() if args.authkey_stdin else read_authkey(os.environ)
+    except LinkError as exc:
+        say(str(exc))
+        return EXIT_LINK
+    root = source_root or os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    place = LauncherPlace(args.connect, key, root, args.device, args.max_steps, None)
+    return run_ranks_only(args.module, torchrun_args, place)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import platform
 import queue
+import shutil
 import signal
 import sys
 import tempfile
@@ -87,23 +88,7 @@ def run_torchrun(link: Link, module: str, args: Sequence[str], place: LauncherPl
         code = exc.code if isinstance(exc.code, int) else EXIT_USAGE
         return _fail(link, "UsageError", f"{module}: bad arguments (see its message above)", code)
     folder = place.private_dir or tempfile.mkdtemp(prefix="gpuwatch-ranks-")
-    rank_link = RankLink(
-        root=place.root,
-        address=place.address,
-        keyfile=write_authkey_file(folder, place.key),
-        options=_rank_options(place),
-    )
-    original = torchrun.config_from_args
-
-    def watched_ranks(namespace: Any) -> tuple[Any, Any, list[str]]:
-        config, cmd, cmd_args = original(namespace)
-        if not isinstance(cmd, str):
-            raise RankLaunchError(
-                "torchrun runs the script inside its own process (--run-path): gpuwatch "
-                "watches ranks that torchrun starts as Python processes"
-            )
-        return config, cmd, rank_command(cmd_args, rank_link)
-
+    ranks = _WatchedRanks(torchrun, _rank_link(place, folder))
     import torch
 
     link.send(
@@ -123,7 +108,7 @@ def run_torchrun(link: Link, module: str, args: Sequence[str], place: LauncherPl
     link.log("info", f"running -m {module} {' '.join(args)}".rstrip() + f" in {os.getcwd()}")
     stop = _StopOnRequest(link)
     stop.start()
-    torchrun.config_from_args = watched_ranks  # type: ignore[assignment]
+    ranks.install()
     try:
         torchrun.run(parsed)
     except RankLaunchError as exc:
@@ -131,6 +116,8 @@ def run_torchrun(link: Link, module: str, args: Sequence[str], place: LauncherPl
     except KeyboardInterrupt:
         return _bye(link, "stopped" if stop.asked else "interrupted", EXIT_OK)
     except Exception as exc:
+        if stop.asked and type(exc).__name__ == "SignalException":  # its own SIGINT handler
+            return _bye(link, "stopped", EXIT_OK)
         failures = rank_failures(exc)
         if failures:
             first = failures[0]
@@ -153,9 +140,70 @@ def run_torchrun(link: Link, module: str, args: Sequence[str], place: LauncherPl
             trace=traceback.format_exc(),
         )
     finally:
-        torchrun.config_from_args = original
+        ranks.remove()
         stop.close()
     return _bye(link, "stopped" if stop.asked else "script_exit", EXIT_OK)
+
+
+def run_ranks_only(module: str, args: Sequence[str], place: LauncherPlace) -> int:
+    """``gpuwatch run --connect HOST:PORT --token T -m torch.distributed.run ARGS`` on a node
+    whose ranks a window on another machine watches: torchrun here, no link of this process's
+    own (the window started nothing here), every rank connecting to ``place.address`` with the
+    token. The exit code is torchrun's; a failed rank is one line on stderr."""
+    import torch.distributed.run as torchrun
+
+    sys.argv = [getattr(torchrun, "__file__", module), *args]
+    parsed = torchrun.parse_args(list(args))  # bad arguments: argparse's message, exit 2
+    folder = tempfile.mkdtemp(prefix="gpuwatch-ranks-")
+    ranks = _WatchedRanks(torchrun, _rank_link(place, folder))
+    ranks.install()
+    try:
+        torchrun.run(parsed)
+    except RankLaunchError as exc:
+        sys.stderr.write(f"gpuwatch: {exc}\n")
+        return EXIT_USAGE
+    except Exception as exc:
+        failures = rank_failures(exc)
+        what = _failed_sentence(failures) if failures else f"{type(exc).__name__}: {exc}"
+        sys.stderr.write(f"gpuwatch: {module} failed: {what}\n")
+        return EXIT_FAILED
+    finally:
+        ranks.remove()
+        shutil.rmtree(folder, ignore_errors=True)
+    return EXIT_OK
+
+
+def _rank_link(place: LauncherPlace, folder: str) -> RankLink:
+    return RankLink(
+        root=place.root,
+        address=place.address,
+        keyfile=write_authkey_file(folder, place.key),
+        options=_rank_options(place),
+    )
+
+
+class _WatchedRanks:
+    """torchrun's ``config_from_args`` wrapped so every rank starts through our boot."""
+
+    def __init__(self, torchrun: Any, rank_link: RankLink) -> None:
+        self._torchrun = torchrun
+        self._original = torchrun.config_from_args
+        self._rank_link = rank_link
+
+    def install(self) -> None:
+        self._torchrun.config_from_args = self._config_from_args
+
+    def remove(self) -> None:
+        self._torchrun.config_from_args = self._original
+
+    def _config_from_args(self, namespace: Any) -> tuple[Any, Any, list[str]]:
+        config, cmd, cmd_args = self._original(namespace)
+        if not isinstance(cmd, str):
+            raise RankLaunchError(
+                "torchrun runs the script inside its own process (--run-path): gpuwatch "
+                "watches ranks that torchrun starts as Python processes"
+            )
+        return config, cmd, rank_command(cmd_args, self._rank_link)
 
 
 def rank_failures(exc: BaseException) -> list[RankFailure]:
@@ -216,8 +264,11 @@ def _nproc(parsed: Any) -> int | None:
 
 #: A stop without a grace of its own gives the ranks this long to reach a step boundary.
 DEFAULT_STOP_GRACE_S = 5.0
-#: After their grace, how long the ranks get to send their last steps and exit.
-_RANK_EXIT_S = 5.0
+#: After their grace, how long the ranks get to send their last steps and exit (on a loaded
+#: machine a rank's teardown takes seconds); less than the GUI's own patience after the grace
+#: (``core.run.session.POLITE_STOP_S`` + ``RANKS_EXIT_S``), so torchrun still ends what is
+#: left itself.
+_RANK_EXIT_S = 20.0
 
 
 class _StopOnRequest:

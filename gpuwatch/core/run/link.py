@@ -82,14 +82,24 @@ class LinkListener:
         *,
         handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
         many: bool = False,
+        tcp: tuple[str, int] | None = None,
     ) -> None:
         self.authkey = authkey
         self.many = many
         self.handshake_timeout_s = handshake_timeout_s
-        self.address, self.family = link_address(sys.platform, private_dir, secrets.token_hex(12))
+        address: str | tuple[str, int]
+        if tcp is not None:  # ranks on other machines (``--listen``): the key is the token
+            address, self.family = tcp, "AF_INET"
+        else:
+            address, self.family = link_address(sys.platform, private_dir, secrets.token_hex(12))
         self._pipe = self.family == "AF_PIPE"
         self._listener: Listener | None = Listener(
-            self.address, family=self.family, authkey=authkey if self._pipe else None
+            address, family=self.family, authkey=authkey if self._pipe else None
+        )
+        self._bound: Any = self._listener.address  # a path, a pipe name, or (host, port)
+        #: Where peers connect: a socket path, a pipe name, or (TCP) ``HOST:PORT`` as bound.
+        self.address: str = (
+            f"{self._bound[0]}:{self._bound[1]}" if tcp is not None else str(self._bound)
         )
         self._closed = False
         self._lock = threading.Lock()
@@ -213,9 +223,10 @@ class LinkListener:
 
             threading.Thread(target=knock, name="gpuwatch-link-wake", daemon=True).start()
             return
-        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as sock:
+        family = socket.AF_INET if self.family == "AF_INET" else socket.AF_UNIX
+        with contextlib.suppress(OSError), socket.socket(family) as sock:
             sock.settimeout(1.0)
-            sock.connect(self.address)
+            sock.connect(self._bound)
 
     def _close_listener(self) -> None:
         listener, self._listener = self._listener, None

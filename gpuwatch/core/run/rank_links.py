@@ -80,9 +80,11 @@ class RankRuns:
         with self._lock:
             self._listeners = [f for f in self._listeners if f is not listener]
 
-    def start(self) -> None:
-        """Accept ranks until the listener closes."""
-        self._spawn_thread("gpuwatch-ranks", self._accept)
+    def start(self, *more: link.LinkListener) -> None:
+        """Accept ranks until the listener closes, and on ``more`` listeners (ranks of other
+        machines on TCP, ``--listen``) until they close."""
+        for listener in (self._listener, *more):
+            self._spawn_thread("gpuwatch-ranks", functools.partial(self._accept, listener))
 
     def runs(self) -> list[RankRun]:
         """Every rank heard from so far, by rank."""
@@ -123,8 +125,8 @@ class RankRuns:
                     ended += 1
         return ended
 
-    def _accept(self) -> None:
-        while (conn := self._listener.accept()) is not None:
+    def _accept(self, listener: link.LinkListener) -> None:
+        while (conn := listener.accept()) is not None:
             lnk = link.Link(conn)
             with self._lock:
                 self._links.append(lnk)

@@ -68,10 +68,16 @@ CLOCK_TICK_S = 0.1
 STOP_GRACE_STEPS = 2.0
 STOP_GRACE_MIN_S = 2.0
 STOP_GRACE_MAX_S = 60.0
-#: The ranks of a torchrun run stop after the same step: at least this many steps, and this
-#: much training time, beyond the newest step any rank has sent.
+#: The ranks of a run stop (or change a knob) after the same step: at least this many steps,
+#: and this much training time, beyond the newest step any rank has sent. Steps arrive in
+#: 50 ms batches and a loaded machine delays both them and the message, so the lead is
+#: generous: a rank that gets the message after that step stops at its next one, and the
+#: others then wait for it in a collective until the stop's patience runs out.
 STOP_LEAD_MIN_STEPS = 2
-STOP_LEAD_S = 0.5
+STOP_LEAD_S = 2.0
+#: A stopped run of many ranks ends when torchrun has seen every rank exit: each rank's
+#: teardown (its process group, its workers) comes on top of the polite stop's patience.
+RANKS_EXIT_S = 20.0
 #: The live straggler finding compares the ranks over this many of their newest steps.
 RANK_FIGURES_STEPS = 1000
 
@@ -108,6 +114,9 @@ class LaunchSpec:
     seconds: float | None = None
     env: tuple[tuple[str, str], ...] = ()
     module: str | None = None
+    #: ``(host, port)`` where ranks of other machines connect (``--listen``), with the token
+    #: the Session prints as their key; None: this machine's ranks only.
+    listen: tuple[str, int] | None = None
 
     def __post_init__(self) -> None:
         if self.script and self.module:
@@ -236,6 +245,10 @@ class Session(ModelAccess):
         self._log = LogBuffer(LOG_LINES_KEPT)
         self._proc = None
         self._listener: link.LinkListener | None = None
+        self._remote: link.LinkListener | None = None
+        #: ``HOST:PORT`` and token that ranks of other machines use (``LaunchSpec.listen``).
+        self.listen_address: str | None = None
+        self.listen_token: str | None = None
         self._link: link.Link | None = None
         self._step_capacity = step_capacity
         #: The ranks of a run of user code (torchrun's, or those a script spawns); None
@@ -410,13 +423,17 @@ class Session(ModelAccess):
             self._launch(spec)
         except Exception as exc:
             self._fail(f"could not start the runner: {exc}")
-            if self._listener is not None:
-                self._listener.close()
+            self._close_listeners()
             self._cleanup_files()
             self._ended.set()
         except BaseException:  # Ctrl-C part-way through the launch
             self._abandon_launch()
             raise
+
+    def _close_listeners(self) -> None:
+        for listener in (self._listener, self._remote):
+            if listener is not None:
+                listener.close()
 
     def _abandon_launch(self) -> None:
         """End what an interrupted launch started. Once the watch thread runs, it owns the end
@@ -431,8 +448,7 @@ class Session(ModelAccess):
         if proc is not None:
             launcher.end_tree(proc, terminate_after=0.0, kill_after=TERMINATE_S)
         self._stop_done.set()  # the tree is gone: nothing waits for a stop's thread
-        if self._listener is not None:
-            self._listener.close()
+        self._close_listeners()
         self._finish(
             proc.returncode if proc is not None and proc.returncode is not None else -signal.SIGINT
         )
@@ -492,6 +508,8 @@ class Session(ModelAccess):
         self._hello_at = None
         self._link = None
         self._ranks = None
+        self._remote = None
+        self.listen_address = self.listen_token = None
         self._hello_told = False
         self._stop_requested.clear()
         self._stop_done.clear()
@@ -515,6 +533,8 @@ class Session(ModelAccess):
             )
             for listener in self._rank_listeners:
                 self._ranks.add_listener(listener)
+            if spec.listen is not None:
+                self._listen_remote(spec.listen)
         extra = ["--max-steps", str(spec.max_steps)] if spec.max_steps else []
         extra += ["--private-dir", str(self._private_dir)]
         root = launcher.runner_pythonpath(python, self._private_dir)
@@ -570,7 +590,7 @@ class Session(ModelAccess):
             return
         self._link = lnk = link.Link(conn)
         if self._ranks is not None:  # ranks the runner starts connect after it
-            self._ranks.start()
+            self._ranks.start(*([self._remote] if self._remote is not None else []))
         while True:
             try:
                 message = lnk.recv()
@@ -691,10 +711,34 @@ class Session(ModelAccess):
         """Each rank's figures over its ``last`` newest steps (all with None), by rank."""
         return [
             RankFigures.of(
-                r.info.rank, r.info.local_rank, r.info.node, r.model.steps.snapshot(last=last)
+                r.info.rank,
+                r.info.local_rank,
+                r.info.node,
+                r.model.steps.snapshot(last=last),
+                world_size=r.info.world_size,
+                node_rank=r.info.node_rank,
             )
             for r in self.ranks()
         ]
+
+    def _listen_remote(self, where: tuple[str, int]) -> None:
+        """Listen on TCP for ranks of other machines, keyed by a fresh token (printed once:
+        ``gpuwatch run --connect HOST:PORT --token T`` on each other node). Fails the launch
+        with one sentence when the address cannot be bound."""
+        token = link.new_authkey()
+        try:
+            self._remote = link.LinkListener(Path(), token, many=True, tcp=where)
+        except OSError as exc:
+            raise SessionError(f"--listen {where[0]}:{where[1]}: {exc.strerror or exc}") from None
+        self.listen_address, self.listen_token = self._remote.address, token.hex()
+        self._log_line(  # a notice: headless prints it, as the other nodes need it
+            "info",
+            "gpuwatch",
+            f"listening for ranks of other machines on {self.listen_address}: run there "
+            f"gpuwatch run --connect {self.listen_address} --token {self.listen_token} "
+            "-m torch.distributed.run …",
+            notice=True,
+        )
 
     def _from_rank0(self, message: dict[str, Any]) -> None:
         """Rank 0's messages draw the run, its knobs included (every rank runs the same script;
@@ -780,8 +824,7 @@ class Session(ModelAccess):
             return
         code = proc.wait()
         self.exit_code = code
-        if self._listener is not None:
-            self._listener.close()  # wakes the link thread if the runner never connected
+        self._close_listeners()  # wakes the link thread if the runner never connected
         # No worker or child of the script may outlive the runner. First, because forked
         # workers and a script's children hold the link and the output pipe open: the drain
         # below would wait for them (what the runner sent is already buffered here).
@@ -838,10 +881,12 @@ class Session(ModelAccess):
             if proc is None:
                 return
             grace = stop_grace_s(self.typical_step_s())
+            patience = POLITE_STOP_S
             if self._ranks is not None and self._ranks.runs():
                 grace = self._stop_ranks(grace)
+                patience += RANKS_EXIT_S
             asked = self._link is not None and self._link.send("stop", grace_s=grace)
-            polite = grace + POLITE_STOP_S if asked else 0.0  # no link: nobody to ask
+            polite = grace + patience if asked else 0.0  # no link: nobody to ask
             self._ended_leftovers(
                 launcher.end_tree(
                     proc,
