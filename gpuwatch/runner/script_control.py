@@ -69,6 +69,8 @@ class ScriptControl:
         #: A stop for a step count (a rank of a distributed job: every rank stops after the
         #: same step, so none is left waiting in a collective for the others).
         self.stop_at: int | None = None
+        #: Steps finished when the last boundary was reached (read by the control thread).
+        self.steps_done = 0
         self.paused = False
         #: True once the script was interrupted where it was (no step boundary in time).
         self.interrupted = False
@@ -118,6 +120,7 @@ class ScriptControl:
             self.spent.ns -= time.perf_counter_ns() - start
 
     def _at_boundary(self, next_step: int) -> None:
+        self.steps_done = next_step
         if self.stop_reason is None and self.max_steps is not None and next_step >= self.max_steps:
             self.stop_reason = "max_steps"
         if self.stop_reason is None and self.stop_at is not None and next_step >= self.stop_at:
@@ -189,6 +192,13 @@ class ScriptControl:
                 if isinstance(at_step, int) and not isinstance(at_step, bool):
                     self.stop_at = at_step
                     self._arm_interrupt(grace)
+                    if self.steps_done > at_step:  # the others stop before this rank does
+                        self.link.log(
+                            "warning",
+                            f"the stop for step {at_step} came at step {self.steps_done}: "
+                            "this rank stops at its next step, and the others may wait "
+                            "for it until the stop's patience runs out",
+                        )
                 else:
                     self._request_stop("stopped", grace)
             else:

@@ -228,9 +228,9 @@ class AdvisedRun(Protocol):
 
 @runtime_checkable
 class RankedRun(Protocol):
-    """A run of many ranks (a Session of a torchrun job); none for one process."""
+    """A run whose ranks can be read (a Session, a replay); none for a test's stand-in."""
 
-    def rank_figures(self) -> Sequence[RankFigures]: ...
+    def rank_figures(self, last: int | None = ...) -> Sequence[RankFigures]: ...
 
 
 @runtime_checkable

@@ -59,6 +59,9 @@ class RankFigures:
     input_wait: float | None  # share of step time in next(loader), 0..1
     #: p50 of each phase (``protocol.ALL_PHASES``; ``other``: to the next step's start), ms.
     phase_ms_p50: dict[str, float] = field(default_factory=dict)
+    #: The job's size and this rank's node (torchrun's ``GROUP_RANK``): 0 when not known.
+    world_size: int = 0
+    node_rank: int = 0
 
     @property
     def forward_ms_p50(self) -> float | None:
@@ -69,12 +72,31 @@ class RankFigures:
         return self.phase_ms_p50.get("backward")
 
     @classmethod
-    def of(cls, rank: int, local_rank: int, node: str, view: StepsView) -> RankFigures:
+    def of(
+        cls,
+        rank: int,
+        local_rank: int,
+        node: str,
+        view: StepsView,
+        *,
+        world_size: int = 0,
+        node_rank: int = 0,
+    ) -> RankFigures:
         """A rank's figures from its steps; a step is its start to the next step's start
         (the scoreboard's step time), the last one to its own end."""
         n = len(view)
         if n == 0:
-            return cls(rank, local_rank, node, 0, None, None, None)
+            return cls(
+                rank,
+                local_rank,
+                node,
+                0,
+                None,
+                None,
+                None,
+                world_size=world_size,
+                node_rank=node_rank,
+            )
         host = view.host.astype(np.float64)
         starts = host[:, 0]
         ends = np.append(starts[1:], host[-1, -1])
@@ -96,6 +118,8 @@ class RankFigures:
             step_ms_p50=float(np.median(step_ns)) / 1e6,
             input_wait=float(phase_ns[:, data].sum()) / total_ns if total_ns > 0 else None,
             phase_ms_p50=phases,
+            world_size=world_size,
+            node_rank=node_rank,
         )
 
 

@@ -206,7 +206,14 @@ class ReplaySession(ModelAccess):
             first = 0 if last is None else max(0, n - last)
             info = rank.info
             figures.append(
-                RankFigures.of(info.rank, info.local_rank, info.node, _part(view, first, n))
+                RankFigures.of(
+                    info.rank,
+                    info.local_rank,
+                    info.node,
+                    _part(view, first, n),
+                    world_size=info.world_size,
+                    node_rank=info.node_rank,
+                )
             )
         return figures
 
