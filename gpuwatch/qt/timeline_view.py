@@ -66,7 +66,8 @@ DEVICE_LABELS = {
 
 
 class SpanBars(pg.BarGraphItem):
-    """Bars of one category; ``shape`` is the bounding box so hovering stays cheap.
+    """Bars of one category (the lane shade, the kernel lane's events; a sparse timeline's
+    spans are one ``LaneSpans``); ``shape`` is the bounding box so hovering stays cheap.
 
     The default shape is a path of every rectangle, rebuilt on each mouse move over the
     plot: with 30,000 spans that alone would stall the window.
@@ -92,7 +93,7 @@ class SpanBars(pg.BarGraphItem):
         self, x0: np.ndarray, x1: np.ndarray, y0: float | np.ndarray, height: float | np.ndarray
     ) -> None:
         if np.size(x0) == 0 and self.count() == 0:
-            return  # empty stays empty (dense views empty ~20 bar items every frame)
+            return  # empty stays empty
         self.prepareGeometryChange()
         if np.size(x0):
             bottom = np.asarray(y0) + np.minimum(np.asarray(height), 0)
