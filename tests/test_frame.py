@@ -430,10 +430,7 @@ def _drawn(win) -> dict:
         "device": timeline.device_bars,
         "gap": timeline.gap_bars,
     }
-    drawn = {
-        name: (np.asarray(b.opts["x0"]).tolist(), np.asarray(b.opts["x1"]).tolist())
-        for name, b in bars.items()
-    }
+    drawn = {name: (b.x0.tolist(), b.x1.tolist()) for name, b in bars.items()}
     drawn["gap visible"] = timeline.gap_bars.isVisible()
     drawn["dense"] = timeline.dense
     drawn["pixels"] = timeline.dense_lanes.pixels.tolist() if timeline.dense else None

@@ -120,7 +120,7 @@ def test_the_x_axes_are_linked_and_b_is_redrawn_for_the_new_range(show_window, q
     lo, hi = mode.timeline.getPlotItem().getViewBox().viewRange()[0]
     assert (lo, hi) == pytest.approx((1.0, 1.5))
     qtbot.waitUntil(lambda: mode.timeline.frames_drawn > drawn, timeout=5000)
-    starts = mode.timeline.phase_bars["data"].opts["x0"]
+    starts = mode.timeline.phase_bars["data"].x0
     assert len(starts) and min(starts) >= 0.9 and max(starts) <= 1.5  # B's own seconds
     mode.timeline.getPlotItem().getViewBox().setXRange(2.0, 2.5, padding=0)
     assert win.timeline.getPlotItem().getViewBox().viewRange()[0] == pytest.approx([2.0, 2.5])

@@ -339,7 +339,6 @@ def test_a_marker_born_while_presenting_gets_the_stage_look(light, show_window, 
 def test_merged_lanes_stack_their_phases_in_dense_columns(qtbot):
     """On stage a lane holds several phases: per pixel column they stack, so the lane's height
     is their joint share (here 0.3 + 0.3 + 0.1 of each 1 ms step for compute)."""
-    import pyqtgraph as pg
 
     from gpuwatch.core.model.store import StepsView
     from gpuwatch.qt.dense_lanes import rgba
@@ -369,7 +368,7 @@ def test_merged_lanes_stack_their_phases_in_dense_columns(qtbot):
     margin = (rows - bar_px) // 2
     column = pixels[rows + margin : rows + margin + bar_px, pixels.shape[1] // 2][::-1]
     colors = {
-        name: rgba(pg.mkBrush(view.phase_bars[name].opts["brush"]).color())
+        name: rgba(view.phase_bars[name].brush.color())
         for name in ("forward", "backward", "optimizer")
     }
     runs = [(name, int((column == c).sum())) for name, c in colors.items()]
@@ -380,9 +379,7 @@ def test_merged_lanes_stack_their_phases_in_dense_columns(qtbot):
     assert first["forward"] == 0 < first["backward"] < first["optimizer"]  # stacked upwards
     top = first["optimizer"] + runs[2][1]
     assert top == pytest.approx(0.7 * bar_px, abs=2)  # within the lane
-    assert (
-        column[top + 1 :] == rgba(pg.mkBrush(view.phase_backing["forward"].opts["brush"]).color())
-    ).all()
+    assert (column[top + 1 :] == rgba(view.phase_backing["forward"].brush.color())).all()
     assert view.dense_share(0, view.phase_bars["data"]).max() == pytest.approx(0.1, abs=0.1)
 
 

@@ -214,9 +214,9 @@ def test_the_desktop_turning_dark_re_themes_every_view_live(light, show_window, 
     assert light.colors is DARK and win.isVisible()  # the same window, no restart
     assert _pixel(timeline, *empty_lane) == DARK[Role.PLOT_BACKGROUND].lower()
     assert _plot_background(win.utilization.plot) == DARK[Role.PLOT_BACKGROUND].lower()
-    device = timeline.device_bars.opts["brush"].color()
+    device = timeline.device_bars.brush.color()
     assert device.name() == DARK.color(palette.DEVICE_ACTIVE).name() != palette.DEVICE_ACTIVE
-    assert timeline.phase_bars["data"].opts["brush"].color().name() == (
+    assert timeline.phase_bars["data"].brush.color().name() == (
         palette.PHASE_COLORS["data"].lower()
     )  # the colour-blind-safe set reads on both
     for widget in (win.knob_panel, win.scoreboard.table, help_dialog.browser):  # (posted)
@@ -230,7 +230,7 @@ def test_the_desktop_turning_dark_re_themes_every_view_live(light, show_window, 
     monkeypatch.setattr(theme_module, "system_is_dark", lambda: False)
     QGuiApplication.styleHints().colorSchemeChanged.emit(Qt.ColorScheme.Light)
     assert _pixel(timeline, *empty_lane) == LIGHT[Role.PLOT_BACKGROUND].lower()
-    assert timeline.device_bars.opts["brush"].color().name() == palette.DEVICE_ACTIVE.lower()
+    assert timeline.device_bars.brush.color().name() == palette.DEVICE_ACTIVE.lower()
 
 
 def test_a_theme_picked_while_presenting_restyles_the_stage(light, show_window):

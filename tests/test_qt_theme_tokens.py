@@ -63,9 +63,7 @@ def test_switching_theme_restyles_a_banner_a_plot_and_a_label(light, show_window
         assert win.banner.styleSheet() == theme.fill(palette.BANNER_STYLES["warning"])
         assert f"color: {theme[Role.NOTE_TEXT]};" in label.styleSheet()
         assert busy.opts["pen"].color().name() == theme[Role.DEVICE_ACTIVE].lower()
-        assert pg.mkBrush(devices.opts["brush"]).color().name() == (
-            theme[Role.DEVICE_ACTIVE].lower()
-        )
+        assert devices.brush.color().name() == (theme[Role.DEVICE_ACTIVE].lower())
 
     shows(LIGHT)
     light.set_mode("dark")

@@ -68,7 +68,7 @@ def window(show_window):
 
 
 def bar_xrange(bars) -> tuple[float, float]:
-    return float(np.min(bars.opts["x0"])), float(np.max(bars.opts["x1"]))
+    return float(np.min(bars.x0)), float(np.max(bars.x1))
 
 
 def test_cpu_run_reaches_timeline_utilization_and_headline(window, qtbot):

@@ -4,8 +4,9 @@ When a view holds more steps than pixels, each lane is drawn per pixel column as
 height is the share of the column the lane was active (stacked when a lane holds several
 phases). As rectangles that is ~11,000 one-pixel bars a frame (~6 ms of ``drawRects`` plus
 pyqtgraph's per-item bookkeeping here); as one RGBA image built with a few vectorised
-``np.where`` per lane it is ~1 ms to draw. The colours are read from the lanes' bar items,
-so the theme machinery, which re-colours those, re-colours this too.
+``np.where`` per lane it is ~1 ms to draw. The colours are read from the sparse lanes' span
+layers (``lane_spans.SpanLayer``), so the theme machinery, which re-colours those, re-colours
+this too.
 """
 
 from __future__ import annotations

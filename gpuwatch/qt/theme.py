@@ -21,6 +21,7 @@ from PySide6.QtGui import QBrush, QColor, QFont, QGuiApplication, QPalette, QPen
 from PySide6.QtWidgets import QApplication, QWidget
 
 from gpuwatch.qt import palette
+from gpuwatch.qt.lane_spans import LaneSpans
 from gpuwatch.qt.palette import SHOWN_PROPERTY, TEMPLATE_PROPERTY
 from gpuwatch.qt.theme_tokens import DARK, DARK_CONTRAST, LIGHT, LIGHT_CONTRAST, Role, Theme
 
@@ -228,6 +229,8 @@ def style_plot_item(item: object, theme: Theme, scale: float = 1.0) -> None:
                 label_base.font = QFont(label.textItem.font())
             label.setColor(theme.color(label_base.color))
             label.setFont(_scaled_font(label_base.font, scale))
+    elif isinstance(item, LaneSpans):
+        item.recolor(theme.color)  # each layer keeps its own base colour
     elif isinstance(item, pg.BarGraphItem):
         if base.brush is None:
             base.brush = pg.mkBrush(item.opts.get("brush"))

@@ -2,9 +2,10 @@
 with its idle gaps tinted, drawn from a ``TimelineFrame`` (``gpuwatch.core.figures.frame``
 computes what is drawn; this module only draws it).
 
-One ``BarGraphItem`` per category with one shared brush and no pen, so pyqtgraph draws all
-its rectangles in a single ``drawRects`` call (the fast path; per-bar brushes are ~50x
-slower). The x axis is seconds since the session's origin; the caller sets the range.
+A sparse view's spans are one item (``lane_spans.LaneSpans``): a layer per category with one
+brush and no pen, each drawn with a single ``drawRects`` call (per-bar brushes are ~50x
+slower), all layers in one paint. The x axis is seconds since the session's origin; the
+caller sets the range.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from gpuwatch.qt.dense_lanes import (
     rgba,
 )
 from gpuwatch.qt.gap_tint import CAUSE_COLORS
+from gpuwatch.qt.lane_spans import LaneSpans, SpanLayer
 
 #: Host lanes as (name, phases drawn in it), top to bottom, above the device lane (which sits
 #: next to the utilization plot below): one lane per phase at the desk...
@@ -64,7 +66,8 @@ DEVICE_LABELS = {
 
 
 class SpanBars(pg.BarGraphItem):
-    """Bars of one category; ``shape`` is the bounding box so hovering stays cheap.
+    """Bars of one category (the lane shade, the kernel lane's events; a sparse timeline's
+    spans are one ``LaneSpans``); ``shape`` is the bounding box so hovering stays cheap.
 
     The default shape is a path of every rectangle, rebuilt on each mouse move over the
     plot: with 30,000 spans that alone would stall the window.
@@ -90,7 +93,7 @@ class SpanBars(pg.BarGraphItem):
         self, x0: np.ndarray, x1: np.ndarray, y0: float | np.ndarray, height: float | np.ndarray
     ) -> None:
         if np.size(x0) == 0 and self.count() == 0:
-            return  # empty stays empty (dense views empty ~20 bar items every frame)
+            return  # empty stays empty
         self.prepareGeometryChange()
         if np.size(x0):
             bottom = np.asarray(y0) + np.minimum(np.asarray(height), 0)
@@ -128,31 +131,26 @@ class TimelineView(pg.PlotWidget):
         self.addItem(self._shade)
         #: The x range (seconds) the shade covers and the lane count it was drawn for.
         self._shaded: tuple[float, float, int] | None = None
-        self.phase_bars: dict[str, SpanBars] = {}
+        #: Every sparse lane's spans, one layer per colour, painted as one item; layers are
+        #: added bottom to top.
+        self.spans = LaneSpans()
+        self.spans.setZValue(1)
+        self.addItem(self.spans)
         #: Dense view only: a pale full-height band where the phase occurs at all, so the
-        #: solid bar's height reads as "share of this pixel column".
-        self.phase_backing: dict[str, SpanBars] = {}
-        for name in ALL_PHASES:
-            backing = SpanBars(brush=palette.pale(palette.PHASE_COLORS[name]))
-            bars = SpanBars(brush=palette.PHASE_COLORS[name], name=name)
-            bars.setZValue(1)
-            self.phase_backing[name] = backing
-            self.phase_bars[name] = bars
-            self.addItem(backing)
-            self.addItem(bars)
-        self.gap_bars = SpanBars(brush=palette.GAP, name="idle gap")
-        self.gap_bars.setZValue(1)
-        self.device_bars = SpanBars(brush=palette.DEVICE_ACTIVE, name="device")
-        self.device_bars.setZValue(2)
-        self.addItem(self.gap_bars)
-        self.addItem(self.device_bars)
+        #: solid bar's height reads as "share of this pixel column" (the dense image's colour).
+        self.phase_backing: dict[str, SpanLayer] = {
+            name: self.spans.add_layer(palette.pale(palette.PHASE_COLORS[name]), f"{name} backing")
+            for name in ALL_PHASES
+        }
+        self.phase_bars: dict[str, SpanLayer] = {
+            name: self.spans.add_layer(palette.PHASE_COLORS[name], name) for name in ALL_PHASES
+        }
+        self.gap_bars = self.spans.add_layer(palette.GAP, "idle gap")
         #: Idle gaps tinted by cause (``show_gap_causes``), drawn over the plain gap tint.
-        self.cause_bars: dict[str, SpanBars] = {}
-        for cause in CAUSES:
-            bars = SpanBars(brush=CAUSE_COLORS[cause], name=f"idle: {cause}")
-            bars.setZValue(1.5)
-            self.cause_bars[cause] = bars
-            self.addItem(bars)
+        self.cause_bars: dict[str, SpanLayer] = {
+            cause: self.spans.add_layer(CAUSE_COLORS[cause], f"idle: {cause}") for cause in CAUSES
+        }
+        self.device_bars = self.spans.add_layer(palette.DEVICE_ACTIVE, "device")
         #: Dense windows: every lane as one image (``show_columns``).
         self.dense_lanes = DenseLanesItem()
         self.dense_lanes.setZValue(1)
@@ -251,7 +249,6 @@ class TimelineView(pg.PlotWidget):
         self.dense = False
         self.dense_lanes.setVisible(False)
         self.shade_lanes(t0_ns, lo_ns, hi_ns)
-        empty = np.empty(0)
         for row, (_, phases) in enumerate(self.host_lanes):
             for name in phases:
                 s, e = lanes.phases[name]
@@ -261,7 +258,6 @@ class TimelineView(pg.PlotWidget):
                     lane_y(row, self.n_lanes),
                     BAR_HEIGHT,
                 )
-                self.phase_backing[name].set_spans(empty, empty, 0.0, BAR_HEIGHT)
         s, e = lanes.active
         y = lane_y(self.n_lanes - 1, self.n_lanes)
         self.device_bars.set_spans(
@@ -285,15 +281,7 @@ class TimelineView(pg.PlotWidget):
         """
         self.dense = True
         self.shade_lanes(t0_ns, lo_ns, hi_ns)
-        empty = np.empty(0)
-        for bars in (
-            *self.phase_bars.values(),
-            *self.phase_backing.values(),
-            self.device_bars,
-            self.gap_bars,
-            *self.cause_bars.values(),
-        ):
-            bars.set_spans(empty, empty, 0.0, BAR_HEIGHT)
+        self.spans.clear()
         cols = lanes.columns
         n = len(cols.c0)
         rows = max(int(self.plot_item.getViewBox().height() / (self.n_lanes + 0.2)), 4)
@@ -363,7 +351,7 @@ class TimelineView(pg.PlotWidget):
     def _tint(self, spans: dict[str, Spans], t0_ns: int, px_ns: float) -> None:
         """Cause bars at the gap tint's place (each at least ``px_ns`` wide); the plain gap
         tint shows only where no cause is drawn."""
-        y, height = self.gap_bars.opts["y0"], self.gap_bars.opts["height"]
+        y, height = self.gap_bars.y0, self.gap_bars.height
         for cause, (s, e) in spans.items():
             self.cause_bars[cause].set_spans(
                 _to_s(s, t0_ns), _to_s(np.maximum(e, s + px_ns), t0_ns), y, height
@@ -371,7 +359,7 @@ class TimelineView(pg.PlotWidget):
         # the tint replaces the plain one
         self.gap_bars.setVisible(not any(len(s) for s, _ in spans.values()))
 
-    def dense_share(self, row: int, bars: SpanBars) -> np.ndarray:
+    def dense_share(self, row: int, bars: SpanLayer) -> np.ndarray:
         """Per column of the dense image, the share of lane ``row``'s bar drawn in ``bars``'s
         colour (what a user sees: for checks and tests)."""
         pixels = self.dense_lanes.pixels
@@ -409,9 +397,9 @@ def _to_s(t: np.ndarray, t0_ns: int) -> np.ndarray:
     return (np.asarray(t) - t0_ns) / 1e9
 
 
-def _color(bars: SpanBars) -> int:
-    """The bars' current (theme's) colour as a packed RGBA pixel."""
-    return rgba(pg.mkBrush(bars.opts["brush"]).color())  # a QColor until a theme sets a brush
+def _color(bars: SpanLayer) -> int:
+    """The layer's current (theme's) colour as a packed RGBA pixel."""
+    return rgba(bars.brush.color())
 
 
 #: Items whose bounding rectangle depends on the view's scale and is recomputed lazily (the
