@@ -312,6 +312,7 @@ def test_the_advisor_names_the_straggler_first_and_offers_no_knob() -> None:
     )
     findings = advise([steady], ctx)
     assert findings[0].rule == "straggler"
+    assert "device-bound" not in [f.rule for f in findings], "rank 0 waits: not 'all is well'"
     assert findings[0].title == "Rank 1 holds the other ranks back"
     assert not findings[0].suggestion
     assert context_of(_RankedRun(_ranks(EVEN, EVEN))).straggler is None  # type: ignore[arg-type]

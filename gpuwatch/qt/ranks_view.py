@@ -83,8 +83,13 @@ class RanksView(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        # Compact rows: four ranks fit under the verdict at the scoreboard's usual height.
+        rows = self.table.verticalHeader()
+        rows.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        rows.setDefaultSectionSize(self.table.fontMetrics().height() + 6)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
+        layout.setSpacing(2)
         layout.addWidget(self.verdict)
         layout.addWidget(self.table)
         #: The straggler shown, if any (tests and the window read it).
@@ -109,7 +114,8 @@ class RanksView(QWidget):
 
     def _show_rows(self, figures: list[RankFigures]) -> None:
         table = self.table
-        if table.rowCount() != len(figures):
+        resized = table.rowCount() != len(figures)
+        if resized:
             table.setRowCount(len(figures))
         slow = self.straggler.rank if self.straggler is not None else None
         tip = self.straggler.sentence if self.straggler is not None else ""
@@ -126,3 +132,5 @@ class RanksView(QWidget):
                     item.setFont(self._bold if bold else table.font())
                 if item.toolTip() != (tip if bold else ""):
                     item.setToolTip(tip if bold else "")
+        if resized and figures:  # headers and first figures fit; later ones keep the widths
+            table.resizeColumnsToContents()
