@@ -98,3 +98,25 @@ def test_steps_without_device_marks_fail_the_check() -> None:
     report = gpu_check.GpuCheckReport()
     gpu_check._judge_busy(report, view, {"kernel_ms": [12.0] * n})
     assert [(row.check, row.status) for row in report.rows] == [("device marks", "fail")]
+
+
+def test_the_hosts_lag_from_gpuwatchs_mark_to_the_launch_counts_as_active() -> None:
+    """On a loaded host the kernel is launched a while after gpuwatch's first mark of the step;
+    the idle stream completes that mark at once, so stream-active rightly includes the lag. The
+    check knows the lag from the script's launch times and allows it, and only it."""
+    slot_ns, gap_ns, lag_ns = 8_000_000, 12_000_000, 600_000
+    n = gpu_check.MEASURED.stop + 5
+    view = _steps(slot_ns, gap_ns, n)  # stream active: the mark, then the kernel, to its end
+    launched = (view.host[:, 1] + lag_ns).tolist()  # the kernel came lag_ns after the mark
+    result = {"kernel_ms": [(slot_ns - lag_ns) / 1e6] * n, "launch_ns": launched}
+    report = gpu_check.GpuCheckReport()
+    gpu_check._judge_busy(report, view, result)
+    busy = next(row for row in report.rows if row.check == "busy share")
+    assert busy.status == "pass", busy.finding
+    assert report.busy_measured_pct - report.busy_truth_pct == pytest.approx(3.0, abs=0.05)
+    assert "plus 3.00 pp the host took" in busy.finding
+    for told in ({"kernel_ms": result["kernel_ms"]}, {**result, "launch_ns": [0] * n}):
+        report = gpu_check.GpuCheckReport()  # unknown or no lag: the 3 pp are an error
+        gpu_check._judge_busy(report, view, told)
+        busy = next(row for row in report.rows if row.check == "busy share")
+        assert busy.status == "fail", busy.finding

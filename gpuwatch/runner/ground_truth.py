@@ -6,7 +6,10 @@ kernel that runs for a number of GPU clock cycles) against timed CUDA events, th
 STEPS steps of a known shape: a ``data`` phase the host spends sleeping ``GAP_MS`` while the
 device idles, and a ``forward`` phase that launches one sleep kernel of about ``KERNEL_MS``.
 Each kernel is bracketed by its own timed events (read only after the loop), so the device time
-of every step is known independently of gpuwatch's marks; the doctor compares the two.
+of every step is known independently of gpuwatch's marks; the doctor compares the two. The
+host time each kernel's start event was recorded is kept too: gpuwatch's stream-active span
+starts at its own mark, recorded on the idle stream just before, so the host's lag between the
+two (microseconds, or more on a loaded machine) is device time gpuwatch rightly calls active.
 
 While the steps run, ``torch.cuda.set_sync_debug_mode("error")`` is on: any operation that
 makes the host wait for the device (in this script or in gpuwatch's instrumentation) raises, and
@@ -52,9 +55,11 @@ def calibrate(torch: Any) -> float:
 
 def train(
     torch: Any, gw: Any, steps: int, cycles: int, gap_s: float
-) -> tuple[list[Any], str | None]:
-    """The measured steps under sync-debug "error"; the kernels' event pairs and the error."""
+) -> tuple[list[Any], list[int], str | None]:
+    """The measured steps under sync-debug "error"; the kernels' event pairs, the host time
+    (``perf_counter_ns``) each kernel's start event was recorded, and the error."""
     pairs: list[Any] = []
+    launches: list[int] = []
     torch.cuda.set_sync_debug_mode("error")
     try:
         for _ in range(steps):
@@ -64,15 +69,16 @@ def train(
                 with gw.phase("forward"):
                     start = torch.cuda.Event(enable_timing=True)
                     end = torch.cuda.Event(enable_timing=True)
+                    launches.append(time.perf_counter_ns())
                     start.record()
                     torch.cuda._sleep(cycles)
                     end.record()
                     pairs.append((start, end))
     except RuntimeError as exc:  # a synchronization inside the loop, or a device failure
-        return pairs, f"{type(exc).__name__}: {exc}"
+        return pairs, launches, f"{type(exc).__name__}: {exc}"
     finally:
         torch.cuda.set_sync_debug_mode(0)
-    return pairs, None
+    return pairs, launches, None
 
 
 def main(argv: list[str]) -> int:
@@ -95,9 +101,10 @@ def main(argv: list[str]) -> int:
     cycles_per_ms = calibrate(torch)
     cycles = max(1, round(kernel_ms * cycles_per_ms))
     result.update(cycles_per_ms=cycles_per_ms, cycles=cycles)
-    pairs, error = train(torch, gw, steps, cycles, gap_ms / 1000)
+    pairs, launches, error = train(torch, gw, steps, cycles, gap_ms / 1000)
     torch.cuda.synchronize()
     result["kernel_ms"] = [float(start.elapsed_time(end)) for start, end in pairs]
+    result["launch_ns"] = launches
     result["error"] = error
     with open(out, "w", encoding="utf-8") as f:
         json.dump(result, f)
