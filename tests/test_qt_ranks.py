@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from test_ranks import EVEN, _ranks, _row
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QSplitter
+from test_ranks import EVEN, _ranks, _row, _view
 
-from gpuwatch.core.figures.rank_figures import RankFigures
+from gpuwatch.core.figures.rank_figures import RankFigures, RankSteps
+from gpuwatch.core.model.messages import RankInfo
 from gpuwatch.core.run.runs import ScoredRow
 from gpuwatch.core.run.session import Session
+from gpuwatch.qt.rank_lanes import RankLanesControls
 from gpuwatch.qt.ranks_view import HINT_NO_RANKS, NO_STRAGGLER, RanksView
 from gpuwatch.qt.scoreboard_view import COLUMNS, RANK_COLUMNS, ScoreboardView
 
@@ -68,3 +73,55 @@ def test_the_scoreboard_shows_the_rank_columns_only_for_a_run_of_many_ranks(qtbo
     row = next(i for i, line in enumerate(view.model.lines) if isinstance(line, ScoredRow))
     texts = [view.model.index(row, i).data() for i in rank_columns]
     assert texts == ["398 (4 ranks)", "10.0–10.6"]
+
+
+class _RankSteps:
+    """A session's origin and its ranks' steps, as the rank lanes read them."""
+
+    t0_ns = 0
+
+    def __init__(self, ranks: list[RankSteps]) -> None:
+        self.ranks = ranks
+
+    def rank_steps(self, since_ns: int) -> list[RankSteps]:
+        return self.ranks
+
+
+def test_the_rank_lanes_draw_a_row_per_rank_only_for_a_run_of_many_ranks(qtbot) -> None:
+    timeline = pg.PlotWidget()
+    splitter = QSplitter(Qt.Orientation.Vertical)
+    splitter.addWidget(timeline)
+    qtbot.addWidget(splitter)
+    splitter.resize(800, 600)
+    splitter.show()
+    timeline.setXRange(0.0, 1.0, padding=0)
+    controls = RankLanesControls(splitter, timeline, index=1)
+    lanes = controls.lanes
+    slow = [30.0, 0.0, 2.0, 2.0, 1.0, 0.0]
+    waiting = [1.0, 0.0, 2.0, 31.0, 1.0, 0.0]
+    info = [RankInfo(i, i, 3, 0, "node") for i in range(3)]
+    views = [_view(p, n=10) for p in (waiting, slow, waiting)]
+    session = _RankSteps([RankSteps(i, v) for i, v in zip(info, views, strict=True)])
+
+    controls.sync(session, presenting=False)
+    assert lanes.isVisible() and lanes.ranks == (0, 1, 2)
+    data = lanes.layers["data"]
+    assert data.count() == 30  # a data span per step of every rank
+    widths = data.x1 - data.x0
+    slow_rows = data.rects[:, 1] > 0.5 + 0.5  # rank 1 is the middle row (y 1..2)
+    slow_rows &= data.rects[:, 1] < 2
+    assert widths[slow_rows].min() > widths[~slow_rows].max() * 10  # its input wait shows
+    assert lanes.getViewBox().linkedView(pg.ViewBox.XAxis) is timeline.getViewBox()
+
+    timeline.setXRange(0.0, 100.0, padding=0)  # steps narrower than a few pixels each:
+    controls.sync(session, presenting=False)  # each is one bar in its longest phase's colour
+    assert lanes.layers["data"].count() == 10  # rank 1's steps: input-bound
+    assert lanes.layers["backward"].count() == 20  # the others': waiting in the all-reduce
+    assert lanes.layers["forward"].count() == 0
+
+    controls.sync(session, presenting=True)  # on stage: the lanes make room
+    assert not lanes.isVisible()
+    controls.sync(_RankSteps(session.ranks[:1]), presenting=False)  # one rank: the timeline's
+    assert not lanes.isVisible()
+    controls.sync(object(), presenting=False)  # a session without ranks
+    assert not lanes.isVisible()

@@ -71,6 +71,16 @@ class SpanLayer:
         rects[:, 3] = height
         self.rects, self.y0, self.height = rects, float(y0), float(height)
 
+    def set_rects(self, x0: np.ndarray, x1: np.ndarray, y0: np.ndarray, height: float) -> None:
+        """As ``set_spans``, each span on its own row: ``y0`` per span (rank lanes)."""
+        if not np.size(x0):
+            self.clear()
+            return
+        self.set_spans(x0, x1, 0.0, height)
+        self.rects[:, 1] = y0
+        low, high = float(np.min(y0)), float(np.max(y0))
+        self.y0, self.height = low, high - low + float(height)
+
     def clear(self) -> None:
         self.set_spans(np.empty(0), np.empty(0), self.y0, self.height)
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuwatch.core.figures.segments import SegmentStats
+from gpuwatch.core.model.messages import RankInfo
 from gpuwatch.core.model.store import StepsView
 from gpuwatch.protocol import PHASES
 
@@ -121,6 +122,14 @@ class RankFigures:
             world_size=world_size,
             node_rank=node_rank,
         )
+
+
+@dataclass(frozen=True)
+class RankSteps:
+    """One rank's steps in a time range (what the rank lanes draw)."""
+
+    info: RankInfo
+    steps: StepsView
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpuwatch.core.figures.rank_figures import RankFigures
+from gpuwatch.core.figures.rank_figures import RankFigures, RankSteps
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.liveness import Liveness
 from gpuwatch.core.model.log_buffer import LogBuffer, LogLine
@@ -216,6 +216,16 @@ class ReplaySession(ModelAccess):
                 )
             )
         return figures
+
+    def rank_steps(self, since_ns: int) -> list[RankSteps]:
+        """Each recorded rank's steps ending in ``[since_ns, play position]`` (as live)."""
+        found = []
+        for rank in self.recording.ranks:
+            ends = rank.steps.host[:, -1]
+            first = int(np.searchsorted(ends, since_ns, side="left"))
+            last = int(np.searchsorted(ends, self._position_ns, side="right"))
+            found.append(RankSteps(rank.info, _part(rank.steps, first, max(first, last))))
+        return found
 
     # ---- Play control ------------------------------------------------------------------
 

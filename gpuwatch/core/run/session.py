@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch import protocol
-from gpuwatch.core.figures.rank_figures import RankFigures, with_ranks
+from gpuwatch.core.figures.rank_figures import RankFigures, RankSteps, with_ranks
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.knob_values import KnobValueError, check_usable
 from gpuwatch.core.model.liveness import Liveness, Transition
@@ -739,6 +739,10 @@ class Session(ModelAccess):
             "-m torch.distributed.run …",
             notice=True,
         )
+
+    def rank_steps(self, since_ns: int) -> list[RankSteps]:
+        """Each rank's steps that end at or after ``since_ns`` (the rank lanes), by rank."""
+        return [RankSteps(r.info, r.model.steps.snapshot(since_ns)) for r in self.ranks()]
 
     def _from_rank0(self, message: dict[str, Any]) -> None:
         """Rank 0's messages draw the run, its knobs included (every rank runs the same script;
