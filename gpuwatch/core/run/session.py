@@ -622,7 +622,8 @@ class Session(ModelAccess):
             self.model.unusable(message["kind"], exc)
             return
         if message["kind"] == "hello":
-            if message.get("role") == protocol.ROLE_LAUNCHER or self._hello_told:
+            role = message.get("role")
+            if role == protocol.ROLE_LAUNCHER or (role == protocol.ROLE_RANK and self._hello_told):
                 return  # one hello per run reaches a recording: the runner's, else rank 0's
             self._hello_told = True
         self._notify(message)
