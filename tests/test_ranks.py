@@ -21,7 +21,8 @@ from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.messages import Hello, RankInfo
 from gpuwatch.core.model.store import StepsView
 from gpuwatch.core.run.link import LinkListener, new_authkey, private_dir, remove_private_dir
-from gpuwatch.core.run.session import TORCHRUN_FLAGS, LaunchSpec
+from gpuwatch.core.run.session import LaunchSpec
+from gpuwatch.core.run.torchrun_args import TORCHRUN_FLAGS
 from gpuwatch.runner.probe_knobs import ProbeKnobs
 from gpuwatch.runner.ranks import RankIdentity, RankLaunchError, RankLink, rank_command
 from gpuwatch.runner.script_control import ScriptControl

@@ -14,21 +14,33 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
 
 from gpuwatch import protocol
+from gpuwatch.core.model.knob_values import KnobValueError, check_usable
 from gpuwatch.core.model.messages import RankInfo
 from gpuwatch.core.model.store import DEFAULT_STEP_CAPACITY
 from gpuwatch.core.run import link
 from gpuwatch.core.run.run_model import LogSink, RunModel
 
 log = logging.getLogger(__name__)
+
+#: The ranks of a run stop (or change a knob) after the same step: at least this many steps,
+#: and this much training time, beyond the newest step any rank has sent. Steps arrive in
+#: 50 ms batches and a loaded machine delays both them and the message, so the lead is
+#: generous: a rank that gets the message after that step stops at its next one, and the
+#: others then wait for it in a collective until the stop's patience runs out.
+STOP_LEAD_MIN_STEPS = 2
+STOP_LEAD_S = 2.0
+#: The step the lead is priced in when no step's length is known yet (seconds).
+UNKNOWN_STEP_S = 2.0
 
 #: Rank 0's messages, handed to the Session as they arrive (on that rank's link thread).
 Primary = Callable[[dict[str, Any]], None]
@@ -219,3 +231,35 @@ class RankRuns:
             False,
         )
         return run
+
+
+def step_ahead(runs: Sequence[RankRun], typical_s: float | None) -> tuple[int, float]:
+    """A step every rank has yet to start (the newest any has sent, plus a lead: steps arrive
+    in batches, so a rank may be further on than it said), and the lead's time in seconds."""
+    typical = typical_s or UNKNOWN_STEP_S
+    lead = max(STOP_LEAD_MIN_STEPS, math.ceil(STOP_LEAD_S / typical))
+    newest = max((run.model.steps.count for run in runs), default=0)
+    return newest + lead, lead * typical
+
+
+def change_problem(runs: Sequence[RankRun], wanted: dict[str, Any]) -> str | None:
+    """Why a knob change cannot go to every rank (one sentence), or None: a rank has ended,
+    has no such knob yet (a DataLoader's knobs appear when the script first iterates it), or
+    cannot use the value."""
+    for run in runs:
+        rank = run.info.rank
+        if not run.connected:
+            return f"rank {rank} has ended: the change is not sent"
+        schema = {k["name"]: k for k in run.model.knobs}
+        for name, value in wanted.items():
+            knob = schema.get(name)
+            if knob is None:
+                return (
+                    f"rank {rank} has no knob {name} yet (a DataLoader's knobs appear when "
+                    "the script first iterates it): the change is not sent"
+                )
+            try:
+                check_usable(knob, value)
+            except KnobValueError as exc:
+                return f"rank {rank}: {exc}"
+    return None

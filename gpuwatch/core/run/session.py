@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import re
 import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,19 +23,25 @@ from typing import Any
 from gpuwatch import protocol
 from gpuwatch.core.figures.rank_figures import RankFigures, RankSteps, with_ranks
 from gpuwatch.core.figures.segments import SegmentStats
-from gpuwatch.core.model.knob_values import KnobValueError, check_usable
 from gpuwatch.core.model.liveness import Liveness, Transition
 from gpuwatch.core.model.log_buffer import LogBuffer, LogLine
 from gpuwatch.core.model.messages import ACTIVE_STATES, SessionState, StateChanged
 from gpuwatch.core.model.store import DEFAULT_STEP_CAPACITY
 from gpuwatch.core.run import launcher, link
-from gpuwatch.core.run.rank_links import RankListener, RankRun, RankRuns
+from gpuwatch.core.run.rank_links import (
+    RankListener,
+    RankRun,
+    RankRuns,
+    change_problem,
+    step_ahead,
+)
 from gpuwatch.core.run.run_model import ModelAccess, RunModel
 from gpuwatch.core.run.samplers import (
     NvmlSampler,
     ProcessTreeSampler,
     nvml_unavailable_statuses,
 )
+from gpuwatch.core.run.torchrun_args import torchrun_target
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +73,6 @@ CLOCK_TICK_S = 0.1
 STOP_GRACE_STEPS = 2.0
 STOP_GRACE_MIN_S = 2.0
 STOP_GRACE_MAX_S = 60.0
-#: The ranks of a run stop (or change a knob) after the same step: at least this many steps,
-#: and this much training time, beyond the newest step any rank has sent. Steps arrive in
-#: 50 ms batches and a loaded machine delays both them and the message, so the lead is
-#: generous: a rank that gets the message after that step stops at its next one, and the
-#: others then wait for it in a collective until the stop's patience runs out.
-STOP_LEAD_MIN_STEPS = 2
-STOP_LEAD_S = 2.0
 #: A stopped run of many ranks ends when torchrun has seen every rank exit: each rank's
 #: teardown (its process group, its workers) comes on top of the polite stop's patience.
 RANKS_EXIT_S = 20.0
@@ -143,39 +141,6 @@ class LaunchSpec:
         """Whether the user's own code runs (a script or a module), not a built-in workload:
         its steps are found by the runner's hooks, so it may take none."""
         return bool(self.script or self.module)
-
-
-#: torchrun's options that take no value (``torch.distributed.run``'s parser; a test checks it).
-TORCHRUN_FLAGS = frozenset(
-    {
-        "-h",
-        "--help",
-        "-m",
-        "--module",
-        "--no-python",
-        "--no_python",
-        "--run-path",
-        "--run_path",
-        "--standalone",
-        "--virtual-local-rank",
-        "--virtual_local_rank",
-    }
-)
-
-
-def torchrun_target(args: Sequence[str]) -> str | None:
-    """The training script's file name (or the module, with ``-m``) in torchrun's arguments:
-    the first argument that is neither an option nor an option's value."""
-    expects_value = False
-    for arg in args:
-        if expects_value:
-            expects_value = False
-        elif arg.startswith("-"):
-            expects_value = arg not in TORCHRUN_FLAGS and "=" not in arg
-        else:
-            module = "-m" in args[: args.index(arg)] or "--module" in args[: args.index(arg)]
-            return arg if module else Path(arg).name
-    return None
 
 
 def script_problem(script: str) -> str | None:
@@ -329,28 +294,16 @@ class Session(ModelAccess):
 
     def _set_on_ranks(self, ranks: list[RankRun], wanted: dict[str, Any], label: str | None) -> int:
         """One change for every rank, applied by each at the same step (announced ahead as
-        the stop is, ``_rank_step_ahead``), so their collectives stay in lockstep. Refused
+        the stop is, ``rank_links.step_ahead``), so their collectives stay in lockstep. Refused
         as a whole before anything is sent when any rank does not have a knob yet (its
         DataLoader has not started) or cannot use the value; each rank still validates."""
-        for run in ranks:
-            if not run.connected:
-                raise SessionError(f"rank {run.info.rank} has ended: the change is not sent")
-            schema = {k["name"]: k for k in run.model.knobs}
-            for name, value in wanted.items():
-                knob = schema.get(name)
-                if knob is None:
-                    raise SessionError(
-                        f"rank {run.info.rank} has no knob {name} yet (a DataLoader's knobs "
-                        "appear when the script first iterates it): the change is not sent"
-                    )
-                try:
-                    check_usable(knob, value)
-                except KnobValueError as exc:
-                    raise SessionError(f"rank {run.info.rank}: {exc}") from None
+        problem = change_problem(ranks, wanted)
+        if problem is not None:
+            raise SessionError(problem)
         links = self._ranks
         if links is None:
             raise SessionError("this run has no ranks")
-        at_step, _ = self._rank_step_ahead(ranks)
+        at_step, _ = step_ahead(ranks, self.typical_step_s())
         request = self.model.next_request(label)
         sent = links.send_all("set", values=wanted, request=request, at_step=at_step)
         if sent < len(ranks):
@@ -761,18 +714,10 @@ class Session(ModelAccess):
         ranks = self._ranks
         if ranks is None:
             return grace
-        at_step, lead_s = self._rank_step_ahead(ranks.runs())
+        at_step, lead_s = step_ahead(ranks.runs(), self.typical_step_s())
         grace += lead_s
         ranks.send_all("stop", grace_s=grace, at_step=at_step)
         return grace
-
-    def _rank_step_ahead(self, runs: list[RankRun]) -> tuple[int, float]:
-        """A step every rank has yet to start (the newest any has sent, plus a lead: steps
-        arrive in batches, so a rank may be further on than it said), and the lead's time."""
-        typical = self.typical_step_s() or STOP_GRACE_MIN_S
-        lead = max(STOP_LEAD_MIN_STEPS, math.ceil(STOP_LEAD_S / typical))
-        newest = max((run.model.steps.count for run in runs), default=0)
-        return newest + lead, lead * typical
 
     def _rank_failure(self, message: dict[str, Any]) -> str:
         """torchrun's failed rank, with the step it had reached (its own model knows)."""
