@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import gc
 import os
-import platform
 import runpy
 import sys
 import traceback
@@ -32,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.protocol import PROTOCOL_VERSION, ROLE_RANK, TORCH_MISSING
+from gpuwatch.protocol import ROLE_RANK, TORCH_MISSING
 from gpuwatch.runner.link import Link
 from gpuwatch.runner.ranks import RankIdentity
 from gpuwatch.runner.script_environment import (
@@ -41,6 +40,7 @@ from gpuwatch.runner.script_environment import (
     enter_script,
     module_file,
 )
+from gpuwatch.runner.script_hello import say_hello
 from gpuwatch.runner.spawned_ranks import RankStart, SpawnedRanks
 from gpuwatch.runner.worker_start import MainGuardWatch, missing_guard_message
 
@@ -203,31 +203,15 @@ def _watch(
 ) -> int:
     from gpuwatch import probe
     from gpuwatch.runner.script_instruments import ScriptInstruments
-    from gpuwatch.runner.session import device_info, make_script_backend, versions
 
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # --device cuda:N: the script's default CUDA device
-    backend = make_script_backend(
+    backend = say_hello(
+        link,
         torch,
         device,
-        notify=lambda text: link.log("info", text),
-        on_device=lambda index: link.send(
-            "device", device=device_info(torch, torch.device("cuda", index))
-        ),
-    )
-    link.send(
-        "hello",
-        protocol=PROTOCOL_VERSION,
-        pid=os.getpid(),
         workload=target.name,
-        device=device_info(torch, device),
-        versions=versions(torch),
-        os=platform.platform(),
-        knobs=[],
-        config={"id": 0, "values": {}, "warmup_steps": INITIAL_WARMUP_STEPS},
-        workload_config={},
-        timing=backend.kind,
-        instrumentation="auto",
+        warmup_steps=INITIAL_WARMUP_STEPS,
         script={
             "path": target.full_path,
             "args": list(args),

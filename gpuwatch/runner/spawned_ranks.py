@@ -18,15 +18,13 @@ from ``spawn``, and the watched parent reports that).
 from __future__ import annotations
 
 import functools
-import os
-import platform
 import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.protocol import PROTOCOL_VERSION, ROLE_RANK
+from gpuwatch.protocol import ROLE_RANK
 
 #: ``hello.config.warmup_steps`` of a rank (as a watched script's).
 RANK_WARMUP_STEPS = 3
@@ -137,13 +135,9 @@ class _RankWatch:
         import torch.distributed as dist
 
         from gpuwatch.runner.link import Link
+        from gpuwatch.runner.script_hello import say_hello
         from gpuwatch.runner.script_instruments import ScriptInstruments
-        from gpuwatch.runner.session import (
-            device_info,
-            make_script_backend,
-            script_device,
-            versions,
-        )
+        from gpuwatch.runner.session import script_device
 
         start = self.start
         rank = {
@@ -155,27 +149,12 @@ class _RankWatch:
         }
         self.link = link = Link.connect(start.address, start.key)
         device = script_device(torch, start.device_spec)
-        self.backend = backend = make_script_backend(
+        self.backend = backend = say_hello(
+            link,
             torch,
             device,
-            notify=lambda text: link.log("info", text),
-            on_device=lambda index: link.send(
-                "device", device=device_info(torch, torch.device("cuda", index))
-            ),
-        )
-        link.send(
-            "hello",
-            protocol=PROTOCOL_VERSION,
-            pid=os.getpid(),
             workload=start.name,
-            device=device_info(torch, device),
-            versions=versions(torch),
-            os=platform.platform(),
-            knobs=[],
-            config={"id": 0, "values": {}, "warmup_steps": RANK_WARMUP_STEPS},
-            workload_config={},
-            timing=backend.kind,
-            instrumentation="auto",
+            warmup_steps=RANK_WARMUP_STEPS,
             role=ROLE_RANK,
             rank=rank,
         )
