@@ -300,22 +300,8 @@ def _rank_events(recording: Recording, t0: int) -> list[Timed]:
     for rank in recording.ranks:
         if rank.info.rank == 0:
             continue
-        pid, view = _rank_pid(rank.info.rank), rank.steps
-        tracks += _steps_tracks(view, t0, pid)
-        rows = np.flatnonzero(view.has_device)
-        tracks.append(
-            _step_spans(
-                DEVICE_TID,
-                "device",
-                "active",
-                view.device[rows, ACTIVE_FIRST],
-                view.device[rows, ACTIVE_LAST],
-                step=view.step[rows],
-                config=view.config[rows],
-                t0=t0,
-                pid=pid,
-            )
-        )
+        pid = _rank_pid(rank.info.rank)
+        tracks += [*_steps_tracks(rank.steps, t0, pid), _active_spans(rank.steps, t0, pid)]
     return tracks
 
 
@@ -353,9 +339,13 @@ def _rank_metadata(recording: Recording) -> list[dict[str, Any]]:
 
 
 def _device_events(recording: Recording, t0: int) -> list[Timed]:
-    view = recording.steps
+    return [_active_spans(recording.steps, t0, PID), _gap_events(recording, t0)]
+
+
+def _active_spans(view: StepsView, t0: int, pid: int) -> Timed:
+    """A process's device stream-active spans (steps with device marks)."""
     rows = np.flatnonzero(view.has_device)
-    device = _step_spans(
+    return _step_spans(
         DEVICE_TID,
         "device",
         "active",
@@ -364,8 +354,8 @@ def _device_events(recording: Recording, t0: int) -> list[Timed]:
         step=view.step[rows],
         config=view.config[rows],
         t0=t0,
+        pid=pid,
     )
-    return [device, _gap_events(recording, t0)]
 
 
 def _gap_events(recording: Recording, t0: int) -> Timed:

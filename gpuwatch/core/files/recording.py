@@ -82,6 +82,16 @@ RANK_KEY = "_rank"
 _STOP = object()
 
 
+def _step_rows(message: dict[str, Any]) -> list[tuple[int, ...]]:
+    """A ``steps`` message's rows: step, config, samples and the seven host marks."""
+    return [
+        (step, config, samples, *host)
+        for step, config, samples, host in zip(
+            message["step"], message["config"], message["samples"], message["host"], strict=True
+        )
+    ]
+
+
 def _step_messages(view: StepsView, cuda: bool) -> list[tuple[dict[str, Any], int]]:
     """Stored steps as the ``steps`` (and ``device_marks``) messages that brought them, in
     chunks of ``PRELUDE_CHUNK``, each timed at its last step's end."""
@@ -495,16 +505,7 @@ class Recorder:
         added = 0
         self._t1_ns = max(self._t1_ns, t_ns)
         if kind == "steps":
-            rows = [
-                (step, seq, config, samples, *host)
-                for step, config, samples, host in zip(
-                    message["step"],
-                    message["config"],
-                    message["samples"],
-                    message["host"],
-                    strict=True,
-                )
-            ]
+            rows = [(step, seq, *rest) for step, *rest in _step_rows(message)]
             before = conn.total_changes
             conn.executemany(
                 f"INSERT OR IGNORE INTO steps (step, seq, config, samples, "
@@ -539,16 +540,7 @@ class Recorder:
             conn.executemany(
                 f"INSERT OR IGNORE INTO rank_steps (rank, step, config, samples, "
                 f"{', '.join(MARK_COLUMNS)}) VALUES ({', '.join('?' * 11)})",
-                [
-                    (rank, step, config, samples, *host)
-                    for step, config, samples, host in zip(
-                        message["step"],
-                        message["config"],
-                        message["samples"],
-                        message["host"],
-                        strict=True,
-                    )
-                ],
+                [(rank, *row) for row in _step_rows(message)],
             )
             body: dict[str, Any] = {"rows": len(message["step"])}
         elif kind == "device_marks":
