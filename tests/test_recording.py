@@ -30,6 +30,9 @@ from gpuwatch.core.files.recording_reader import Recording, open_recording
 from gpuwatch.core.run.session import LaunchSpec, Session, SessionState
 
 ROOT = Path(__file__).resolve().parents[1]
+#: How long a test waits for the recorder to write what it was given (a loaded machine is slow;
+#: the wait ends as soon as it has).
+WRITE_WAIT_S = 120.0
 
 
 @dataclasses.dataclass
@@ -73,7 +76,7 @@ def recorded_run(tmp_path_factory) -> RecordedRun:
         )
         session.stop()
         assert session.wait_ended(30)
-        recorder.close()
+        recorder.close(timeout=WRITE_WAIT_S)
         scoreboard = session.scoreboard()
     finally:
         recorder.close()
@@ -247,7 +250,7 @@ def test_recording_started_mid_run_begins_with_what_the_session_holds(tmp_path: 
         {"kind": "steps", "step": [5, 6, 7], "config": [0] * 3, "samples": [8] * 3, "host": more}
     )
     wait_until(lambda: recorder.steps_written == 8, 10, "8 steps written")
-    recorder.close()
+    recorder.close(timeout=WRITE_WAIT_S)
     recording = open_recording(tmp_path / "late.gpuwatch")
     assert recording.steps.step.tolist() == list(range(8))
     assert recording.hello is not None and recording.hello.pid == 42
@@ -330,7 +333,8 @@ def small_recording(path: Path) -> Path:
             "host": marks,
         }
     )
-    recorder.close()
+    recorder.close(timeout=WRITE_WAIT_S)  # a loaded machine's writer: wait for it, no race
+    assert recorder.error is None, recorder.error
     return path
 
 
