@@ -43,7 +43,12 @@ def test_doctor_gpu_passes_on_the_simulated_device(
     assert rows["NVML"].status == "warn", "no NVML without a driver: said, not failed"
     assert report.device is not None and report.device["name"] == "simcuda GPU 0"
     assert report.kernel_ms_median == pytest.approx(gpu_check.KERNEL_MS, rel=0.02)
-    assert report.busy_measured_pct == pytest.approx(report.busy_truth_pct, abs=1.0)
+    # Within the tolerance, above it by at most the host's measured mark-to-launch delay
+    # (which grows on a loaded machine: stream-active rightly counts it).
+    lag = report.busy_launch_lag_pp
+    assert lag is not None and lag >= 0
+    excess = report.busy_measured_pct - report.busy_truth_pct
+    assert -1.0 <= excess <= lag + 1.0, (excess, lag)
     # Each kernel runs during the next step's host gap, longer than the kernel: partly idle.
     expected = 100 * gpu_check.KERNEL_MS / gpu_check.GAP_MS
     assert expected - 10 < report.busy_truth_pct < expected + 1

@@ -92,6 +92,9 @@ class GpuCheckReport:
     versions: dict[str, Any] | None = None
     rows: list[CheckRow] = field(default_factory=list)
     busy_truth_pct: float | None = None
+    #: Points of the measured busy share that are the host's delay from gpuwatch's mark to
+    #: each kernel's launch (``launch_lag_ms``): allowed above the tolerance.
+    busy_launch_lag_pp: float | None = None
     busy_measured_pct: float | None = None
     cycles_per_ms: float | None = None
     kernel_ms_median: float | None = None
@@ -295,6 +298,7 @@ def _judge_busy(report: GpuCheckReport, view: StepsView, result: dict[str, Any])
         return
     measured = 100.0 * measured_share
     report.busy_truth_pct, report.busy_measured_pct = round(truth, 3), round(measured, 3)
+    report.busy_launch_lag_pp = round(lag, 3)
     diff = measured - truth
     ok = -BUSY_TOLERANCE_PP <= diff <= lag + BUSY_TOLERANCE_PP
     status: Status = "pass" if ok else "fail"
