@@ -9,9 +9,6 @@ a cell's text is set only when it changes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
-
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -23,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gpuwatch.core.figures.advisor import RankedRun
 from gpuwatch.core.figures.rank_figures import RankFigures, Straggler, find_straggler
 
 HINT_NO_RANKS = (
@@ -41,13 +39,6 @@ COLUMNS = (
     "Forward p50 ms",
     "Backward p50 ms",
 )
-
-
-@runtime_checkable
-class RankedSession(Protocol):
-    """A session whose ranks can be read (a live Session)."""
-
-    def rank_figures(self) -> Sequence[RankFigures]: ...
 
 
 def row_cells(r: RankFigures) -> tuple[str, ...]:
@@ -100,7 +91,7 @@ class RanksView(QWidget):
     def refresh(self) -> None:
         """Read the ranks' figures and show them (nothing changes that did not)."""
         session = self.session
-        figures = list(session.rank_figures()) if isinstance(session, RankedSession) else []
+        figures = list(session.rank_figures()) if isinstance(session, RankedRun) else []
         self.straggler = find_straggler(figures)
         if not figures:
             text = HINT_NO_RANKS

@@ -11,7 +11,6 @@ environment and working directory stay the ones torchrun gave it.
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -105,8 +104,3 @@ def rank_command(cmd_args: Sequence[str], link: RankLink) -> list[str]:
         "--",
         *script_args,
     ]
-
-
-def own_identity() -> RankIdentity:
-    """This process's identity (a rank runner)."""
-    return RankIdentity.from_environ(os.environ)
