@@ -192,15 +192,23 @@ def test_red_when_the_interpreter_hangs(tmp_path):
     assert verdict.summary.endswith("did not answer within 0.5 s")
 
 
+#: How long a survey in a test may take: a cold first import of torch on a loaded machine.
+COLD_SURVEY_S = 300.0
+
+
 def test_real_python_without_torch_and_with_torch():
-    """The survey source itself, in real interpreters (the venv has torch)."""
-    with_torch = interpreters.check(Candidate(sys.executable, "venv"), gpus=[])
+    """The survey source itself, in real interpreters (the venv has torch). A cold machine's
+    first ``import torch`` can take longer than the window's 30 s: the test waits for the
+    answer (it checks what the survey says, not how fast)."""
+    with_torch = interpreters.check(
+        Candidate(sys.executable, "venv"), gpus=[], timeout=COLD_SURVEY_S
+    )
     assert with_torch.verdict.level == OK, with_torch.verdict
     assert with_torch.report["torch"]
     assert "trains on the CPU" in with_torch.verdict.summary
     system = Path("/usr/bin/python3")
     if system.exists():
-        report = interpreters.survey(str(system))
+        report = interpreters.survey(str(system), COLD_SURVEY_S)
         assert report["python"]  # whatever it has, it answers with a report
 
 
