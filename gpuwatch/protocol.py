@@ -125,6 +125,7 @@ RUNNER_KINDS = frozenset(
         "error",
         "bye",
         "device",
+        "collective",
     }
 )
 GUI_KINDS = frozenset({"set", "capture", "pause", "resume", "stop"})
@@ -182,6 +183,9 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
         "start": list,
         "end": list,
     },
+    # A collective's time as the training framework measured it (``source``: ``ddp``, the
+    # reducer's own sample of an iteration): first bucket's all-reduce launched to the last done.
+    "collective": {"source": str, "iteration": int, "comm_ns": int},
     "config": {
         "id": int,
         "values": dict,

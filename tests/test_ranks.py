@@ -16,9 +16,9 @@ import pytest
 from gpuwatch import protocol
 from gpuwatch.cli import torchrun_args
 from gpuwatch.core.figures.advisor import advise, context_of
-from gpuwatch.core.figures.rank_figures import RankFigures, find_straggler, with_ranks
+from gpuwatch.core.figures.rank_figures import RankFigures, find_straggler, rank_line, with_ranks
 from gpuwatch.core.figures.segments import SegmentStats
-from gpuwatch.core.model.messages import Hello, RankInfo
+from gpuwatch.core.model.messages import CollectiveSample, Hello, RankInfo
 from gpuwatch.core.model.store import StepsView
 from gpuwatch.core.run.link import LinkListener, new_authkey, private_dir, remove_private_dir
 from gpuwatch.core.run.session import LaunchSpec
@@ -245,6 +245,55 @@ def test_a_rank_that_arrives_last_at_the_all_reduce_is_named_with_where_its_time
     assert found is not None and (found.rank, found.rule) == (1, "allreduce")
     assert "others wait for it in backward (p50 11.0 ms against its 1.0 ms)" in found.sentence
     assert "its extra time is in its own code between steps (10.0 ms" in found.sentence
+
+
+def _samples(comm_ms: float, n: int = 5) -> list[CollectiveSample]:
+    return [CollectiveSample(t_ns=i, iteration=i + 1, comm_ns=int(comm_ms * 1e6)) for i in range(n)]
+
+
+def test_ddps_own_all_reduce_time_names_the_rank_that_arrives_last() -> None:
+    """With DDP's samples on every rank, the shortest all-reduce is the last to arrive, even
+    where backward times alone say nothing (here every backward is the same)."""
+    even = [0.5, 0.0, 0.5, 11.0, 0.5, 0.0]
+    figures = [
+        RankFigures.of(0, 0, "n", _view(even), collective=_samples(10.5)),
+        RankFigures.of(1, 1, "n", _view(even), collective=_samples(0.8)),
+        RankFigures.of(2, 2, "n", _view(even), collective=_samples(10.2)),
+    ]
+    assert figures[1].allreduce_ms_p50 == pytest.approx(0.8)
+    assert figures[1].allreduce_samples == 5
+    assert find_straggler([RankFigures.of(i, i, "n", _view(even)) for i in range(3)]) is None
+
+    found = find_straggler(figures)
+    assert found is not None and (found.rank, found.rule) == (1, "allreduce")
+    assert (
+        "the others wait for it in the all-reduce (DDP's own timing: p50 10.3 ms against its "
+        "0.8 ms)" in found.sentence
+    )
+    assert "all-reduce p50: 0.8 ms (DDP's timing, 5 samples)" in rank_line(figures[1])
+
+
+def test_too_few_ddp_samples_on_a_rank_leave_the_judgement_to_backward() -> None:
+    waiting = [0.5, 0.0, 0.5, 11.0, 0.5, 0.0]
+    late = [0.5, 0.0, 0.5, 1.0, 0.5, 0.0]
+    figures = [
+        RankFigures.of(0, 0, "n", _view(waiting), collective=_samples(0.5)),
+        RankFigures.of(1, 1, "n", _view(late, gap_ms=10.0), collective=_samples(9.0, n=2)),
+    ]
+    found = find_straggler(figures)
+    assert found is not None and found.rank == 1
+    assert "others wait for it in backward (p50 11.0 ms against its 1.0 ms)" in found.sentence
+
+
+def test_the_newest_ddp_samples_make_the_p50() -> None:
+    old = _samples(50.0, n=40)
+    new = [
+        CollectiveSample(t_ns=100 + i, iteration=100 * (i + 1), comm_ns=2_000_000)
+        for i in range(20)
+    ]
+    figures = RankFigures.of(0, 0, "n", _view(EVEN), collective=old + new)
+    assert figures.allreduce_ms_p50 == pytest.approx(2.0)
+    assert figures.allreduce_samples == 20
 
 
 def test_a_small_forward_difference_is_no_straggler() -> None:

@@ -229,6 +229,10 @@ def _check_recording(record: Path) -> None:
         assert len(phases) >= 30 * 5, (pid, len(phases))
     figures = ReplaySession(recording).rank_figures()
     assert [(f.rank, f.steps) for f in figures] == [(0, 30), (1, 30)]
+    # DDP's own all-reduce samples (its first ten iterations) are recorded for each rank,
+    # rank 0's included, and reach a replay's figures
+    assert [len(r.collective) >= 9 for r in recording.ranks] == [True, True]
+    assert all(f.allreduce_samples >= 9 and f.allreduce_ms_p50 for f in figures), figures
 
 
 def test_four_ranks_with_a_slow_loader_name_the_straggler(work: Path) -> None:
@@ -276,6 +280,7 @@ def test_ranks_a_script_spawns_itself_are_watched_and_compute_the_same_weights(
     assert "spawn_train.py finished" in watched.stdout, watched.stdout
     assert _rank_steps(watched.stdout) == {0: 40, 1: 40}
     assert "straggler: rank 1 arrives last at every all-reduce" in watched.stdout, watched.stdout
+    assert re.search(r"rank 1 \(.*all-reduce p50: [\d.]+ ms \(DDP's timing", watched.stdout)
     for rank in (0, 1):
         before, after = _seen(work, "plain", rank), _seen(work, "watched", rank)
         assert after["weights"] == before["weights"], "watched = unwatched: the same weights"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuwatch.runner.autohooks import AutoHooks
+from gpuwatch.runner.ddp_timing import DdpTiming
 from gpuwatch.runner.global_flags import GlobalFlags
 from gpuwatch.runner.link import Link
 from gpuwatch.runner.model_knobs import ModelKnobs
@@ -65,7 +66,13 @@ class ScriptInstruments:
         recorder.columns.spent = spent
         control.flush = recorder.flush
         hooks = AutoHooks(torch, recorder, spent)
-        hooks.on_outermost = model_knobs.saw_outermost
+        ddp_timing = DdpTiming(link)
+
+        def saw_outermost(module: Any) -> None:
+            model_knobs.saw_outermost(module)
+            ddp_timing.saw_outermost(module)
+
+        hooks.on_outermost = saw_outermost
         hooks.scaling = model_knobs.scaling  # fp16's GradScaler sees backward and step
         return cls(
             knobs,

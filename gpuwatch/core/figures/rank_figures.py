@@ -19,8 +19,12 @@ its device is), and every other rank spends the same time waiting for it, inside
 - *step*: one rank's step p50 is at least ``STEP_RATIO`` (1.15×) the others' median (ranks
   that are not in lockstep, e.g. no collective every step).
 
-The evidence is the others' ``backward`` p50 against the straggler's: the time they wait in
-the all-reduce for it. Steps are taken from every rank's own store; a rank with fewer than
+The evidence is the time the others wait in the all-reduce for it. DDP measures it itself
+(``CollectiveSample``: on its first ten iterations and one in a hundred after, the backward's
+first bucket launched to its last one done, the wait for the other ranks included): when every
+rank has at least ``MIN_ALLREDUCE_SAMPLES`` of those, the *all-reduce* rule and the evidence
+use their p50 (the rank that arrives last has the shortest); otherwise the others' ``backward``
+p50 against the straggler's. Steps are taken from every rank's own store; a rank with fewer than
 ``MIN_STEPS`` steps is listed but never judged.
 """
 
@@ -34,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuwatch.core.figures.segments import SegmentStats
-from gpuwatch.core.model.messages import RankInfo
+from gpuwatch.core.model.messages import CollectiveSample, RankInfo
 from gpuwatch.core.model.store import StepsView
 from gpuwatch.protocol import PHASES
 
@@ -45,6 +49,10 @@ STEP_RATIO = 1.15
 #: A time difference that decides a rule must be at least this share of the step.
 MIN_SHARE = 0.10
 MIN_STEPS = 5
+#: DDP's newest all-reduce samples a rank's p50 is taken over, and how many every rank needs
+#: before the all-reduce rule uses them instead of backward times.
+ALLREDUCE_SAMPLES = 20
+MIN_ALLREDUCE_SAMPLES = 3
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,9 @@ class RankFigures:
     #: The job's size and this rank's node (torchrun's ``GROUP_RANK``): 0 when not known.
     world_size: int = 0
     node_rank: int = 0
+    #: p50 of DDP's own all-reduce samples (``CollectiveSample``), and how many there were.
+    allreduce_ms_p50: float | None = None
+    allreduce_samples: int = 0
 
     @property
     def forward_ms_p50(self) -> float | None:
@@ -82,9 +93,13 @@ class RankFigures:
         *,
         world_size: int = 0,
         node_rank: int = 0,
+        collective: Sequence[CollectiveSample] = (),
     ) -> RankFigures:
         """A rank's figures from its steps; a step is its start to the next step's start
-        (the scoreboard's step time), the last one to its own end."""
+        (the scoreboard's step time), the last one to its own end. The all-reduce p50 is over
+        the newest ``ALLREDUCE_SAMPLES`` of DDP's samples."""
+        judged = [c.comm_ns for c in collective[-ALLREDUCE_SAMPLES:]]
+        allreduce_ms = float(np.median(judged)) / 1e6 if judged else None
         n = len(view)
         if n == 0:
             return cls(
@@ -97,6 +112,8 @@ class RankFigures:
                 None,
                 world_size=world_size,
                 node_rank=node_rank,
+                allreduce_ms_p50=allreduce_ms,
+                allreduce_samples=len(judged),
             )
         host = view.host.astype(np.float64)
         starts = host[:, 0]
@@ -121,6 +138,8 @@ class RankFigures:
             phase_ms_p50=phases,
             world_size=world_size,
             node_rank=node_rank,
+            allreduce_ms_p50=allreduce_ms,
+            allreduce_samples=len(judged),
         )
 
 
@@ -162,8 +181,26 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
+def _measured(ranks: Sequence[RankFigures]) -> bool:
+    """Every rank has enough of DDP's own all-reduce samples to be compared by them."""
+    return all(
+        r.allreduce_ms_p50 is not None and r.allreduce_samples >= MIN_ALLREDUCE_SAMPLES
+        for r in ranks
+    )
+
+
 def _waiting(ranks: Sequence[RankFigures], one: RankFigures) -> str:
-    """The others' backward against the straggler's: their wait in the all-reduce."""
+    """The others' wait in the all-reduce against the straggler's: DDP's own timing when
+    every rank has it, else their backward (where DDP's all-reduce runs)."""
+    if _measured(ranks):
+        theirs = _median([r.allreduce_ms_p50 for r in _others(ranks, one)])
+        mine = one.allreduce_ms_p50
+        if theirs is None or mine is None or theirs <= mine:
+            return ""
+        return (
+            f"; the others wait for it in the all-reduce (DDP's own timing: p50 {theirs:.1f} ms "
+            f"against its {mine:.1f} ms)"
+        )
     theirs = _median([r.backward_ms_p50 for r in _others(ranks, one)])
     if theirs is None or one.backward_ms_p50 is None or theirs <= one.backward_ms_p50:
         return ""
@@ -209,14 +246,19 @@ def _compute_straggler(ranks: Sequence[RankFigures]) -> Straggler | None:
 
 
 def _allreduce_straggler(ranks: Sequence[RankFigures]) -> Straggler | None:
-    known = [r for r in ranks if r.backward_ms_p50 is not None and r.step_ms_p50]
+    measured = _measured(ranks)
+
+    def waited(r: RankFigures) -> float | None:
+        return r.allreduce_ms_p50 if measured else r.backward_ms_p50
+
+    known = [r for r in ranks if waited(r) is not None and r.step_ms_p50]
     if len(known) < 2:
         return None
-    last = min(known, key=lambda r: r.backward_ms_p50 or 0.0)
+    last = min(known, key=lambda r: waited(r) or 0.0)
     others = _others(known, last)
-    waited = _median([r.backward_ms_p50 for r in others])
-    mine = last.backward_ms_p50 or 0.0
-    if waited is None or waited - mine < MIN_SHARE * (last.step_ms_p50 or 0.0):
+    theirs = _median([waited(r) for r in others])
+    mine = waited(last) or 0.0
+    if theirs is None or theirs - mine < MIN_SHARE * (last.step_ms_p50 or 0.0):
         return None
     excess = {
         name: ms - (_median([r.phase_ms_p50.get(name) for r in others]) or 0.0)
@@ -230,11 +272,16 @@ def _allreduce_straggler(ranks: Sequence[RankFigures]) -> Straggler | None:
         if extra > 0
         else ""
     )
+    evidence = (
+        f"in the all-reduce (DDP's own timing: p50 {theirs:.1f} ms against its {mine:.1f} ms)"
+        if measured
+        else f"in backward (p50 {theirs:.1f} ms against its {mine:.1f} ms)"
+    )
     return Straggler(
         last.rank,
         "allreduce",
-        f"rank {last.rank} arrives last at every all-reduce: the others wait for it in "
-        f"backward (p50 {waited:.1f} ms against its {mine:.1f} ms){where}",
+        f"rank {last.rank} arrives last at every all-reduce: the others wait for it "
+        f"{evidence}{where}",
     )
 
 
@@ -280,6 +327,11 @@ def rank_line(r: RankFigures) -> str:
         parts.append(f"input wait: {r.input_wait * 100:.0f} %")
     if r.forward_ms_p50 is not None and r.backward_ms_p50 is not None:
         parts.append(f"forward/backward p50: {r.forward_ms_p50:.1f}/{r.backward_ms_p50:.1f} ms")
+    if r.allreduce_ms_p50 is not None:
+        parts.append(
+            f"all-reduce p50: {r.allreduce_ms_p50:.1f} ms (DDP's timing, "
+            f"{r.allreduce_samples} samples)"
+        )
     return f"rank {r.rank} ({where}): " + " · ".join(parts)
 
 

@@ -7,6 +7,7 @@ can be unusable gets its own one-sentence ``RecordingError``.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -26,7 +27,13 @@ from gpuwatch.core.files.recording import (
     RecordingError,
 )
 from gpuwatch.core.model.log_buffer import LogLine
-from gpuwatch.core.model.messages import ConfigChange, Hello, RankInfo, Refusal
+from gpuwatch.core.model.messages import (
+    CollectiveSample,
+    ConfigChange,
+    Hello,
+    RankInfo,
+    Refusal,
+)
 from gpuwatch.core.model.store import DEFAULT_SERIES_CAPACITY, MetricStatus, SeriesStore, StepsView
 from gpuwatch.protocol import N_MARKS
 
@@ -48,6 +55,8 @@ class RecordedRank:
     steps: StepsView
     bye: dict[str, Any] | None = None
     error: str | None = None
+    #: DDP's all-reduce samples, stamped with when they arrived.
+    collective: tuple[CollectiveSample, ...] = ()
 
 
 @dataclass
@@ -310,7 +319,9 @@ def _load_ranks(
     hellos: dict[int, Hello] = {}
     byes: dict[int, dict[str, Any]] = {}
     errors: dict[int, str] = {}
-    for rank, kind, body in conn.execute("SELECT rank, kind, body FROM rank_events ORDER BY seq"):
+    collective: dict[int, list[CollectiveSample]] = {}
+    rows = conn.execute("SELECT rank, t_ns, kind, body FROM rank_events ORDER BY seq")
+    for rank, t_ns, kind, body in rows:
         message = {**_object(json.loads(body)), "kind": kind}
         if kind == "hello":
             hello = Hello.from_message(message)
@@ -320,12 +331,25 @@ def _load_ranks(
             byes[int(rank)] = message
         elif kind == "error":
             errors[int(rank)] = f"{message.get('type')}: {message.get('message')}"
+        elif kind == "collective":
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                sample = CollectiveSample.from_message(message, int(t_ns))
+                collective.setdefault(int(rank), []).append(sample)
     ranks = []
     for rank, hello in sorted(hellos.items()):
         if hello.rank is None:
             continue
         view = steps if rank == 0 else _load_rank_steps(conn, rank, hello.device.kind != "cuda")
-        ranks.append(RecordedRank(hello.rank, hello, view, byes.get(rank), errors.get(rank)))
+        ranks.append(
+            RecordedRank(
+                hello.rank,
+                hello,
+                view,
+                byes.get(rank),
+                errors.get(rank),
+                tuple(collective.get(rank, ())),
+            )
+        )
     return tuple(ranks)
 
 

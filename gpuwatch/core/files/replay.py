@@ -213,6 +213,7 @@ class ReplaySession(ModelAccess):
                     _part(view, first, n),
                     world_size=info.world_size,
                     node_rank=info.node_rank,
+                    collective=[c for c in rank.collective if c.t_ns <= self._position_ns],
                 )
             )
         return figures

@@ -167,6 +167,27 @@ class RankInfo:
 
 
 @dataclass(frozen=True)
+class CollectiveSample:
+    """``collective``: one iteration's all-reduce as DDP timed it (the backward's first bucket
+    launched to the last one done, the wait for the other ranks included), and when it
+    arrived (the owner's clock)."""
+
+    t_ns: int
+    iteration: int
+    comm_ns: int
+    overlap_ns: int = 0
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any], t_ns: int) -> CollectiveSample:
+        return cls(
+            t_ns=t_ns,
+            iteration=message["iteration"],
+            comm_ns=message["comm_ns"],
+            overlap_ns=_int(message.get("overlap_ns")) or 0,
+        )
+
+
+@dataclass(frozen=True)
 class Hello:
     """The runner's ``hello``: who trains what, where, with which knobs (``gpuwatch.protocol``).
 

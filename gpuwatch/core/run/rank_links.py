@@ -47,6 +47,9 @@ Primary = Callable[[dict[str, Any]], None]
 #: ``listener(rank, message, t_ns)``: every rank's hello, and every message of the ranks other
 #: than rank 0 (whose messages are the Session's own), with their arrival time.
 RankListener = Callable[[RankInfo, dict[str, Any], int], None]
+#: Kinds of rank 0's messages that its listeners get, as they get every other rank's (the
+#: recording's ``rank_events``); of these, ``collective`` is not the Session model's.
+_RANKS_OWN = frozenset({"hello", "collective"})
 #: Starts a named daemon thread the Session keeps (and guards) with its others.
 SpawnThread = Callable[[str, Callable[[], None]], threading.Thread]
 
@@ -165,9 +168,9 @@ class RankRuns:
             except Exception as exc:
                 run.model.unusable(message["kind"], exc)
                 continue
-            if run.info.rank == 0:
+            if run.info.rank == 0 and message["kind"] != "collective":
                 self._primary(message)
-            if run.info.rank != 0 or message["kind"] == "hello":
+            if run.info.rank != 0 or message["kind"] in _RANKS_OWN:
                 self._notify(run.info, message)
         if run is not None:
             run.connected = False

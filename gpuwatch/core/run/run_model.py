@@ -32,6 +32,7 @@ from gpuwatch.core.figures.segments import BASELINE_LABEL, Scoreboard, SegmentSt
 from gpuwatch.core.model.messages import (
     CaptureFailed,
     ChangeRefused,
+    CollectiveSample,
     ConfigApplied,
     ConfigChange,
     DeviceInfo,
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 KNOB_INT_LIMIT = 2**31 - 1
 #: Kernel capture windows kept per run (the oldest falls off).
 MAX_KERNEL_WINDOWS = 32
+#: DDP all-reduce samples kept per run (DDP times one iteration in a hundred).
+MAX_COLLECTIVE_SAMPLES = 1024
 #: Steps whose median is a run's typical step (stall threshold, stop grace).
 TYPICAL_STEPS = 32
 #: The recent past over which ``RunModel.instrumentation_share`` is taken (seconds).
@@ -85,6 +88,9 @@ class RunModel:
         self._windows: collections.deque[KernelWindow] = collections.deque(
             maxlen=MAX_KERNEL_WINDOWS
         )
+        self._collective: collections.deque[CollectiveSample] = collections.deque(
+            maxlen=MAX_COLLECTIVE_SAMPLES
+        )
         self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
             "hello": self._on_hello,
             "steps": self._on_steps,
@@ -97,6 +103,7 @@ class RunModel:
             "knobs": self._on_knobs,
             "kernels": self._on_kernels,
             "device": self._on_device,
+            "collective": self._on_collective,
         }
         self.reset()
 
@@ -129,6 +136,7 @@ class RunModel:
             self._labels.clear()
         self._scoreboard.clear()
         self._windows.clear()
+        self._collective.clear()
 
     # ---- What views read -------------------------------------------------------------
 
@@ -304,6 +312,14 @@ class RunModel:
             f"timing: {hello.timing})"
         )
         self.emit(ConfigApplied(first))
+
+    def _on_collective(self, message: dict[str, Any]) -> None:
+        self._collective.append(CollectiveSample.from_message(message, self._clock()))
+
+    def collective(self, until_ns: int | None = None) -> list[CollectiveSample]:
+        """DDP's all-reduce samples, oldest first (those arrived by ``until_ns``, if given)."""
+        samples = list(self._collective)
+        return samples if until_ns is None else [s for s in samples if s.t_ns <= until_ns]
 
     def _on_device(self, message: dict[str, Any]) -> None:
         """A watched script's CUDA device, known once it ran a step: hello takes its name."""

@@ -671,6 +671,7 @@ class Session(ModelAccess):
                 r.model.steps.snapshot(last=last),
                 world_size=r.info.world_size,
                 node_rank=r.info.node_rank,
+                collective=r.model.collective(),
             )
             for r in self.ranks()
         ]
