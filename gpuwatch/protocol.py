@@ -126,9 +126,10 @@ RUNNER_KINDS = frozenset(
         "bye",
         "device",
         "collective",
+        "pong",
     }
 )
-GUI_KINDS = frozenset({"set", "capture", "pause", "resume", "stop"})
+GUI_KINDS = frozenset({"set", "capture", "pause", "resume", "stop", "ping"})
 
 #: Knob schema types and groups (docs/knobs.md §2).
 KNOB_TYPES = ("bool", "int", "float", "choice")
@@ -202,6 +203,10 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "log": {"level": str, "text": str},
     "error": {"type": str, "message": str},
     "bye": {"reason": str},
+    # A clock round trip to a rank on another machine: ``t`` is the window's perf_counter_ns,
+    # echoed in the answer with the rank's own (``clock_ns``) at the moment the ping was read.
+    "ping": {"t": int},
+    "pong": {"t": int, "clock_ns": int},
     "set": {"values": dict},
     "capture": {"steps": int},
     "pause": {},

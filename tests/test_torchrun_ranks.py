@@ -18,6 +18,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 
@@ -401,6 +402,14 @@ def test_two_nodes_on_loopback_show_every_rank_in_one_recording(work: Path) -> N
     recording = open_recording(record)
     assert [(r.info.rank, len(r.steps)) for r in recording.ranks] == [(0, 30), (1, 30)]
     assert {r.info.node_rank for r in recording.ranks} == {0, 1}
+    # the rank that came in on TCP had its clock measured by round trips; on one machine both
+    # ends read the same clock, so every pong's offset is within half its round trip of 0
+    pinged = [r for r in recording.ranks if r.pongs]
+    assert len(pinged) == 1, [len(r.pongs) for r in recording.ranks]
+    for pong in pinged[0].pongs:
+        assert pong.rtt_ns >= 0 and abs(pong.offset_ns) <= pong.rtt_ns // 2 + 1, pong
+    ends = [r.steps.host[:, -1] for r in recording.ranks]  # in lockstep, on one time axis
+    assert abs(float(np.median(ends[0] - ends[1]))) < 50e6
     assert not _left_running(work, "nodes")
 
 

@@ -26,6 +26,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from multiprocessing.connection import Client, Connection
 from typing import Any
@@ -269,6 +270,9 @@ class Link:
                 message = decode(data, allowed=GUI_KINDS)
             except ProtocolError as exc:
                 self.log("warning", f"dropped a malformed message from the GUI: {exc}")
+                continue
+            if message["kind"] == "ping":  # answered here, at once: the round trip is the clock
+                self._put_nowait("pong", t=message["t"], clock_ns=time.perf_counter_ns())
                 continue
             self.controls.put(message)
 

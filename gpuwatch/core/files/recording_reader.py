@@ -34,6 +34,7 @@ from gpuwatch.core.model.messages import (
     RankInfo,
     Refusal,
 )
+from gpuwatch.core.model.rank_clock import Pong, shift_to_rank0
 from gpuwatch.core.model.store import DEFAULT_SERIES_CAPACITY, MetricStatus, SeriesStore, StepsView
 from gpuwatch.protocol import N_MARKS
 
@@ -57,6 +58,8 @@ class RecordedRank:
     error: str | None = None
     #: DDP's all-reduce samples, stamped with when they arrived.
     collective: tuple[CollectiveSample, ...] = ()
+    #: Round trips to its clock (a rank of another machine; none for the window's own).
+    pongs: tuple[Pong, ...] = ()
 
 
 @dataclass
@@ -313,13 +316,15 @@ def _load_ranks(
     conn: sqlite3.Connection, tables: set[str], steps: StepsView
 ) -> tuple[RecordedRank, ...]:
     """The ranks (``rank_events``, ``rank_steps``): each rank that said hello, its steps
-    (rank 0's: the run's own), its last ``bye`` and ``error``."""
+    (rank 0's: the run's own; another machine's put on rank 0's clock by its recorded round
+    trips, ``rank_clock``), its last ``bye`` and ``error``, its DDP all-reduce samples."""
     if not {"rank_events", "rank_steps"} <= tables:
         return ()
     hellos: dict[int, Hello] = {}
     byes: dict[int, dict[str, Any]] = {}
     errors: dict[int, str] = {}
     collective: dict[int, list[CollectiveSample]] = {}
+    pongs: dict[int, list[Pong]] = {}  # round trips to the clocks of other machines' ranks
     rows = conn.execute("SELECT rank, t_ns, kind, body FROM rank_events ORDER BY seq")
     for rank, t_ns, kind, body in rows:
         message = {**_object(json.loads(body)), "kind": kind}
@@ -331,6 +336,10 @@ def _load_ranks(
             byes[int(rank)] = message
         elif kind == "error":
             errors[int(rank)] = f"{message.get('type')}: {message.get('message')}"
+        elif kind == "pong":
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                pong = Pong(int(message["t"]), int(t_ns), int(message["clock_ns"]))
+                pongs.setdefault(int(rank), []).append(pong)
         elif kind == "collective":
             with contextlib.suppress(KeyError, TypeError, ValueError):
                 sample = CollectiveSample.from_message(message, int(t_ns))
@@ -339,7 +348,13 @@ def _load_ranks(
     for rank, hello in sorted(hellos.items()):
         if hello.rank is None:
             continue
-        view = steps if rank == 0 else _load_rank_steps(conn, rank, hello.device.kind != "cuda")
+        if rank == 0:
+            view = steps
+        else:
+            view = _load_rank_steps(conn, rank, hello.device.kind != "cuda")
+            shift = shift_to_rank0(view.host[:, 0], pongs.get(rank), pongs.get(0))
+            if shift is not None:  # on rank 0's clock, as the live window drew it
+                view = view.shifted(shift)
         ranks.append(
             RecordedRank(
                 hello.rank,
@@ -348,6 +363,7 @@ def _load_ranks(
                 byes.get(rank),
                 errors.get(rank),
                 tuple(collective.get(rank, ())),
+                tuple(pongs.get(rank, ())),
             )
         )
     return tuple(ranks)

@@ -6,6 +6,7 @@ exchange arrays, never live objects. Memory is fixed at construction: old data f
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 
@@ -37,6 +38,12 @@ class StepsView:
 
     def __len__(self) -> int:
         return int(self.step.shape[0])
+
+    def shifted(self, by_ns: np.ndarray) -> StepsView:
+        """The same steps with every mark moved by ``-by_ns`` (one value per step): another
+        machine's marks put on this machine's clock (``rank_clock``)."""
+        back = by_ns.astype(np.int64)[:, None]
+        return dataclasses.replace(self, host=self.host - back, device=self.device - back)
 
     @classmethod
     def empty(cls) -> StepsView:

@@ -11,6 +11,7 @@ the ranks of one node share the time axis.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import logging
@@ -21,11 +22,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import psutil
 
 from gpuwatch import protocol
+from gpuwatch.core.figures.rank_figures import RankSteps
 from gpuwatch.core.model.knob_values import KnobValueError, check_usable
 from gpuwatch.core.model.messages import RankInfo
+from gpuwatch.core.model.rank_clock import Pong, shift_to_rank0
 from gpuwatch.core.model.store import DEFAULT_STEP_CAPACITY
 from gpuwatch.core.run import link
 from gpuwatch.core.run.run_model import LogSink, RunModel
@@ -42,6 +46,14 @@ STOP_LEAD_S = 2.0
 #: The step the lead is priced in when no step's length is known yet (seconds).
 UNKNOWN_STEP_S = 2.0
 
+#: A rank of another machine is pinged ``PING_BURST`` times ``PING_BURST_S`` apart once it said
+#: hello, then every ``PING_EVERY_S``; its newest ``MAX_PONGS`` answers are kept (hours of
+#: them: a step's offset is read from the pongs around it).
+PING_BURST = 8
+PING_BURST_S = 0.05
+PING_EVERY_S = 2.0
+MAX_PONGS = 8192
+
 #: Rank 0's messages, handed to the Session as they arrive (on that rank's link thread).
 Primary = Callable[[dict[str, Any]], None]
 #: ``listener(rank, message, t_ns)``: every rank's hello, and every message of the ranks other
@@ -49,20 +61,31 @@ Primary = Callable[[dict[str, Any]], None]
 RankListener = Callable[[RankInfo, dict[str, Any], int], None]
 #: Kinds of rank 0's messages that its listeners get, as they get every other rank's (the
 #: recording's ``rank_events``); of these, ``collective`` is not the Session model's.
-_RANKS_OWN = frozenset({"hello", "collective"})
+_RANKS_OWN = frozenset({"hello", "collective", "pong"})
 #: Starts a named daemon thread the Session keeps (and guards) with its others.
 SpawnThread = Callable[[str, Callable[[], None]], threading.Thread]
 
 
 @dataclass
 class RankRun:
-    """One rank: who it is, what it sent (``model``), and its process while it lives."""
+    """One rank: who it is, what it sent (``model``), and its process while it lives. A rank
+    of another machine (``remote``: it came in on TCP) also has its clock's round trips."""
 
     info: RankInfo
     model: RunModel
     pid: int | None
     process: psutil.Process | None = field(default=None, repr=False)
     connected: bool = True
+    remote: bool = False
+    link: link.Link | None = field(default=None, repr=False)
+    pongs: collections.deque[Pong] = field(
+        default_factory=lambda: collections.deque(maxlen=MAX_PONGS), repr=False
+    )
+
+    def clock_pongs(self) -> list[Pong] | None:
+        """The round trips to this rank's clock; None for a rank of the window's machine
+        (``rank_clock.shift_to_rank0``)."""
+        return list(self.pongs) if self.remote else None
 
 
 class RankRuns:
@@ -86,6 +109,7 @@ class RankRuns:
         self._runs: dict[int, RankRun] = {}
         self._links: list[link.Link] = []
         self._listeners: list[RankListener] = []
+        self._closed = threading.Event()
 
     def add_listener(self, listener: RankListener) -> None:
         with self._lock:
@@ -98,8 +122,13 @@ class RankRuns:
     def start(self, *more: link.LinkListener) -> None:
         """Accept ranks until the listener closes, and on ``more`` listeners (ranks of other
         machines on TCP, ``--listen``) until they close."""
-        for listener in (self._listener, *more):
-            self._spawn_thread("gpuwatch-ranks", functools.partial(self._accept, listener))
+        self._spawn_thread("gpuwatch-ranks", functools.partial(self._accept, self._listener))
+        for listener in more:
+            self._spawn_thread(
+                "gpuwatch-ranks", functools.partial(self._accept, listener, remote=True)
+            )
+        if more:
+            self._spawn_thread("gpuwatch-rank-clocks", self._ping)
 
     def runs(self) -> list[RankRun]:
         """Every rank heard from so far, by rank."""
@@ -119,6 +148,7 @@ class RankRuns:
     def close(self) -> None:
         """Close every rank's link: a rank whose link closes ends itself (its runner's
         watchdog), so none outlives the run, even one torchrun no longer knows."""
+        self._closed.set()
         with self._lock:
             links, self._links = self._links, []
         for lnk in links:
@@ -140,14 +170,27 @@ class RankRuns:
                     ended += 1
         return ended
 
-    def _accept(self, listener: link.LinkListener) -> None:
+    def _accept(self, listener: link.LinkListener, *, remote: bool = False) -> None:
         while (conn := listener.accept()) is not None:
             lnk = link.Link(conn)
             with self._lock:
                 self._links.append(lnk)
-            self._spawn_thread("gpuwatch-rank", functools.partial(self._read, lnk))
+            self._spawn_thread("gpuwatch-rank", functools.partial(self._read, lnk, remote))
 
-    def _read(self, lnk: link.Link) -> None:
+    def _ping(self) -> None:
+        """Round trips to the ranks of other machines (``rank_clock``), until closed."""
+        sent: dict[int, tuple[int, float]] = {}  # rank -> (pings sent, when the last went)
+        while not self._closed.wait(PING_BURST_S):
+            now = time.monotonic()
+            for run in self.runs():
+                if not run.remote or not run.connected or run.link is None:
+                    continue
+                count, last = sent.get(run.info.rank, (0, 0.0))
+                if count < PING_BURST or now - last >= PING_EVERY_S:
+                    run.link.send("ping", t=time.perf_counter_ns())
+                    sent[run.info.rank] = (count + 1, now)
+
+    def _read(self, lnk: link.Link, remote: bool = False) -> None:
         run: RankRun | None = None
         while True:
             try:
@@ -160,9 +203,14 @@ class RankRuns:
             except EOFError:  # OversizedMessage included: that rank's link is broken
                 break
             if run is None:
-                run = self._register(message)
+                run = self._register(message, lnk, remote)
                 if run is None:
                     break
+            if message["kind"] == "pong":  # the clock's, not the model's
+                back_ns = time.perf_counter_ns()
+                run.pongs.append(Pong(message["t"], back_ns, message["clock_ns"]))
+                self._notify(run.info, message, back_ns)
+                continue
             try:
                 run.model.fold(message)
             except Exception as exc:
@@ -176,8 +224,8 @@ class RankRuns:
             run.connected = False
         lnk.close()
 
-    def _notify(self, info: RankInfo, message: dict[str, Any]) -> None:
-        t_ns = time.perf_counter_ns()
+    def _notify(self, info: RankInfo, message: dict[str, Any], t_ns: int | None = None) -> None:
+        t_ns = time.perf_counter_ns() if t_ns is None else t_ns
         for listener in self._listeners:
             try:
                 listener(info, message, t_ns)
@@ -185,7 +233,7 @@ class RankRuns:
                 log.exception("rank listener %r failed", listener)
                 self.remove_listener(listener)
 
-    def _register(self, message: dict[str, Any]) -> RankRun | None:
+    def _register(self, message: dict[str, Any], lnk: link.Link, remote: bool) -> RankRun | None:
         """A rank's first message must be a hello that says which rank it is."""
         info = RankInfo.from_message(message.get("rank")) if message["kind"] == "hello" else None
         if info is None:
@@ -214,6 +262,8 @@ class RankRuns:
             model=RunModel(step_capacity=self._step_capacity, log_line=rank_log),
             pid=pid,
             process=process,
+            remote=remote,
+            link=lnk,
         )
         with self._lock:
             if info.rank in self._runs and self._runs[info.rank].connected:
@@ -266,3 +316,24 @@ def change_problem(runs: Sequence[RankRun], wanted: dict[str, Any]) -> str | Non
             except KnobValueError as exc:
                 return f"rank {rank}: {exc}"
     return None
+
+
+def placed_steps(runs: Sequence[RankRun], since_ns: int) -> list[RankSteps]:
+    """Each rank's steps that end at or after ``since_ns`` (rank 0's clock), moved onto rank
+    0's clock (``rank_clock.shift_to_rank0``); a rank of another machine whose clock is not
+    known yet is left out."""
+    rank0 = next((r.clock_pongs() for r in runs if r.info.rank == 0), None)
+    found = []
+    for run in runs:
+        mine = run.clock_pongs()
+        if mine is None and rank0 is None:  # the window's machine, as rank 0: nothing to move
+            found.append(RankSteps(run.info, run.model.steps.snapshot(since_ns)))
+            continue
+        near = shift_to_rank0(np.array([since_ns]), mine, rank0)
+        if near is None:
+            continue
+        view = run.model.steps.snapshot(since_ns + int(near[0]))
+        shift = shift_to_rank0(view.host[:, 0], mine, rank0)
+        if shift is not None:
+            found.append(RankSteps(run.info, view.shifted(shift)))
+    return found

@@ -33,6 +33,7 @@ from gpuwatch.core.run.rank_links import (
     RankRun,
     RankRuns,
     change_problem,
+    placed_steps,
     step_ahead,
 )
 from gpuwatch.core.run.run_model import ModelAccess, RunModel
@@ -696,8 +697,9 @@ class Session(ModelAccess):
         )
 
     def rank_steps(self, since_ns: int) -> list[RankSteps]:
-        """Each rank's steps that end at or after ``since_ns`` (the rank lanes), by rank."""
-        return [RankSteps(r.info, r.model.steps.snapshot(since_ns)) for r in self.ranks()]
+        """Each rank's steps that end at or after ``since_ns`` (the rank lanes), by rank, on
+        rank 0's clock (``rank_links.placed_steps``)."""
+        return placed_steps(self.ranks(), since_ns)
 
     def _from_rank0(self, message: dict[str, Any]) -> None:
         """Rank 0's messages draw the run, its knobs included (every rank runs the same script;
