@@ -7,9 +7,9 @@ import dataclasses
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QPointF, Qt
-from PySide6.QtGui import QMouseEvent
-from PySide6.QtWidgets import QApplication, QSplitter
+from PySide6.QtCore import QEvent, QPoint, QPointF, Qt, QTimer
+from PySide6.QtGui import QContextMenuEvent, QMouseEvent
+from PySide6.QtWidgets import QApplication, QMenu, QSplitter
 from test_ranks import EVEN, _ranks, _row, _view
 
 from gpuwatch.core.figures.rank_figures import RankFigures, RankSteps
@@ -205,11 +205,20 @@ def test_expand_all_scrolls_the_rows_that_do_not_fit_and_collapse_all_folds_them
     info = [RankInfo(i, i, 4, 0, "node") for i in range(4)]
     session = _RankSteps([RankSteps(i, _view(EVEN, n=5)) for i in info])
     controls.sync(session, presenting=False)
-    assert lanes.contextMenuPolicy() == Qt.ContextMenuPolicy.ActionsContextMenu
-    assert lanes.actions() == [lanes.expand_all, lanes.collapse_all]
     assert not lanes.scrollbar.isVisible()
 
-    lanes.expand_all.trigger()
+    def choose_expand_all() -> None:  # runs inside the menu's own event loop
+        menu = QApplication.activePopupWidget()
+        assert isinstance(menu, QMenu)
+        next(a for a in menu.actions() if a.text() == "Expand all").trigger()
+        menu.close()
+
+    QTimer.singleShot(0, choose_expand_all)
+    at = QPoint(400, 10)  # a right-click: the context menu, until the timer chooses
+    menu_event = QContextMenuEvent(
+        QContextMenuEvent.Reason.Mouse, at, lanes.viewport().mapToGlobal(at)
+    )
+    QApplication.sendEvent(lanes.viewport(), menu_event)
     assert lanes.labels == tuple(
         label for r in range(4) for label in (f"rank {r} ▾", *PHASES)
     )  # 28 rows: more than fit in the lanes' height
