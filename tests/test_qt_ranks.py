@@ -139,6 +139,21 @@ def test_the_rank_lanes_draw_a_row_per_rank_only_for_a_run_of_many_ranks(qtbot) 
     assert not lanes.isVisible()
 
 
+def test_every_node_is_drawn_and_ranks_not_placed_yet_are_counted(qtbot) -> None:
+    """The session hands ranks already on rank 0's clock (another machine's moved by its
+    offset): two nodes share the rows; a rank of the job not placed yet is counted."""
+    controls, _ = _lanes_under_a_timeline(qtbot)
+    lanes = controls.lanes
+    info = [
+        RankInfo(0, 0, 4, 0, "here"),
+        RankInfo(1, 1, 4, 0, "here"),
+        RankInfo(2, 0, 4, 1, "there"),
+    ]
+    controls.sync(_RankSteps([RankSteps(i, _view(EVEN, n=5)) for i in info]), presenting=False)
+    assert lanes.ranks == (0, 1, 2)
+    assert lanes.labels == ("rank 0 ▸", "rank 1 ▸", "rank 2 ▸", "+1 more (Ranks tab)")
+
+
 def _lanes_under_a_timeline(qtbot) -> tuple[RankLanesControls, QSplitter]:
     """The lanes under a timeline in a splitter (which the test keeps: it owns them)."""
     timeline = pg.PlotWidget()

@@ -72,7 +72,7 @@ def merged_rows(n_ranks: int) -> list[Row]:
 
 
 def note_row(left_out: int) -> Row:
-    """The last row: how many ranks are not drawn (another machine's, ``RankLanes``)."""
+    """The last row: how many of the job's ranks are not drawn yet (``RankLanes``)."""
     return Row(NOTE, f"+{left_out} more (Ranks tab)")
 
 

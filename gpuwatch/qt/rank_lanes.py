@@ -10,10 +10,11 @@ collapses it again); the context menu expands or collapses them all; the expande
 kept across redraws. Beyond ``MAX_LANES`` ranks the group is one merged row per phase for all
 of them: at each step number the spread over the ranks, pale, and the median rank's span; the
 hover names the slowest rank (``rank_lane_rows``). Rows that do not fit ``MAX_HEIGHT`` scroll.
-Ranks of one machine share its clock; a rank of another machine keeps its own, so only ranks
-on rank 0's node are drawn (the Ranks tab has every rank's figures); the others are counted in
-the last row's label. Redrawn with the scoreboard (a few times a second), not every frame: the
-rows scroll with the timeline in between.
+Every rank is drawn on rank 0's clock (``Session.rank_steps``: another machine's ranks are
+moved by their measured clock offset); the ranks of the job not drawn yet (not connected, or
+their clock not measured yet) are counted in the last row's label. Redrawn with the
+scoreboard (a few times a second), not every frame: the rows scroll with the timeline in
+between.
 """
 
 from __future__ import annotations
@@ -156,9 +157,9 @@ class RankLanes(pg.PlotWidget):
     def show_ranks(self, ranks: Sequence[RankSteps], t0_ns: int, px_s: float) -> None:
         """Draw ``ranks`` (their steps in view), each span at least a pixel (``px_s``) wide."""
         self._drawn = (ranks, t0_ns, px_s)
-        home = ranks[0].info.node if ranks else ""
-        drawn = [r for r in ranks if r.info.node == home]
-        left_out = len(ranks) - len(drawn)
+        drawn = list(ranks)
+        world = max((r.info.world_size for r in drawn), default=0)
+        left_out = max(0, world - len(drawn))  # not connected yet, or its clock not known yet
         steps = {r.info.rank: r.steps for r in drawn}
         if len(drawn) > MAX_LANES:
             rows = merged_rows(len(drawn))

@@ -6,7 +6,8 @@ same listener with the same key (``LinkListener(many=True)``). Every rank's mess
 that rank's model, so its steps, input wait and errors are its own; rank 0's also reach the
 Session (``primary``), which draws the run from them. A rank's clock is ``perf_counter_ns`` of
 its own process: one clock per machine (``CLOCK_MONOTONIC``, ``QueryPerformanceCounter``), so
-the ranks of one node share the time axis.
+the ranks of one node share the time axis; a rank of another machine (it came in on TCP) is
+pinged, and its steps are moved onto rank 0's clock by the round trips (``rank_clock``).
 """
 
 from __future__ import annotations
