@@ -21,6 +21,7 @@ import pytest
 from fake_nvml import BOOT_CLOCK, FakeDevice, FakeNvml, build, compiler
 from waiting import wait_until
 
+from gpuwatch.core.model.messages import DeviceInfo, RankInfo
 from gpuwatch.core.model.metrics import (
     NVML_GPU_UTIL,
     NVML_MEM_USED,
@@ -31,6 +32,9 @@ from gpuwatch.core.model.metrics import (
 from gpuwatch.core.model.store import SeriesStore
 from gpuwatch.core.run import nvml
 from gpuwatch.core.run.gpu_mismatch import GpuView, check_python
+from gpuwatch.core.run.rank_devices import RankDevices
+from gpuwatch.core.run.rank_links import RankRun
+from gpuwatch.core.run.run_model import RunModel
 from gpuwatch.core.run.samplers import PERIOD_UNKNOWN, NvmlSampler, nvml_unavailable_statuses
 
 UUID0 = "GPU-8f0e1a2b-0000-1111-2222-333344445555"
@@ -733,3 +737,72 @@ def test_a_driver_gone_before_the_run_says_so(
     assert not NvmlSampler.for_device(store, uuid=UUID0).probe()
     for name in NVML_METRICS:
         assert store.statuses()[name].reason == nvml.DRIVER_UNLOADED
+
+
+# ---- one series per GPU of a run of many ranks ------------------------------------------
+
+
+def _rank_run(rank: int, device: dict[str, object] | None, *, remote: bool = False) -> RankRun:
+    """A rank that said hello on ``device`` (None: a script's device, named later)."""
+    model = RunModel()
+    named = {"kind": "cuda", "pending": True} if device is None else {"kind": "cuda", **device}
+    model.fold(
+        {
+            "kind": "hello",
+            "protocol": 1,
+            "pid": 1,
+            "workload": "train.py",
+            "device": named,
+            "versions": {},
+            "knobs": [],
+            "config": {},
+        }
+    )
+    return RankRun(RankInfo(rank, rank, 5), model, pid=None, remote=remote)
+
+
+def test_each_gpu_of_the_ranks_gets_one_series_matched_by_its_identity(
+    machine: FakeNvml, three_gpus: list[FakeDevice]
+) -> None:
+    """Every rank sees its GPU as cuda:0 (torchrun-style CUDA_VISIBLE_DEVICES per rank): the
+    series must still be each rank's own GPU, one per GPU, none for another machine's rank."""
+    now_us = time.time_ns() // 1000
+    for gpu, first in zip(three_gpus, (20, 50, 80), strict=True):
+        machine.push_samples(gpu, _batch(now_us, 6, first_value=first))
+    started: list[NvmlSampler] = []
+
+    def start(store: SeriesStore, device: DeviceInfo) -> None:
+        started.append(
+            NvmlSampler.for_device(
+                store, uuid=device.uuid, pci_bus_id=device.pci_bus_id, index=device.index
+            )
+        )
+
+    primary = SeriesStore()  # the Session's own: it samples rank 0's GPU itself
+    devices = RankDevices(start, primary)
+    ranks = [
+        _rank_run(0, _hello_device(three_gpus[0], 0)),
+        _rank_run(1, _hello_device(three_gpus[1], 0)),
+        _rank_run(2, _hello_device(three_gpus[1], 0)),  # shares rank 1's GPU
+        _rank_run(3, _hello_device(three_gpus[2], 0), remote=True),  # NVML cannot reach it
+        _rank_run(4, None),  # a script: its device is named at its first step
+    ]
+    for run in ranks:
+        devices.saw(run)
+    named = {"kind": "cuda", **_hello_device(three_gpus[2], 0)}
+    ranks[4].model.fold({"kind": "device", "device": named})
+    devices.saw(ranks[4])
+
+    assert len(started) == 2  # rank 1's GPU (shared with rank 2) and rank 4's
+    for sampler in started:
+        assert sampler.probe()
+    assert ranks[0].model.coarse is primary
+    assert ranks[2].model.coarse is ranks[1].model.coarse
+    assert not ranks[3].model.coarse.names()
+    assert ranks[1].model.coarse.snapshot(NVML_GPU_UTIL).value.tolist() == list(range(50, 56))
+    assert ranks[4].model.coarse.snapshot(NVML_GPU_UTIL).value.tolist() == list(range(80, 86))
+    assert [(g.rank, g.label) for g in devices.gpus()] == [
+        (0, "cuda:0 of rank 0"),
+        (1, "cuda:0 of ranks 1, 2"),
+        (4, "cuda:0 of rank 4"),
+    ]

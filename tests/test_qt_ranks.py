@@ -7,17 +7,19 @@ import dataclasses
 
 import numpy as np
 import pyqtgraph as pg
+import pytest
 from PySide6.QtCore import QEvent, QPoint, QPointF, Qt, QTimer
 from PySide6.QtGui import QContextMenuEvent, QMouseEvent
 from PySide6.QtWidgets import QApplication, QMenu, QSplitter
 from test_ranks import EVEN, _ranks, _row, _view
 
-from gpuwatch.core.figures.rank_figures import RankFigures, RankSteps
+from gpuwatch.core.figures.rank_figures import GpuSeries, RankFigures, RankSteps
 from gpuwatch.core.model.messages import RankInfo
-from gpuwatch.core.model.store import StepsView
+from gpuwatch.core.model.store import SeriesView, StepsView
 from gpuwatch.core.run.runs import ScoredRow
 from gpuwatch.core.run.session import Session
 from gpuwatch.protocol import PHASES
+from gpuwatch.qt.rank_gpu_curves import RankGpuCurves
 from gpuwatch.qt.rank_lane_rows import merge_steps
 from gpuwatch.qt.rank_lanes import (
     MAX_HEIGHT,
@@ -29,6 +31,7 @@ from gpuwatch.qt.rank_lanes import (
 )
 from gpuwatch.qt.ranks_view import HINT_NO_RANKS, NO_STRAGGLER, RanksView
 from gpuwatch.qt.scoreboard_view import COLUMNS, RANK_COLUMNS, ScoreboardView
+from gpuwatch.qt.utilization_view import UtilizationView
 
 
 class _Ranked:
@@ -339,3 +342,38 @@ def test_merged_steps_align_by_step_number_when_some_ranks_are_behind() -> None:
     assert np.allclose(merged.median_s[:, data], [1e-3, 2e-3, 2e-3, 2e-3, 1e-3, 1e-3])
     backward = PHASES.index("backward")
     assert list(merged.slowest[:, backward]) == [0] * 6
+
+
+class _Gpus:
+    def __init__(self, gpus: list[GpuSeries]) -> None:
+        self.t0_ns = 0
+        self.gpus = gpus
+
+    def rank_gpu_series(self, since_ns: int) -> list[GpuSeries]:
+        return self.gpus
+
+
+def test_the_other_ranks_gpus_are_dashed_curves_named_under_the_plots_legend(qtbot) -> None:
+    view = UtilizationView()
+    qtbot.addWidget(view)
+    view.show()
+    curves = RankGpuCurves(view)
+    t = np.arange(4, dtype=np.int64) * 500_000_000
+    gpus = [
+        GpuSeries(1, "cuda:1 of rank 1", SeriesView(t, t + 500_000_000, np.full(4, 80.0))),
+        GpuSeries(2, "cuda:2 of rank 2", SeriesView(t, t + 500_000_000, np.full(4, 10.0))),
+    ]
+    curves.sync(_Gpus(gpus), presenting=False)
+    assert curves.labels == ("cuda:1 of rank 1", "cuda:2 of rank 2")
+    assert curves.legend.isVisible() and "cuda:2 of rank 2" in curves.legend.text()
+    shown = [c for c in curves.curves if c.isVisible()]
+    assert len(shown) == 2 and shown[0].opts["pen"].style() != shown[1].opts["pen"].style()
+    x, y = shown[0].getData()
+    assert x[0] == 0.0 and x[-1] == pytest.approx(2.0) and set(y) == {80.0}
+
+    curves.sync(_Gpus(gpus[:1]), presenting=False)  # rank 2 gone: its curve is empty
+    assert [c.isVisible() for c in curves.curves] == [True, False]
+    curves.sync(_Gpus(gpus), presenting=True)  # on stage: the plot's own curves only
+    assert not curves.legend.isVisible() and not any(c.isVisible() for c in curves.curves)
+    curves.sync(object(), presenting=False)  # a session without ranks
+    assert not curves.legend.isVisible()

@@ -43,6 +43,7 @@ from gpuwatch.qt.interpreter_picker import InterpreterChoice, needs_choice
 from gpuwatch.qt.kernel_lane import KernelCaptureControls
 from gpuwatch.qt.plots_redraw import PlotsRedraw, SteadyHeight
 from gpuwatch.qt.presentation import PresentationMode
+from gpuwatch.qt.rank_gpu_curves import RankGpuCurves
 from gpuwatch.qt.rank_lanes import RankLanesControls
 from gpuwatch.qt.record_control import RecordControl
 from gpuwatch.qt.replay_mode import ReplayMode
@@ -244,6 +245,7 @@ class MainWindow(QMainWindow):
         )
         #: A run of many ranks: one lane per rank under the timeline (above the kernel lane).
         self.rank_lanes = RankLanesControls(frame.splitter, self.timeline, index=1)
+        self.rank_gpus = RankGpuCurves(self.utilization)
         #: Hover or click a step on the timeline: its number, duration and phase times.
         self.step_inspector = StepInspector(self.timeline, session)
         menus.update(self.run_bar.combo_menus(self), present=self.presentation.action)
@@ -535,6 +537,7 @@ class MainWindow(QMainWindow):
         had = ranks.table.rowCount()
         ranks.refresh()
         self.rank_lanes.sync(self.session, self.presentation.active)
+        self.rank_gpus.sync(self.session, self.presentation.active)
         if not had and ranks.table.rowCount():
             self.ranks_dock.raise_()
 

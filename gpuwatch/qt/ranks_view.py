@@ -33,6 +33,11 @@ ALLREDUCE_TIP = (
     "one done, the wait for the other ranks included), sampled by DDP on its first 10 "
     "iterations and one in 100 after: the rank that arrives last has the shortest"
 )
+GPU_UTIL_TIP = (
+    "NVML utilization of the rank's GPU over the same steps (one series per GPU, in the "
+    "utilization plot too); — on a CPU or for a rank of another machine, whose GPU NVML "
+    "cannot reach from here"
+)
 COLUMNS = (
     "Rank",
     "Node",
@@ -44,6 +49,7 @@ COLUMNS = (
     "Forward p50 ms",
     "Backward p50 ms",
     "All-reduce p50 ms",
+    "GPU util",
 )
 
 
@@ -64,6 +70,7 @@ def row_cells(r: RankFigures) -> tuple[str, ...]:
         num(r.forward_ms_p50, ".1f"),
         num(r.backward_ms_p50, ".1f"),
         num(r.allreduce_ms_p50, ".1f"),
+        "—" if r.gpu_util is None else f"{r.gpu_util:.0f} %",
     )
 
 
@@ -77,9 +84,10 @@ class RanksView(QWidget):
         self.verdict.setWordWrap(True)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
-        header = self.table.horizontalHeaderItem(COLUMNS.index("All-reduce p50 ms"))
-        if header is not None:
-            header.setToolTip(ALLREDUCE_TIP)
+        for column, tip in (("All-reduce p50 ms", ALLREDUCE_TIP), ("GPU util", GPU_UTIL_TIP)):
+            header = self.table.horizontalHeaderItem(COLUMNS.index(column))
+            if header is not None:
+                header.setToolTip(tip)
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)

@@ -39,7 +39,7 @@ import numpy as np
 
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.messages import CollectiveSample, RankInfo
-from gpuwatch.core.model.store import StepsView
+from gpuwatch.core.model.store import SeriesView, StepsView
 from gpuwatch.protocol import PHASES
 
 #: Points of input wait (0..1) the straggler's must exceed the others' median by.
@@ -74,6 +74,8 @@ class RankFigures:
     #: p50 of DDP's own all-reduce samples (``CollectiveSample``), and how many there were.
     allreduce_ms_p50: float | None = None
     allreduce_samples: int = 0
+    #: NVML utilization of the rank's GPU (%), averaged over the same steps' time.
+    gpu_util: float | None = None
 
     @property
     def forward_ms_p50(self) -> float | None:
@@ -94,6 +96,7 @@ class RankFigures:
         world_size: int = 0,
         node_rank: int = 0,
         collective: Sequence[CollectiveSample] = (),
+        gpu_util: SeriesView | None = None,
     ) -> RankFigures:
         """A rank's figures from its steps; a step is its start to the next step's start
         (the scoreboard's step time), the last one to its own end. The all-reduce p50 is over
@@ -140,6 +143,7 @@ class RankFigures:
             node_rank=node_rank,
             allreduce_ms_p50=allreduce_ms,
             allreduce_samples=len(judged),
+            gpu_util=None if gpu_util is None else mean_over(gpu_util, host[0, 0], host[-1, -1]),
         )
 
 
@@ -152,12 +156,29 @@ class RankSteps:
 
 
 @dataclass(frozen=True)
+class GpuSeries:
+    """NVML utilization of a GPU another rank trains on (rank 0's is the plot's own curve)."""
+
+    rank: int
+    label: str
+    util: SeriesView
+
+
+@dataclass(frozen=True)
 class Straggler:
     """The rank that holds the others back, why (``rule``), and the sentence that says so."""
 
     rank: int
     rule: str  # "input" | "compute" | "allreduce" | "step"
     sentence: str
+
+
+def mean_over(series: SeriesView, lo_ns: float, hi_ns: float) -> float | None:
+    """A coarse series' mean over ``[lo_ns, hi_ns]``, each sample weighted by how much of its
+    period lies inside; None when no sample overlaps."""
+    inside = np.clip(np.minimum(series.t1, hi_ns) - np.maximum(series.t0, lo_ns), 0, None)
+    total = float(inside.sum())
+    return float((series.value * inside).sum()) / total if total > 0 else None
 
 
 def find_straggler(ranks: Sequence[RankFigures]) -> Straggler | None:
@@ -327,6 +348,8 @@ def rank_line(r: RankFigures) -> str:
         parts.append(f"input wait: {r.input_wait * 100:.0f} %")
     if r.forward_ms_p50 is not None and r.backward_ms_p50 is not None:
         parts.append(f"forward/backward p50: {r.forward_ms_p50:.1f}/{r.backward_ms_p50:.1f} ms")
+    if r.gpu_util is not None:
+        parts.append(f"GPU util: {r.gpu_util:.0f} % (NVML)")
     if r.allreduce_ms_p50 is not None:
         parts.append(
             f"all-reduce p50: {r.allreduce_ms_p50:.1f} ms (DDP's timing, "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import json
 import logging
 import math
@@ -20,12 +21,14 @@ import queue
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gpuwatch import __version__
 from gpuwatch.core.model.messages import ConfigChange, RankInfo
-from gpuwatch.core.model.store import MetricStatus, StepsView
+from gpuwatch.core.model.metrics import rank_metric
+from gpuwatch.core.model.store import MetricStatus, SeriesStore, SeriesView, StepsView
 from gpuwatch.core.run.session import Session
 
 log = logging.getLogger(__name__)
@@ -589,26 +592,38 @@ class Recorder:
         )
 
     def _write_coarse(self, conn: sqlite3.Connection) -> None:
-        """New coarse samples (read from the session's store) and changed statuses."""
+        """New coarse samples (read from the session's store, and the series of the GPUs
+        other ranks train on, ``rank_metric``) and changed statuses."""
         coarse = self.session.coarse
-        for name in coarse.names():
-            last = self._sample_t1.get(name)
-            view = coarse.snapshot(name, last)
-            keep = slice(None) if last is None else view.t1 > last
-            t0, t1, value = view.t0[keep], view.t1[keep], view.value[keep]
-            if len(t1) == 0:
-                continue
-            conn.executemany(
-                "INSERT INTO samples VALUES (?, ?, ?, ?)",
-                zip([name] * len(t1), t0.tolist(), t1.tolist(), value.tolist(), strict=True),
-            )
-            self._sample_t1[name] = int(t1.max())
-            self._t1_ns = max(self._t1_ns, int(t1.max()))
+        stores: list[tuple[SeriesStore, Callable[[str], str]]] = [(coarse, str)]
+        for gpu in self.session.rank_gpus():
+            if gpu.store is not coarse:
+                stores.append((gpu.store, functools.partial(rank_metric, gpu.rank)))
+        for store, named in stores:
+            for name in store.names():
+                self._write_series(conn, named(name), functools.partial(store.snapshot, name))
         for name, status in coarse.statuses().items():
             data = status_json(status)
             if self._statuses.get(name) != data:
                 conn.execute("INSERT OR REPLACE INTO statuses VALUES (?, ?)", (name, to_json(data)))
                 self._statuses[name] = data
+
+    def _write_series(
+        self, conn: sqlite3.Connection, metric: str, since: Callable[[int | None], SeriesView]
+    ) -> None:
+        """A series' samples newer than the last written (``since``), as ``metric``."""
+        last = self._sample_t1.get(metric)
+        view = since(last)
+        keep = slice(None) if last is None else view.t1 > last
+        t0, t1, value = view.t0[keep], view.t1[keep], view.value[keep]
+        if len(t1) == 0:
+            return
+        conn.executemany(
+            "INSERT INTO samples VALUES (?, ?, ?, ?)",
+            zip([metric] * len(t1), t0.tolist(), t1.tolist(), value.tolist(), strict=True),
+        )
+        self._sample_t1[metric] = int(t1.max())
+        self._t1_ns = max(self._t1_ns, int(t1.max()))
 
     def _write_meta(self, conn: sqlite3.Connection, *, final: bool) -> None:
         session = self.session

@@ -22,17 +22,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpuwatch.core.figures.rank_figures import RankFigures, RankSteps
+from gpuwatch.core.figures.rank_figures import GpuSeries, RankFigures, RankSteps
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.liveness import Liveness
 from gpuwatch.core.model.log_buffer import LogBuffer, LogLine
 from gpuwatch.core.model.messages import SessionState
+from gpuwatch.core.model.metrics import NVML_GPU_UTIL, metric_rank, rank_metric
 from gpuwatch.core.model.store import (
     DEFAULT_SERIES_CAPACITY,
     DEFAULT_STEP_CAPACITY,
     SeriesStore,
     StepsView,
 )
+from gpuwatch.core.run.rank_devices import device_key
 from gpuwatch.core.run.run_model import ModelAccess, RunModel
 from gpuwatch.core.run.session import (
     LOG_LINES_KEPT,
@@ -214,9 +216,39 @@ class ReplaySession(ModelAccess):
                     world_size=info.world_size,
                     node_rank=info.node_rank,
                     collective=[c for c in rank.collective if c.t_ns <= self._position_ns],
+                    gpu_util=self.coarse.snapshot(self._gpu_metric(info.rank)),
                 )
             )
         return figures
+
+    def _gpu_metric(self, rank: int) -> str:
+        """The recorded NVML utilization series of ``rank``'s GPU: rank 0's is the run's own,
+        and one GPU's series is stored once, under the first rank on it (``RankDevices``)."""
+        devices = {r.info.rank: r.hello.device for r in self.recording.ranks}
+        mine = devices.get(rank)
+        if mine is None or mine.kind != "cuda":
+            return rank_metric(rank, NVML_GPU_UTIL)
+        for other in sorted(devices):
+            metric = NVML_GPU_UTIL if other == 0 else rank_metric(other, NVML_GPU_UTIL)
+            if device_key(devices[other]) == device_key(mine) and metric in self._coarse_all:
+                return metric
+        return rank_metric(rank, NVML_GPU_UTIL)
+
+    def rank_gpu_series(self, since_ns: int) -> list[GpuSeries]:
+        """The recorded NVML utilization of the GPUs other ranks trained on, up to the play
+        position (as live)."""
+        devices = {r.info.rank: r.hello.device for r in self.recording.ranks}
+        found = []
+        for name in self.coarse.names():
+            rank = metric_rank(name, NVML_GPU_UTIL)
+            if rank is None:
+                continue
+            index = devices[rank].index if rank in devices else None
+            where = f"cuda:{index}" if index is not None else "GPU"
+            found.append(
+                GpuSeries(rank, f"{where} of rank {rank}", self.coarse.snapshot(name, since_ns))
+            )
+        return sorted(found, key=lambda g: g.rank)
 
     def rank_steps(self, since_ns: int) -> list[RankSteps]:
         """Each recorded rank's steps ending in ``[since_ns, play position]`` (as live)."""

@@ -61,8 +61,9 @@ Primary = Callable[[dict[str, Any]], None]
 #: than rank 0 (whose messages are the Session's own), with their arrival time.
 RankListener = Callable[[RankInfo, dict[str, Any], int], None]
 #: Kinds of rank 0's messages that its listeners get, as they get every other rank's (the
-#: recording's ``rank_events``); of these, ``collective`` is not the Session model's.
-_RANKS_OWN = frozenset({"hello", "collective", "pong"})
+#: recording's ``rank_events``, the Session's GPU samplers); of these, ``collective`` is not
+#: the Session model's.
+_RANKS_OWN = frozenset({"hello", "device", "collective", "pong"})
 #: Starts a named daemon thread the Session keeps (and guards) with its others.
 SpawnThread = Callable[[str, Callable[[], None]], threading.Thread]
 

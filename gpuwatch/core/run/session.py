@@ -21,13 +21,21 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch import protocol
-from gpuwatch.core.figures.rank_figures import RankFigures, RankSteps, with_ranks
+from gpuwatch.core.figures.rank_figures import GpuSeries, RankFigures, RankSteps, with_ranks
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.liveness import Liveness, Transition
 from gpuwatch.core.model.log_buffer import LogBuffer, LogLine
-from gpuwatch.core.model.messages import ACTIVE_STATES, SessionState, StateChanged
-from gpuwatch.core.model.store import DEFAULT_STEP_CAPACITY
+from gpuwatch.core.model.messages import (
+    ACTIVE_STATES,
+    DeviceInfo,
+    RankInfo,
+    SessionState,
+    StateChanged,
+)
+from gpuwatch.core.model.metrics import NVML_GPU_UTIL
+from gpuwatch.core.model.store import DEFAULT_STEP_CAPACITY, SeriesStore
 from gpuwatch.core.run import launcher, link
+from gpuwatch.core.run.rank_devices import RankDevices, RankGpu
 from gpuwatch.core.run.rank_links import (
     RankListener,
     RankRun,
@@ -220,6 +228,7 @@ class Session(ModelAccess):
         #: The ranks of a run of user code (torchrun's, or those a script spawns); None
         #: before a run of user code.
         self._ranks: RankRuns | None = None
+        self._rank_devices: RankDevices | None = None
         self._rank_listeners: list[RankListener] = []
         #: Whether a hello reached the listeners: rank 0's is the run's only when the runner
         #: itself said none (torchrun's launcher); a script that spawns its ranks said its own.
@@ -462,6 +471,7 @@ class Session(ModelAccess):
         self._hello_at = None
         self._link = None
         self._ranks = None
+        self._rank_devices = None
         self._remote = None
         self.listen_address = self.listen_token = None
         self._hello_told = False
@@ -487,6 +497,9 @@ class Session(ModelAccess):
             )
             for listener in self._rank_listeners:
                 self._ranks.add_listener(listener)
+            if self._sample_coarse:
+                self._rank_devices = RankDevices(self._sample_rank_device, self.coarse)
+                self._ranks.add_listener(self._rank_named_device)
             if spec.listen is not None:
                 self._listen_remote(spec.listen)
         extra = ["--max-steps", str(spec.max_steps)] if spec.max_steps else []
@@ -673,6 +686,7 @@ class Session(ModelAccess):
                 world_size=r.info.world_size,
                 node_rank=r.info.node_rank,
                 collective=r.model.collective(),
+                gpu_util=r.model.coarse.snapshot(NVML_GPU_UTIL),
             )
             for r in self.ranks()
         ]
@@ -746,6 +760,37 @@ class Session(ModelAccess):
                 "gpuwatch",
                 f"{survivors} rank process(es) outlived torchrun: gpuwatch ended them",
             )
+
+    def _rank_named_device(self, info: RankInfo, message: dict[str, Any], t_ns: int) -> None:
+        """A rank said hello or named its device: its GPU gets its NVML series."""
+        ranks, devices = self._ranks, self._rank_devices
+        if message["kind"] not in ("hello", "device") or ranks is None or devices is None:
+            return
+        run = ranks.get(info.rank)
+        if run is not None:
+            devices.saw(run)
+
+    def _sample_rank_device(self, store: SeriesStore, device: DeviceInfo) -> None:
+        self._add_sampler(
+            NvmlSampler.for_device(
+                store, uuid=device.uuid, pci_bus_id=device.pci_bus_id, index=device.index
+            )
+        )
+
+    def rank_gpus(self) -> list[RankGpu]:
+        """The GPUs the ranks of this machine train on, each with its NVML series (none for
+        a run of one process, on a CPU, or with coarse sampling off)."""
+        devices = self._rank_devices
+        return [] if devices is None else devices.gpus()
+
+    def rank_gpu_series(self, since_ns: int) -> list[GpuSeries]:
+        """The NVML utilization of each GPU other ranks train on (rank 0's GPU is the run's own
+        coarse series), samples ending at or after ``since_ns``."""
+        return [
+            GpuSeries(gpu.rank, gpu.label, gpu.store.snapshot(NVML_GPU_UTIL, since_ns))
+            for gpu in self.rank_gpus()
+            if gpu.store is not self.coarse
+        ]
 
     def _sample_device(self) -> None:
         """Sample NVML for the CUDA device hello names (matched by UUID or PCI bus id)."""
