@@ -29,6 +29,7 @@ from gpuwatch.qt.rank_lanes import (
     RankLanes,
     RankLanesControls,
 )
+from gpuwatch.qt.ranks_view import COLUMNS as RANK_TABLE
 from gpuwatch.qt.ranks_view import HINT_NO_RANKS, NO_STRAGGLER, RanksView
 from gpuwatch.qt.scoreboard_view import COLUMNS, RANK_COLUMNS, ScoreboardView
 from gpuwatch.qt.utilization_view import UtilizationView
@@ -53,15 +54,17 @@ def test_the_straggler_row_is_bold_and_the_reason_is_above_the_table(qtbot) -> N
     table = view.table
     assert table.rowCount() == 3
     assert [table.item(r, 0).text() for r in range(3)] == ["0", "1", "2"]
-    assert [table.item(r, 6).text() for r in range(3)] == ["3 %", "3 %", "86 %"]
+    wait = RANK_TABLE.index("Input wait")
+    assert [table.item(r, wait).text() for r in range(3)] == ["3 %", "3 %", "86 %"]
     assert [table.item(r, 0).font().bold() for r in range(3)] == [False, False, True]
     assert view.verdict.text().startswith("Straggler: rank 2 holds the others back")
-    assert "input wait is 86 %" in table.item(2, 6).toolTip()
+    assert "input wait is 86 %" in table.item(2, wait).toolTip()
 
     session.figures = _ranks(EVEN, EVEN)  # the ranks even out: no row stays bold
     view.refresh()
     assert table.rowCount() == 2
-    assert not any(table.item(r, c).font().bold() for r in range(2) for c in range(9))
+    columns = range(len(RANK_TABLE))
+    assert not any(table.item(r, c).font().bold() for r in range(2) for c in columns)
     assert view.verdict.text() == NO_STRAGGLER
 
 

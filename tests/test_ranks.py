@@ -4,6 +4,7 @@ step count, and the straggler rules."""
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 from dataclasses import dataclass
@@ -294,6 +295,16 @@ def test_the_newest_ddp_samples_make_the_p50() -> None:
     figures = RankFigures.of(0, 0, "n", _view(EVEN), collective=old + new)
     assert figures.allreduce_ms_p50 == pytest.approx(2.0)
     assert figures.allreduce_samples == 20
+
+
+def test_a_ranks_busy_is_the_share_of_its_steps_its_device_worked() -> None:
+    """On a CPU the host phases are the device's marks: busy is the compute phases' share."""
+    view = _view([5.0, 0.0, 2.0, 2.0, 1.0, 0.0])
+    on_cpu = dataclasses.replace(view, device=view.host.copy(), has_device=np.ones(len(view), bool))
+    assert RankFigures.of(0, 0, "n", view).busy is None  # no device marks: not known
+    busy = RankFigures.of(0, 0, "n", on_cpu).busy
+    assert busy == pytest.approx(0.5)  # 5 of 10 ms a step: forward, backward, optimizer
+    assert "busy: 50 %" in rank_line(RankFigures.of(0, 0, "n", on_cpu))
 
 
 def test_a_small_forward_difference_is_no_straggler() -> None:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpuwatch.core.figures.analysis import busy_share
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.messages import CollectiveSample, RankInfo
 from gpuwatch.core.model.store import SeriesView, StepsView
@@ -76,6 +77,8 @@ class RankFigures:
     allreduce_samples: int = 0
     #: NVML utilization of the rank's GPU (%), averaged over the same steps' time.
     gpu_util: float | None = None
+    #: Share of its steps' device time the device was busy (0..1; the headline's busy).
+    busy: float | None = None
 
     @property
     def forward_ms_p50(self) -> float | None:
@@ -144,6 +147,7 @@ class RankFigures:
             allreduce_ms_p50=allreduce_ms,
             allreduce_samples=len(judged),
             gpu_util=None if gpu_util is None else mean_over(gpu_util, host[0, 0], host[-1, -1]),
+            busy=busy_share(view, np.ones(n, bool)),
         )
 
 
@@ -344,6 +348,8 @@ def rank_line(r: RankFigures) -> str:
         parts.append(f"samples/s: {r.samples_per_s:,.1f}")
     if r.step_ms_p50 is not None:
         parts.append(f"step p50: {r.step_ms_p50:.1f} ms")
+    if r.busy is not None:
+        parts.append(f"busy: {r.busy * 100:.0f} %")
     if r.input_wait is not None:
         parts.append(f"input wait: {r.input_wait * 100:.0f} %")
     if r.forward_ms_p50 is not None and r.backward_ms_p50 is not None:
