@@ -17,7 +17,13 @@ import pytest
 from gpuwatch import protocol
 from gpuwatch.cli import torchrun_args
 from gpuwatch.core.figures.advisor import advise, context_of
-from gpuwatch.core.figures.rank_figures import RankFigures, find_straggler, rank_line, with_ranks
+from gpuwatch.core.figures.rank_figures import (
+    RankFigures,
+    Straggler,
+    find_straggler,
+    rank_line,
+    with_ranks,
+)
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.model.messages import CollectiveSample, Hello, RankInfo
 from gpuwatch.core.model.store import StepsView
@@ -352,12 +358,9 @@ class _RankedRun:
         return self.figures
 
 
-def test_the_advisor_names_the_straggler_first_and_offers_no_knob() -> None:
-    slow = [30.0, 0.0, 2.0, 2.0, 1.0, 0.0]
-    waiting = [1.0, 0.0, 2.0, 31.0, 1.0, 0.0]
-    ctx = context_of(_RankedRun(_ranks(waiting, slow)))  # type: ignore[arg-type]
-    assert ctx.straggler is not None and ctx.straggler.rank == 1
-    steady = SegmentStats(
+def _steady() -> SegmentStats:
+    """Rank 0's steady segment, waiting in backward."""
+    return SegmentStats(
         config_id=0,
         label="config 0",
         settings={},
@@ -371,12 +374,37 @@ def test_the_advisor_names_the_straggler_first_and_offers_no_knob() -> None:
         breakdown={"kernel": 30.0, "data_loading": 1.0},
         host_phases={"data": 1.0, "forward": 2.0, "backward": 31.0},
     )
-    findings = advise([steady], ctx)
+
+
+def test_the_advisor_names_the_straggler_first_and_offers_no_knob() -> None:
+    slow = [30.0, 0.0, 2.0, 2.0, 1.0, 0.0]
+    waiting = [1.0, 0.0, 2.0, 31.0, 1.0, 0.0]
+    ctx = context_of(_RankedRun(_ranks(waiting, slow)))  # type: ignore[arg-type]
+    assert ctx.straggler is not None and ctx.straggler.rank == 1
+    findings = advise([_steady()], ctx)
     assert findings[0].rule == "straggler"
     assert "device-bound" not in [f.rule for f in findings], "rank 0 waits: not 'all is well'"
     assert findings[0].title == "Rank 1 holds the other ranks back"
     assert not findings[0].suggestion
     assert context_of(_RankedRun(_ranks(EVEN, EVEN))).straggler is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "rule, quantity",
+    [
+        ("input", "input wait"),
+        ("compute", "forward"),
+        ("allreduce", "all-reduce wait"),
+        ("step", "step time"),
+    ],
+)
+def test_every_straggler_rule_gives_the_advisor_a_card(rule: str, quantity: str) -> None:
+    """Each rule ``find_straggler`` can name becomes a card (an unknown one once raised in
+    the window's refresh and froze its panels)."""
+    ctx = context_of(_RankedRun(_ranks(EVEN, EVEN)))  # type: ignore[arg-type]
+    ctx = dataclasses.replace(ctx, straggler=Straggler(1, rule, "rank 1 is late"))
+    [finding] = [f for f in advise([_steady()], ctx) if f.rule == "straggler"]
+    assert finding.quantity == quantity and finding.evidence == "rank 1 is late"
 
 
 def test_torchruns_flags_are_the_ones_its_parser_takes_without_a_value() -> None:

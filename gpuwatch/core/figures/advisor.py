@@ -719,6 +719,15 @@ def advise(
     return sorted(findings, key=lambda f: -f.impact)
 
 
+#: The measured quantity each straggler rule (``rank_figures.Straggler.rule``) compares.
+STRAGGLER_QUANTITY = {
+    "input": "input wait",
+    "compute": "forward",
+    "allreduce": "all-reduce wait",
+    "step": "step time",
+}
+
+
 def _rank_rules(ctx: Context) -> list[Finding]:
     """The straggler of a run of many ranks: first among fixes (every rank runs at its pace)."""
     found = ctx.straggler
@@ -730,7 +739,7 @@ def _rank_rules(ctx: Context) -> list[Finding]:
             kind="fix",
             title=f"Rank {found.rank} holds the other ranks back",
             evidence=found.sentence,
-            quantity={"input": "input wait", "compute": "forward", "step": "step time"}[found.rule],
+            quantity=STRAGGLER_QUANTITY.get(found.rule, "step time"),
             value=None,
             impact=1.0,
         )
