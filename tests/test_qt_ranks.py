@@ -380,3 +380,18 @@ def test_the_other_ranks_gpus_are_dashed_curves_named_under_the_plots_legend(qtb
     assert not curves.legend.isVisible() and not any(c.isVisible() for c in curves.curves)
     curves.sync(object(), presenting=False)  # a session without ranks
     assert not curves.legend.isVisible()
+
+
+def test_the_columns_fit_the_figures_once_every_rank_has_steps(qtbot) -> None:
+    """The first refresh comes before any step ("—" everywhere); the widths follow the first
+    real figures, or "97 %" would show as "9…"."""
+    busy = [dataclasses.replace(f, busy=0.97, gpu_util=88.0) for f in _ranks(EVEN, EVEN)]
+    session = _Ranked([dataclasses.replace(f, steps=0, busy=None) for f in busy])
+    view = RanksView(session)
+    qtbot.addWidget(view)
+    view.refresh()
+    session.figures = busy
+    view.refresh()
+    table = view.table
+    for column in range(table.columnCount()):  # every cell as wide as its text needs
+        assert table.columnWidth(column) >= table.sizeHintForColumn(column), column

@@ -84,6 +84,7 @@ class RanksView(QWidget):
         self.session = session
         self.verdict = QLabel(HINT_NO_RANKS)
         self.verdict.setWordWrap(True)
+        self._fitted = False  # the widths fit figures of every rank, not only "—"
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         for column, tip in (("All-reduce p50 ms", ALLREDUCE_TIP), ("GPU util", GPU_UTIL_TIP)):
@@ -143,5 +144,9 @@ class RanksView(QWidget):
                     item.setFont(self._bold if bold else table.font())
                 if item.toolTip() != (tip if bold else ""):
                     item.setToolTip(tip if bold else "")
-        if resized and figures:  # headers and first figures fit; later ones keep the widths
+        # headers and the first figures fit (again once every rank has steps: "—" is narrow);
+        # later figures keep the widths, so the table does not jump twice a second
+        measured = bool(figures) and all(f.steps for f in figures)
+        if (resized and figures) or (measured and not self._fitted):
             table.resizeColumnsToContents()
+            self._fitted = measured
