@@ -395,3 +395,10 @@ def test_the_columns_fit_the_figures_once_every_rank_has_steps(qtbot) -> None:
     table = view.table
     for column in range(table.columnCount()):  # every cell as wide as its text needs
         assert table.columnWidth(column) >= table.sizeHintForColumn(column), column
+
+    slow = [dataclasses.replace(f, busy=0.97) for f in _ranks(EVEN, [60.0, 0, 2, 2, 1, 0])]
+    session.figures = slow  # a straggler: its row turns bold, which is wider
+    view.refresh()
+    assert table.item(1, 0).font().bold()
+    for column in range(table.columnCount()):
+        assert table.columnWidth(column) >= table.sizeHintForColumn(column), column

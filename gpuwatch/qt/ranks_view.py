@@ -84,7 +84,8 @@ class RanksView(QWidget):
         self.session = session
         self.verdict = QLabel(HINT_NO_RANKS)
         self.verdict.setWordWrap(True)
-        self._fitted = False  # the widths fit figures of every rank, not only "—"
+        #: What the widths were fitted to: every rank's figures (not only "—"), and the bold row.
+        self._fitted: tuple[bool, int | None] = (False, None)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         for column, tip in (("All-reduce p50 ms", ALLREDUCE_TIP), ("GPU util", GPU_UTIL_TIP)):
@@ -144,9 +145,11 @@ class RanksView(QWidget):
                     item.setFont(self._bold if bold else table.font())
                 if item.toolTip() != (tip if bold else ""):
                     item.setToolTip(tip if bold else "")
-        # headers and the first figures fit (again once every rank has steps: "—" is narrow);
-        # later figures keep the widths, so the table does not jump twice a second
+        # headers and the first figures fit (again once every rank has steps, "—" being
+        # narrow, and when another row turns bold); later figures keep the widths, so the
+        # table does not jump twice a second
         measured = bool(figures) and all(f.steps for f in figures)
-        if (resized and figures) or (measured and not self._fitted):
+        fitted = (measured, slow)
+        if (resized and figures) or (measured and fitted != self._fitted):
             table.resizeColumnsToContents()
-            self._fitted = measured
+            self._fitted = fitted
