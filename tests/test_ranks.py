@@ -13,6 +13,7 @@ from multiprocessing.connection import Client
 
 import numpy as np
 import pytest
+from waiting import wait_until
 
 from gpuwatch import protocol
 from gpuwatch.cli import torchrun_args
@@ -30,6 +31,7 @@ from gpuwatch.core.model.store import StepsView
 from gpuwatch.core.run.link import LinkListener, new_authkey, private_dir, remove_private_dir
 from gpuwatch.core.run.session import LaunchSpec
 from gpuwatch.core.run.torchrun_args import TORCHRUN_FLAGS
+from gpuwatch.runner import script_control
 from gpuwatch.runner.probe_knobs import ProbeKnobs
 from gpuwatch.runner.ranks import RankIdentity, RankLaunchError, RankLink, rank_command
 from gpuwatch.runner.script_control import ScriptControl
@@ -179,6 +181,56 @@ def test_a_stop_for_a_step_count_stops_at_that_boundary_and_not_before() -> None
         with pytest.raises(KeyboardInterrupt):
             control.at_boundary(7)
         assert control.stop_reason == "stopped"
+    finally:
+        control.script_done()
+
+
+def _stop_taken(control: ScriptControl, link: _Link, at_step: int, grace_s: float) -> None:
+    link.controls.put({"kind": "stop", "grace_s": grace_s, "at_step": at_step})
+    for _ in range(200):  # the watcher thread takes the message
+        if control.stop_at is not None:
+            return
+        threading.Event().wait(0.05)
+    raise AssertionError("the stop never reached the control")
+
+
+def test_a_slow_way_to_the_stop_step_is_not_interrupted_while_steps_come(monkeypatch) -> None:
+    """A loaded machine slows the ranks on their way to the stop's step beyond its grace: as
+    long as boundaries come, no rank is interrupted, so every rank stops after that step
+    (a timer from the message once interrupted one rank a step before the other stopped)."""
+    interrupts: list[str] = []
+    monkeypatch.setattr(script_control, "interrupt_main_thread", lambda: interrupts.append("!"))
+    link = _Link()
+    control = ScriptControl(link, ProbeKnobs(link), stop_grace_s=0.3)  # type: ignore[arg-type]
+    control.start()
+    try:
+        _stop_taken(control, link, at_step=8, grace_s=0.3)
+        for step in range(1, 8):  # 7 steps of 0.15 s: far beyond the grace, none stalled
+            threading.Event().wait(0.15)
+            control.at_boundary(step)
+        with pytest.raises(KeyboardInterrupt):
+            control.at_boundary(8)
+        assert interrupts == [] and not control.interrupted
+    finally:
+        control.script_done()
+
+
+def test_a_rank_stalled_on_its_way_to_the_stop_step_is_interrupted(monkeypatch) -> None:
+    """A rank that reaches no boundary for the grace (a peer gone mid all-reduce) still ends."""
+    interrupts: list[str] = []
+    monkeypatch.setattr(script_control, "interrupt_main_thread", lambda: interrupts.append("!"))
+    link = _Link()
+    control = ScriptControl(link, ProbeKnobs(link), stop_grace_s=0.3)  # type: ignore[arg-type]
+    control.start()
+    try:
+        _stop_taken(control, link, at_step=8, grace_s=0.3)
+        control.at_boundary(1)
+        wait_until(lambda: interrupts, 30, "the stalled rank's interrupt")
+        assert control.interrupted and control.stop_reason == "stopped"
+        notes = [f["text"] for kind, f in link.sent if kind == "log"]
+        assert any(
+            "no step boundary for 0.3 s on its way to the stop after step 8" in n for n in notes
+        ), notes
     finally:
         control.script_done()
 

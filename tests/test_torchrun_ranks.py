@@ -338,11 +338,9 @@ def test_a_knob_change_and_a_stop_land_on_every_rank_at_the_same_step(work: Path
     counts = [r.model.steps.count for r in session.ranks()]
     said = [line.text for line in session.drain_log()]
     byes = [r.model.bye for r in session.ranks()]
-    # Both ranks stop after the step announced, when the message reaches them in time. Under
-    # the suite's full load one rank has twice ended one step later (both still "stopped", the
-    # run not hung; docs/design.md "Stop and faults"): not understood yet, so one step of
-    # difference is allowed and the rest asserted.
-    assert abs(counts[0] - counts[1]) <= 1 and min(counts) > firsts[0], (counts, byes, said)
+    # Both ranks stop after the step announced, however long a loaded machine takes them to
+    # reach it (a rank is interrupted only when no step boundary comes for the grace).
+    assert counts[0] == counts[1] and min(counts) > firsts[0], (counts, byes, said)
     assert [(bye or {}).get("reason") for bye in byes] == ["stopped"] * 2, (byes, said)
     outcome = describe(facts_from(session))
     assert outcome.exit_code == 0 and "was stopped on request" in outcome.sentence, outcome

@@ -191,7 +191,7 @@ class ScriptControl:
                 grace = grace_s(message, self.stop_grace_s)
                 if isinstance(at_step, int) and not isinstance(at_step, bool):
                     self.stop_at = at_step
-                    self._arm_interrupt(grace)
+                    self._arm_stall_interrupt(grace)
                     if self.steps_done > at_step:  # the others stop before this rank does
                         self.link.log(
                             "warning",
@@ -215,18 +215,43 @@ class ScriptControl:
         timer.daemon = True
         timer.start()
 
-    def _interrupt(self, grace: float) -> None:
+    def _arm_stall_interrupt(self, grace: float) -> None:
+        """A stop after a later step (every rank of a job stops after the same one): interrupt
+        the script only when ``grace`` passes without a step boundary. The ranks reach that
+        step however much a loaded machine slows them, in lockstep; a timer from the message
+        instead interrupted one rank a little before it, while the other stopped there, and
+        the two ended one step apart. A rank stuck in a collective (a peer gone) still ends."""
+
+        def watch() -> None:
+            seen = self.steps_done
+            while not self._closed.wait(grace):
+                with self._lock:
+                    if not self._running or self._stop_raised:
+                        return
+                if self.steps_done == seen:
+                    self._interrupt(
+                        grace,
+                        f"the script reached no step boundary for {grace:.1f} s on its way "
+                        f"to the stop after step {self.stop_at}",
+                    )
+                    return
+                seen = self.steps_done
+
+        threading.Thread(target=watch, name="gpuwatch-stop-stall", daemon=True).start()
+
+    def _interrupt(self, grace: float, why: str | None = None) -> None:
         with self._lock:
             if self._running and not self._stop_raised:
                 self._stop_raised = True
                 self.interrupted = True
                 if self.stop_reason is None:  # a stop for a step count the script never reached
                     self.stop_reason = "stopped"
+                late = (
+                    why or f"the script reached no step boundary within {grace:.1f} s of the stop"
+                )
                 self.link.log(
                     "warning",
-                    f"the script reached no step boundary within "
-                    f"{grace:.1f} s of the stop: interrupting it (the step it "
-                    f"was in is not counted)",
+                    f"{late}: interrupting it (the step it was in is not counted)",
                 )
                 interrupt_main_thread()
 
