@@ -106,14 +106,8 @@ class _RankSteps:
 
 
 def test_the_rank_lanes_draw_a_row_per_rank_only_for_a_run_of_many_ranks(qtbot) -> None:
-    timeline = pg.PlotWidget()
-    splitter = QSplitter(Qt.Orientation.Vertical)
-    splitter.addWidget(timeline)
-    qtbot.addWidget(splitter)
-    splitter.resize(800, 600)
-    splitter.show()
-    timeline.setXRange(0.0, 1.0, padding=0)
-    controls = RankLanesControls(splitter, timeline, index=1)
+    controls, splitter = _lanes_under_a_timeline(qtbot)
+    timeline = splitter.widget(0)
     lanes = controls.lanes
     slow = [30.0, 0.0, 2.0, 2.0, 1.0, 0.0]
     waiting = [1.0, 0.0, 2.0, 31.0, 1.0, 0.0]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client
@@ -194,45 +195,44 @@ def _stop_taken(control: ScriptControl, link: _Link, at_step: int, grace_s: floa
     raise AssertionError("the stop never reached the control")
 
 
-def test_a_slow_way_to_the_stop_step_is_not_interrupted_while_steps_come(monkeypatch) -> None:
+@pytest.fixture
+def stopping(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ScriptControl, _Link, list[str]]]:
+    """A started control told to stop after step 8 with a grace of 0.3 s; its interrupts are
+    counted instead of sent."""
+    interrupts: list[str] = []
+    monkeypatch.setattr(script_control, "interrupt_main_thread", lambda: interrupts.append("!"))
+    link = _Link()
+    control = ScriptControl(link, ProbeKnobs(link), stop_grace_s=0.3)  # type: ignore[arg-type]
+    control.start()
+    try:
+        _stop_taken(control, link, at_step=8, grace_s=0.3)
+        yield control, link, interrupts
+    finally:
+        control.script_done()
+
+
+def test_a_slow_way_to_the_stop_step_is_not_interrupted_while_steps_come(stopping) -> None:
     """A loaded machine slows the ranks on their way to the stop's step beyond its grace: as
     long as boundaries come, no rank is interrupted, so every rank stops after that step
     (a timer from the message once interrupted one rank a step before the other stopped)."""
-    interrupts: list[str] = []
-    monkeypatch.setattr(script_control, "interrupt_main_thread", lambda: interrupts.append("!"))
-    link = _Link()
-    control = ScriptControl(link, ProbeKnobs(link), stop_grace_s=0.3)  # type: ignore[arg-type]
-    control.start()
-    try:
-        _stop_taken(control, link, at_step=8, grace_s=0.3)
-        for step in range(1, 8):  # 7 steps of 0.15 s: far beyond the grace, none stalled
-            threading.Event().wait(0.15)
-            control.at_boundary(step)
-        with pytest.raises(KeyboardInterrupt):
-            control.at_boundary(8)
-        assert interrupts == [] and not control.interrupted
-    finally:
-        control.script_done()
+    control, _, interrupts = stopping
+    for step in range(1, 8):  # 7 steps of 0.15 s: far beyond the grace, none stalled
+        threading.Event().wait(0.15)
+        control.at_boundary(step)
+    with pytest.raises(KeyboardInterrupt):
+        control.at_boundary(8)
+    assert interrupts == [] and not control.interrupted
 
 
-def test_a_rank_stalled_on_its_way_to_the_stop_step_is_interrupted(monkeypatch) -> None:
+def test_a_rank_stalled_on_its_way_to_the_stop_step_is_interrupted(stopping) -> None:
     """A rank that reaches no boundary for the grace (a peer gone mid all-reduce) still ends."""
-    interrupts: list[str] = []
-    monkeypatch.setattr(script_control, "interrupt_main_thread", lambda: interrupts.append("!"))
-    link = _Link()
-    control = ScriptControl(link, ProbeKnobs(link), stop_grace_s=0.3)  # type: ignore[arg-type]
-    control.start()
-    try:
-        _stop_taken(control, link, at_step=8, grace_s=0.3)
-        control.at_boundary(1)
-        wait_until(lambda: interrupts, 30, "the stalled rank's interrupt")
-        assert control.interrupted and control.stop_reason == "stopped"
-        notes = [f["text"] for kind, f in link.sent if kind == "log"]
-        assert any(
-            "no step boundary for 0.3 s on its way to the stop after step 8" in n for n in notes
-        ), notes
-    finally:
-        control.script_done()
+    control, link, interrupts = stopping
+    control.at_boundary(1)
+    wait_until(lambda: interrupts, 30, "the stalled rank's interrupt")
+    assert control.interrupted and control.stop_reason == "stopped"
+    notes = [f["text"] for kind, f in link.sent if kind == "log"]
+    wanted = "no step boundary for 0.3 s on its way to the stop after step 8"
+    assert any(wanted in note for note in notes), notes
 
 
 def test_a_change_for_a_later_step_waits_for_that_boundary() -> None:
