@@ -17,6 +17,7 @@ import pytest
 from waiting import wait_until
 
 from gpuwatch import protocol
+from gpuwatch.core.model.messages import RankInfo
 from gpuwatch.core.model.rank_clock import (
     GROUP,
     Pong,
@@ -25,7 +26,8 @@ from gpuwatch.core.model.rank_clock import (
     shift_to_rank0,
 )
 from gpuwatch.core.run.link import LinkListener, new_authkey, private_dir, remove_private_dir
-from gpuwatch.core.run.rank_links import PING_BURST, RankRuns, placed_steps
+from gpuwatch.core.run.rank_links import PING_BURST, RankRun, RankRuns, placed_steps
+from gpuwatch.core.run.run_model import RunModel
 from gpuwatch.runner.link import Link as RunnerLink
 from gpuwatch.runner.link import parse_address
 
@@ -176,10 +178,6 @@ def test_a_rank_of_another_machine_is_drawn_on_rank_0s_clock() -> None:
 
 
 def test_a_rank_whose_clock_is_unknown_is_left_out_until_it_answers() -> None:
-    from gpuwatch.core.model.messages import RankInfo
-    from gpuwatch.core.run.rank_links import RankRun
-    from gpuwatch.core.run.run_model import RunModel
-
     model = RunModel()
     model.fold({"kind": "steps", **_steps(AHEAD_NS)})
     silent = RankRun(RankInfo(1, 0, 2, node="there"), model, pid=None, remote=True)
@@ -210,4 +208,40 @@ def test_the_runners_link_answers_a_ping_from_its_reader_with_its_clock() -> Non
     finally:
         runner.close()
         listener.close()
+        remove_private_dir(folder)
+
+
+def test_rank_0s_steps_are_kept_once_in_the_store_the_session_fills() -> None:
+    folder = private_dir()
+    key = new_authkey()
+    local = LinkListener(folder, key, many=True, handshake_timeout_s=5.0)
+    session = RunModel()  # what the Session's model does with rank 0's messages
+
+    def spawn(name: str, target: Any) -> threading.Thread:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    runs = RankRuns(
+        local,
+        primary=session.fold,
+        log_line=lambda *a: None,
+        spawn_thread=spawn,
+        primary_steps=session.steps,
+    )
+    runs.start()
+    rank0 = RunnerLink.connect(local.address, key)
+    try:
+        rank0.send("hello", **_hello(0, "here"))
+        rank0.send_batch("steps", **_steps(time.perf_counter_ns()))
+        wait_until(lambda: session.steps.count == 5, timeout=30, what="rank 0's steps")
+        run = runs.get(0)
+        assert run is not None and run.model.steps is session.steps
+        rank0.send_batch("steps", **{**_steps(time.perf_counter_ns()), "step": list(range(5, 10))})
+        wait_until(lambda: session.steps.count == 10, timeout=30, what="more steps")
+        assert len(run.model.steps.snapshot()) == 10  # once each, not twice
+    finally:
+        runs.close()
+        rank0.close()
+        local.close()
         remove_private_dir(folder)

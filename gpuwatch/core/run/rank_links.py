@@ -31,7 +31,7 @@ from gpuwatch.core.figures.rank_figures import RankSteps
 from gpuwatch.core.model.knob_values import KnobValueError, check_usable
 from gpuwatch.core.model.messages import RankInfo
 from gpuwatch.core.model.rank_clock import Pong, shift_to_rank0
-from gpuwatch.core.model.store import DEFAULT_STEP_CAPACITY
+from gpuwatch.core.model.store import DEFAULT_STEP_CAPACITY, StepStore
 from gpuwatch.core.run import link
 from gpuwatch.core.run.run_model import LogSink, RunModel
 
@@ -101,8 +101,12 @@ class RankRuns:
         log_line: LogSink,
         spawn_thread: SpawnThread,
         step_capacity: int = DEFAULT_STEP_CAPACITY,
+        primary_steps: StepStore | None = None,
     ) -> None:
         self._listener = listener
+        #: Rank 0's steps live once, in the store ``primary`` fills (the Session's): rank 0's
+        #: model reads that store and does not fold its steps a second time.
+        self._primary_steps = primary_steps
         self._primary = primary
         self._log_line = log_line
         self._spawn_thread = spawn_thread
@@ -208,6 +212,10 @@ class RankRuns:
                 run = self._register(message, lnk, remote)
                 if run is None:
                     break
+            shared = run.info.rank == 0 and self._primary_steps is not None
+            if shared and message["kind"] in ("steps", "device_marks"):
+                self._primary(message)  # into the one store rank 0's model reads
+                continue
             if message["kind"] == "pong":  # the clock's, not the model's
                 back_ns = time.perf_counter_ns()
                 run.pongs.append(Pong(message["t"], back_ns, message["clock_ns"]))
@@ -259,9 +267,12 @@ class RankRuns:
             if not quiet:
                 self._log_line(level, source, prefix + text, notice)
 
+        model = RunModel(step_capacity=self._step_capacity, log_line=rank_log)
+        if info.rank == 0 and self._primary_steps is not None:
+            model.steps = self._primary_steps
         run = RankRun(
             info=info,
-            model=RunModel(step_capacity=self._step_capacity, log_line=rank_log),
+            model=model,
             pid=pid,
             process=process,
             remote=remote,

@@ -494,6 +494,7 @@ class Session(ModelAccess):
                 log_line=self._model_log_line,
                 spawn_thread=self._spawn_thread,
                 step_capacity=self._step_capacity,
+                primary_steps=self.model.steps,
             )
             for listener in self._rank_listeners:
                 self._ranks.add_listener(listener)
