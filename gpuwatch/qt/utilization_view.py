@@ -151,6 +151,15 @@ class UtilizationView(QWidget):
             line.setZValue(-10)
             item.addItem(line)
 
+    @property
+    def y_top(self) -> float:
+        """The top of the y range (percent)."""
+        return self._y_top
+
+    def curves(self) -> tuple[pg.PlotCurveItem, pg.PlotCurveItem]:
+        """The coarse and busy curves."""
+        return self.coarse_curve, self.busy_curve
+
     def legend_texts(self) -> list[str]:
         """The names the legend shows, coarse first (for tests)."""
         return [self.coarse_curve.name() or "", self.busy_curve.name() or ""]
