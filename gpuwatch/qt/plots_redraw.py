@@ -318,6 +318,8 @@ class PlotsRedraw:
 
     def _release(self, before: _Drawn) -> None:
         """Move the plots' pixels with the view, and repaint what the frame changed."""
+        self.timeline_repaint.settle()
+        self.utilization_repaint.settle()
         timeline = self.timeline
         vb = timeline.getPlotItem().getViewBox()
         (lo_s, hi_s), width = vb.viewRange()[0], vb.width()
@@ -351,7 +353,7 @@ class PlotsRedraw:
         self.utilization_repaint.release(
             curves_from,
             whole=before.y_top != self.utilization.y_top,
-            items=[self.utilization.plot.getPlotItem().getAxis("bottom")],
+            time_axis=self.utilization.plot.getPlotItem().getAxis("bottom"),
         )
 
     def _hold_s(self, drawn: FrameRevision, hold_s: float) -> float:

@@ -26,12 +26,17 @@ import pyqtgraph as pg
 from PySide6.QtCore import QMetaObject, QRect
 from PySide6.QtWidgets import QGraphicsView
 
+from gpuwatch.qt.time_axis import TimeAxis
+
 #: Pixels repainted at each end of a moved view box, beyond the columns that changed: the
 #: view box clips its items at a rectangle that need not sit on whole pixels, and a 2 px
 #: curve pen (antialiased) reaches a pixel or two beyond its points.
 MARGIN_PX = 3
 #: A move over more than this share of the view box repaints it whole (little to keep).
 MAX_SHIFT_SHARE = 0.5
+#: How far (pixels) a time axis's first or last label may reach past the axis's ends
+#: (pyqtgraph lets labels overflow its bounding rectangle by 15 px).
+LABEL_OVERFLOW_PX = 16
 
 
 class ScrollRepaint:
@@ -71,26 +76,34 @@ class ScrollRepaint:
         """From now until ``release``, the items' changes do not repaint the plot."""
         if not self.held:
             self.held = True
+            self._settled = False
             self._held_range = self._x_range()
             self.widget.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.NoViewportUpdate)
+
+    def settle(self) -> None:
+        """The items told the scene they changed; the scene tells the views only when it
+        processes them (a queued call): now, while this view still drops what it is told.
+        (Settle every held plot before releasing any: a scene's processing can paint
+        another view's pending updates at once.)"""
+        if self.held and not self._settled:
+            self._settled = True
+            QMetaObject.invokeMethod(self.widget.scene(), "_q_processDirtyItems")
 
     def release(
         self,
         changed_from_s: float | None = None,
         *,
         whole: bool = False,
-        items: Sequence[pg.AxisItem] = (),
+        time_axis: TimeAxis | None = None,
     ) -> None:
         """End the hold: the view box's items changed from x ``changed_from_s`` on (data
         coordinates; None: nothing changed but the view's range), or in ways only a repaint
-        of the ``whole`` plot shows; the axes among ``items`` changed (the others are
-        repainted only where their ticks reach into the view box)."""
+        of the ``whole`` plot shows. ``time_axis``: the axis under the view box that scrolls
+        with it (its ticks and labels move with the view's pixels unless they changed)."""
         if not self.held:
             return
+        self.settle()
         widget = self.widget
-        # The items told the scene they changed; the scene tells the views only when it
-        # processes them (a queued call): now, while this view still drops what it is told.
-        QMetaObject.invokeMethod(widget.scene(), "_q_processDirtyItems")
         widget.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.MinimalViewportUpdate)
         self.held = False
         was, now = self._held_range, self._x_range()
@@ -105,27 +118,56 @@ class ScrollRepaint:
             viewport.update()
             return
         self.moved += 1
+        # The rows whose pixels move: the view box's, and the time axis's ticks and labels
+        # when they only moved with it (its title below them stays).
+        moving = box
+        axis_rect = None
+        if time_axis is not None and time_axis.isVisible():
+            axis_rect = self._axis_rect(time_axis)
+            if time_axis.lay_out_now() == -shift:
+                title = widget.mapFromScene(time_axis.label.sceneBoundingRect()).boundingRect()
+                bottom = min(axis_rect.bottom(), title.top() - 1)
+                moving = box.united(
+                    QRect(box.left(), box.top(), box.width(), bottom - box.top() + 1)
+                )
+                axis_rect = None
         if shift:
-            viewport.scroll(-shift, 0, box)
-        first = box.right() + 1 - shift - MARGIN_PX
+            viewport.scroll(-shift, 0, moving)
+        # The left end, where the axes' ticks reach in and the time axis's first label may
+        # reach out, and the right end from the first change on.
+        reach = max((self._tick_reach(a) for a in self.axes if a.isVisible()), default=0)
+        left = QRect(moving.left(), moving.top(), MARGIN_PX + reach, moving.height())
+        if moving is not box:
+            left = left.united(
+                QRect(
+                    box.left() - LABEL_OVERFLOW_PX,
+                    box.bottom() + 1,
+                    LABEL_OVERFLOW_PX,
+                    moving.bottom() - box.bottom(),
+                )
+            )
+        viewport.update(left)
+        first = moving.right() + 1 - shift - MARGIN_PX
         if changed_from_s is not None:
             x = self.view_box.mapViewToDevice(pg.Point(changed_from_s, 0.0))
             if x is not None and math.isfinite(x.x()):
                 first = min(first, math.floor(x.x()) - MARGIN_PX)
-        first = max(first, box.left())
-        viewport.update(QRect(first, box.top(), box.right() + 1 - first, box.height()))
-        viewport.update(QRect(box.left(), box.top(), MARGIN_PX, box.height()))
-        for axis in self.axes:
-            if axis.isVisible():
-                rect = self._axis_rect(axis)
-                viewport.update(rect if axis in items else rect.intersected(box))
+        first = max(first, moving.left())
+        right_end = moving.right() + 1 + (LABEL_OVERFLOW_PX if moving is not box else 0)
+        viewport.update(QRect(first, moving.top(), right_end - first, moving.height()))
+        if axis_rect is not None:
+            viewport.update(axis_rect)
+
+    @staticmethod
+    def _tick_reach(axis: pg.AxisItem) -> int:
+        """How far (pixels) an axis's ticks reach into the plot (pyqtgraph: a negative
+        tick length)."""
+        return math.ceil(max(0.0, -float(axis.style["tickLength"]))) + 1
 
     def _axis_rect(self, axis: pg.AxisItem) -> QRect:
-        """Where ``axis`` paints in the viewport: its own rectangle, and its ticks where they
-        reach into the view box (pyqtgraph's bounding rectangle is wider still)."""
-        reach = max(0.0, -float(axis.style["tickLength"])) + 1.0
-        rect = axis.mapRectToScene(axis.rect()).adjusted(-reach, -reach, reach, reach)
-        return self.widget.mapFromScene(rect).boundingRect()
+        """Where ``axis`` paints in the viewport: pyqtgraph's bounding rectangle (its own,
+        its ticks reaching into the plot, labels reaching past its ends)."""
+        return self.widget.mapFromScene(axis.sceneBoundingRect()).boundingRect()
 
     @staticmethod
     def _shift(
@@ -151,18 +193,30 @@ def first_change(old: np.ndarray, new: np.ndarray, kept_from: float, tol: float)
     by x) differ, over the rectangles that end at or after ``kept_from`` (the others lie in
     the repainted margin at the left end, or left the view); None if they are the same.
     Values closer than ``tol`` are the same."""
-    old = old[old[:, 0] + old[:, 2] >= kept_from]
-    new = new[new[:, 0] + new[:, 2] >= kept_from]
+    if old is new or (not len(old) and not len(new)):
+        return None
+    old = old[_first_ending_at(old, kept_from) :]
+    new = new[_first_ending_at(new, kept_from) :]
     k = min(len(old), len(new))
-    same = np.all(np.abs(old[:k] - new[:k]) <= tol, axis=1)
-    if not same.all():
-        j = int(np.argmin(same))
-        return float(min(old[j, 0], new[j, 0]))
+    if k:
+        differ = np.abs(old[:k] - new[:k]).max(axis=1) > tol
+        j = int(differ.argmax())
+        if differ[j]:
+            return float(min(old[j, 0], new[j, 0]))
     if len(old) > k:
         return float(old[k, 0])
     if len(new) > k:
         return float(new[k, 0])
     return None
+
+
+def _first_ending_at(rects: np.ndarray, x: float) -> int:
+    """The first of ``rects`` (sorted by x) from which on every one ends at or after ``x``
+    (the running rightmost edge reaches it)."""
+    if not len(rects):
+        return 0
+    reach = np.maximum.accumulate(rects[:, 0] + rects[:, 2])
+    return int(reach.searchsorted(x, "left"))
 
 
 def first_point_change(old: Sequence[np.ndarray], new: Sequence[np.ndarray]) -> int | None:
