@@ -23,8 +23,6 @@ from PySide6.QtGui import QBrush, QColor, QPainter, QPainterPath
 from PySide6.QtWidgets import QStyleOptionGraphicsItem, QWidget
 from shiboken6 import Shiboken
 
-from gpuwatch.qt.exposed import exposed_x
-
 
 class SpanLayer:
     """One category's spans (x in seconds) in a ``LaneSpans`` item, all in one colour."""
@@ -37,10 +35,6 @@ class SpanLayer:
         self.brush = QBrush(self.base)
         #: ``(n, 4)`` float64 rows of x, y, width, height (what ``drawRects`` reads).
         self.rects = np.zeros((0, 4))
-        #: The running maximum of the rectangles' right edges (``overlapping``), and
-        #: whether the rectangles are sorted by their left edge.
-        self._reach: np.ndarray | None = None
-        self._sorted = True
         self.y0 = 0.0
         self.height = 0.0
         self._visible = True
@@ -55,19 +49,6 @@ class SpanLayer:
 
     def count(self) -> int:
         return len(self.rects)
-
-    def overlapping(self, left: float, right: float) -> np.ndarray:
-        """The rectangles reaching into ``[left, right]``, as a slice of ``rects`` (all of
-        them unless they are sorted by their left edge)."""
-        rects = self.rects
-        if not self._sorted:
-            return rects
-        reach = self._reach
-        if reach is None or len(reach) != len(rects):
-            reach = self._reach = np.maximum.accumulate(rects[:, 0] + rects[:, 2])
-        first = int(np.searchsorted(reach, left, "left"))
-        last = int(np.searchsorted(rects[:, 0], right, "right"))
-        return rects[first:last]
 
     def isVisible(self) -> bool:
         return self._visible
@@ -89,8 +70,6 @@ class SpanLayer:
         rects[:, 2] = np.asarray(x1) - rects[:, 0]
         rects[:, 3] = height
         self.rects, self.y0, self.height = rects, float(y0), float(height)
-        self._reach = None
-        self._sorted = bool(n < 2 or (rects[1:, 0] >= rects[:-1, 0]).all())
 
     def set_rects(self, x0: np.ndarray, x1: np.ndarray, y0: np.ndarray, height: float) -> None:
         """As ``set_spans``, each span on its own row: ``y0`` per span (rank lanes)."""
@@ -160,19 +139,13 @@ class LaneSpans(pg.GraphicsObject):
         widget: QWidget | None = None,
     ) -> None:
         painter.setPen(Qt.PenStyle.NoPen)
-        # A followed view repaints a few columns (``scroll_repaint``): only their spans.
-        shown = exposed_x(painter)
         for layer in self.layers:
-            if not len(layer.rects) or not layer._visible:
-                continue
-            painter.setBrush(layer.brush)
-            parts = [layer.rects] if shown is None else [layer.overlapping(*x) for x in shown]
-            for rects in parts:
-                if len(rects):
-                    # The array's memory as a C array of QRectF: no Python object per
-                    # rectangle (a slice of rows is contiguous too).
-                    first = cast(QRectF, Shiboken.wrapInstance(rects.ctypes.data, QRectF))
-                    painter.drawRects(first, len(rects))
+            rects = layer.rects
+            if len(rects) and layer._visible:
+                painter.setBrush(layer.brush)
+                # The array's memory as a C array of QRectF: no Python object per rectangle.
+                first = cast(QRectF, Shiboken.wrapInstance(rects.ctypes.data, QRectF))
+                painter.drawRects(first, len(rects))
 
 
 def _bounds(layers: Sequence[SpanLayer]) -> QRectF:

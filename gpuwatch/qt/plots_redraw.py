@@ -13,10 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QObject, QSize, Qt
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QBoxLayout, QLabel, QSizePolicy, QSplitter, QWidget
@@ -34,18 +31,11 @@ from gpuwatch.core.figures.frame import (
 )
 from gpuwatch.core.figures.timeline_bins import TimelineBins
 from gpuwatch.core.files.replay import ReplaySession
-from gpuwatch.core.model.store import SeriesView
 from gpuwatch.qt import palette
 from gpuwatch.qt.change_markers import ChangeMarkers
 from gpuwatch.qt.gap_tint import legend as gap_legend
 from gpuwatch.qt.headline_bar import HeadlineBar
 from gpuwatch.qt.run_session import RunSession
-from gpuwatch.qt.scroll_repaint import (
-    MARGIN_PX,
-    ScrollRepaint,
-    first_change,
-    first_point_change,
-)
 from gpuwatch.qt.timeline_view import TimelineView, settle_before_paint
 from gpuwatch.qt.utilization_view import UtilizationView
 
@@ -107,35 +97,6 @@ class SteadyHeight(QWidget):
         return False
 
 
-#: The left margin (pixels) whose spans are repainted anyway after a move (what
-#: ``ScrollRepaint`` repaints at the view box's left end, less a pixel for its rounding).
-MARGIN_S_PX = MARGIN_PX - 1
-#: Span ends (seconds) closer than this are the same: the minimum drawn width of a span is
-#: a pixel of the view, whose nanosecond ends move by rounding as it scrolls.
-SAME_X_S = 1e-9
-
-
-@dataclass(frozen=True)
-class _Drawn:
-    """What a frame's moving items showed before it (``PlotsRedraw._drawn_items``)."""
-
-    dense: bool
-    layers: list[tuple[np.ndarray, bool]]
-    curves: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
-    y_top: float
-
-
-def _curve_data(curve: pg.PlotCurveItem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A curve's points and which of them connect to the next (``step_series``'s arrays)."""
-    x, y = curve.xData, curve.yData
-    x = np.empty(0) if x is None else x
-    y = np.empty(0) if y is None else y
-    connect = curve.opts.get("connect")
-    if not isinstance(connect, np.ndarray) or len(connect) != len(x):
-        connect = np.full(len(x), -1 if connect is None else hash(str(connect)) % 1000)
-    return x, y, connect
-
-
 class PlotsRedraw:
     """Timeline, utilization, their caption and the headline bar of one window."""
 
@@ -180,14 +141,6 @@ class PlotsRedraw:
         self.due_in_s: float | None = None
         #: The clock the runner's marks are on (this machine's ``perf_counter_ns``).
         self.clock_ns: Callable[[], int] = time.perf_counter_ns
-        #: While a live run is followed, each plot's pixels move with the view and only the
-        #: new or changed columns are repainted (``scroll_repaint``).
-        self.timeline_repaint = ScrollRepaint(self.timeline)
-        self.utilization_repaint = ScrollRepaint(self.utilization.plot)
-        #: Seconds of the last ``plots`` spent on what Qt otherwise does just before the
-        #: paint (the scenes' changed items) and on finding what to repaint: the paint's
-        #: work, not the frame's (``MainWindow`` leaves it out of a tick's cost).
-        self.paint_work_s = 0.0
 
     @property
     def bins(self) -> TimelineBins:
@@ -217,7 +170,6 @@ class PlotsRedraw:
         now = time.monotonic()
         since_drawn = now - self.drawn_at
         self.due_in_s = None
-        self.paint_work_s = 0.0
         # Scrolling with "now" is paced; a view the user moves is followed at once.
         scroll_gap = SCROLL_FRAME_S if live and follow else NEW_STEPS_FRAME_S
         drawn = self.last_key
@@ -239,132 +191,32 @@ class PlotsRedraw:
         revision = revised[0]
         if not frame_due(revision, drawn, since_drawn, scroll_gap):
             return False  # nothing new, or not yet worth a frame: an idle window costs ~nothing
-        # A dense timeline is repainted whole (its image is not laid on whole pixels), and
-        # then moving only the utilization plot saves less than the holding costs.
-        moving = (
+        if follow:
+            self.timeline.getPlotItem().getViewBox().setXRange(lo_s, hi_s, padding=0)
+        scrolled_only = (
             live
             and follow
             and drawn is not None
             and not self.timeline.dense
+            and revision.same_data(drawn)
             and lo_ns >= drawn.lo_ns
-            and (revision.width_px, revision.device_kind, revision.choice)
-            == (drawn.width_px, drawn.device_kind, drawn.choice)
         )
-        before = self._drawn_items() if moving else None
-        if before is not None:
-            self.timeline_repaint.hold()
-            self.utilization_repaint.hold()
-        try:
-            scrolled_only = (
-                moving
-                and drawn is not None
-                and not self.timeline.dense
-                and revision.same_data(drawn)
-            )
-            if not self._draw(
-                revised,
-                run,
-                live=live,
-                follow=follow,
-                lo_s=lo_s,
-                hi_s=hi_s,
-                scrolled_only=scrolled_only,
-            ):
-                return False
-            for plot in (self.timeline, self.utilization.plot):
-                settle_before_paint(plot)  # one paint per frame, not one per item that moved
-        finally:
-            if before is not None:
-                started = time.perf_counter()
-                self._release(before)
-                self.paint_work_s = time.perf_counter() - started
-            else:
-                self.timeline_repaint.forget()
-                self.utilization_repaint.forget()
-        self.last_key, self.drawn_at = revision, now
-        self.frames_drawn += 1
-        return True
-
-    def _draw(
-        self,
-        revised: tuple[FrameRevision, SeriesView],
-        run: RunData,
-        *,
-        live: bool,
-        follow: bool,
-        lo_s: float,
-        hi_s: float,
-        scrolled_only: bool,
-    ) -> bool:
-        """The frame's changes to the plots' items; False if the presenter had nothing new."""
-        revision = revised[0]
-        t0, lo_ns, hi_ns = self.session.t0_ns, revision.lo_ns, revision.hi_ns
-        if follow:
-            self.timeline.getPlotItem().getViewBox().setXRange(lo_s, hi_s, padding=0)
         if scrolled_only:
             self.timeline.shade_lanes(t0, lo_ns, hi_ns)
-            return True
-        # Nothing more will come: the run is over (a replay only once played to its end).
-        final = not live and (self.replay is None or self.replay.at_end)
-        frame = self.presenter.plots(
-            run, lo_ns, hi_ns, revision.width_px, final=final, revised=revised
-        )
-        if frame is None:
-            return False
-        self.timeline.show_frame(frame.timeline)
-        self.utilization.show_frame(frame.utilization)
-        self.caption(frame.timeline.device_kind, self.timeline.dense)
+        else:
+            # Nothing more will come: the run is over (a replay only once played to its end).
+            final = not live and (self.replay is None or self.replay.at_end)
+            frame = self.presenter.plots(run, lo_ns, hi_ns, width, final=final, revised=revised)
+            if frame is None:
+                return False
+            self.timeline.show_frame(frame.timeline)
+            self.utilization.show_frame(frame.utilization)
+            self.caption(frame.timeline.device_kind, self.timeline.dense)
+        self.last_key, self.drawn_at = revision, now
+        self.frames_drawn += 1
+        for plot in (self.timeline, self.utilization.plot):
+            settle_before_paint(plot)  # one paint per frame, not one per item that moved
         return True
-
-    def _drawn_items(self) -> _Drawn:
-        """What the plots' moving items show now, to find what a frame changed."""
-        timeline = self.timeline
-        return _Drawn(
-            dense=timeline.dense,
-            layers=[(layer.rects, layer.isVisible()) for layer in timeline.spans.layers],
-            curves=[_curve_data(c) for c in self.utilization.curves()],
-            y_top=self.utilization.y_top,
-        )
-
-    def _release(self, before: _Drawn) -> None:
-        """Move the plots' pixels with the view, and repaint what the frame changed."""
-        self.timeline_repaint.settle()
-        self.utilization_repaint.settle()
-        timeline = self.timeline
-        vb = timeline.getPlotItem().getViewBox()
-        (lo_s, hi_s), width = vb.viewRange()[0], vb.width()
-        px_s = (hi_s - lo_s) / width if width > 0 else 0.0
-        # The timeline: its sparse spans, compared layer by layer (the dense image, or a
-        # change between dense and sparse, repaints it whole).
-        lanes_from: float | None = None
-        whole = before.dense or timeline.dense
-        if not whole:
-            kept_from = lo_s + MARGIN_S_PX * px_s
-            for (rects, shown), layer in zip(before.layers, timeline.spans.layers, strict=True):
-                if shown != layer.isVisible():
-                    whole = True
-                    break
-                if not shown:
-                    continue
-                x = first_change(rects, layer.rects, kept_from, SAME_X_S)
-                if x is not None:
-                    lanes_from = x if lanes_from is None else min(lanes_from, x)
-        self.timeline_repaint.release(lanes_from, whole=whole)
-        # The utilization: its two curves, from the segment into their first changed point
-        # (the time axis below is repainted whole; a new y range repaints all).
-        curves_from: float | None = None
-        for old, curve in zip(before.curves, self.utilization.curves(), strict=True):
-            new = _curve_data(curve)
-            i = first_point_change(old, new)
-            if i is not None:
-                xs = [float(d[0][max(i - 1, 0)]) for d in (old, new) if len(d[0])]
-                x = min(xs) if xs else lo_s
-                curves_from = x if curves_from is None else min(curves_from, x)
-        self.utilization_repaint.release(
-            curves_from,
-            whole=before.y_top != self.utilization.y_top,
-            time_axis=self.utilization.plot.getPlotItem().getAxis("bottom"),
-        )
 
     def _hold_s(self, drawn: FrameRevision, hold_s: float) -> float:
         """How long the steps that arrived since ``drawn`` wait for more (0: none arrived)."""

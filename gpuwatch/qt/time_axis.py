@@ -155,18 +155,6 @@ class TimeAxis(pg.AxisItem):
         self.recorded = 0
         self.laid_out = 0
 
-    def lay_out_now(self) -> float | None:
-        """Lay the ticks out for the current range now rather than in the next paint;
-        returns how many pixels the picture moved if it only moved (the same ticks and
-        labels, the same axis line), else None."""
-        before = (self._ticks, self._axis_line, self._shift)
-        if self.picture is None:
-            self._lay_out()
-        ticks, line, shift = before
-        if ticks is None or ticks is not self._ticks or line != self._axis_line:
-            return None
-        return self._shift - shift
-
     def paint(self, p: QPainter, opt: object, widget: object) -> None:
         if self.picture is None:  # the range, size or style changed since the last paint
             self._lay_out()

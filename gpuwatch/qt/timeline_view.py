@@ -41,7 +41,6 @@ from gpuwatch.qt.dense_lanes import (
     render,
     rgba,
 )
-from gpuwatch.qt.exposed import RegionPainted
 from gpuwatch.qt.gap_tint import CAUSE_COLORS
 from gpuwatch.qt.lane_spans import LaneSpans, SpanLayer
 
@@ -116,7 +115,7 @@ def lane_y(row: int, n_lanes: int) -> float:
     return n_lanes - 1 - row - BAR_HEIGHT / 2
 
 
-class TimelineView(RegionPainted, pg.PlotWidget):
+class TimelineView(pg.PlotWidget):
     """Host phase lanes above a device lane, drawn from a ``StepsView``."""
 
     def __init__(self) -> None:

@@ -13,15 +13,11 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from pyqtgraph.graphicsItems.PlotCurveItem import arrayToLineSegments  # type: ignore[import-untyped]
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QPainter
-from PySide6.QtWidgets import QLabel, QStyleOptionGraphicsItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from gpuwatch.core.figures.frame import CoarseChoice, UtilizationFrame
 from gpuwatch.core.model.store import SeriesView
 from gpuwatch.qt import palette
-from gpuwatch.qt.exposed import RegionPainted, exposed_x
 from gpuwatch.qt.spans import step_series
 from gpuwatch.qt.theme import theme_manager
 from gpuwatch.qt.time_axis import TimeAxis
@@ -54,7 +50,7 @@ class UtilizationView(QWidget):
         self.note_label.hide()
         layout.addWidget(self.note_label)
         # The shared time axis of both plots, redrawn by moving its ticks as it scrolls.
-        self.plot = UtilizationPlot(background=palette.BACKGROUND, axisItems={"bottom": TimeAxis()})
+        self.plot = pg.PlotWidget(background=palette.BACKGROUND, axisItems={"bottom": TimeAxis()})
         style_plot(self.plot)
         layout.addWidget(self.plot, 1)
         item = self.plot.getPlotItem()
@@ -62,8 +58,10 @@ class UtilizationView(QWidget):
         item.setLabel("bottom", "seconds since start", color=palette.FOREGROUND)
         item.setYRange(0, 105, padding=0)
         # 2 px is affordable here: a few hundred points, unlike the timeline's many spans.
-        self.coarse_curve = StepCurve(pen=pg.mkPen(palette.COARSE, width=2), name="coarse")
-        self.busy_curve = StepCurve(pen=pg.mkPen(palette.DEVICE_ACTIVE, width=2), name="busy")
+        self.coarse_curve = pg.PlotCurveItem(pen=pg.mkPen(palette.COARSE, width=2), name="coarse")
+        self.busy_curve = pg.PlotCurveItem(
+            pen=pg.mkPen(palette.DEVICE_ACTIVE, width=2), name="busy"
+        )
         self.plot.addItem(self.coarse_curve)
         self.plot.addItem(self.busy_curve)
         self._y_top = 0.0
@@ -153,92 +151,9 @@ class UtilizationView(QWidget):
             line.setZValue(-10)
             item.addItem(line)
 
-    @property
-    def y_top(self) -> float:
-        """The top of the y range (percent)."""
-        return self._y_top
-
-    def curves(self) -> tuple[StepCurve, StepCurve]:
-        """The coarse and busy curves."""
-        return self.coarse_curve, self.busy_curve
-
     def legend_texts(self) -> list[str]:
         """The names the legend shows, coarse first (for tests)."""
         return [self.coarse_curve.name() or "", self.busy_curve.name() or ""]
-
-
-class UtilizationPlot(RegionPainted, pg.PlotWidget):
-    """The plot of the curves, its paint regions known to them (``exposed``)."""
-
-
-class StepCurve(pg.PlotCurveItem):
-    """A step series whose paint strokes only the points near the part being repainted.
-
-    A followed plot repaints a few new columns a frame (``scroll_repaint``); stroking the
-    whole curve to show a few of its pixels cost as much as a full repaint. The part
-    stroked is drawn as pyqtgraph draws the whole curve (line segments for a thick opaque
-    pen without antialiasing, else a path), from a few points beyond the exposed rectangle:
-    the same segments there, so the same pixels in it.
-    """
-
-    #: Points this far (pixels) beyond the exposed rectangle are stroked too: a 2 px pen
-    #: (its antialiased edge, its joins) reaches less than this from a point.
-    REACH_PX = 4.0
-
-    def paint(
-        self, p: QPainter, opt: QStyleOptionGraphicsItem | None, widget: QWidget | None
-    ) -> None:
-        parts = self._parts(p, opt)
-        if parts is None:
-            super().paint(p, opt, widget)
-            return
-        finite = not self.opts["skipFiniteCheck"]
-        pen = self.opts["pen"]
-        p.setRenderHint(QPainter.RenderHint.Antialiasing, self.opts["antialias"])
-        p.setPen(pen)
-        for first, last in parts:
-            x, y = self.xData[first:last], self.yData[first:last]
-            connect = self.opts["connect"][first:last]
-            if self._shouldUseDrawLineSegments(pen):
-                p.drawLines(*arrayToLineSegments(x, y, connect, finite).drawargs())
-            else:
-                p.drawPath(pg.arrayToQPath(x, y, connect=connect, finiteCheck=finite))
-
-    def _parts(
-        self, p: QPainter, opt: QStyleOptionGraphicsItem | None
-    ) -> list[tuple[int, int]] | None:
-        """The runs of points to stroke for what the paint shows, or None for the whole
-        curve (also for a curve drawn some other way than a plain stroke of sorted points)."""
-        x, y, connect = self.xData, self.yData, self.opts["connect"]
-        pen = self.opts["pen"]
-        if (
-            x is None
-            or y is None
-            or len(x) < 2
-            or not isinstance(connect, np.ndarray)
-            or pen is None
-            or pen.style() == Qt.PenStyle.NoPen
-            or self.opts["fillLevel"] is not None
-            or self.opts["stepMode"]
-            or self.opts["shadowPen"] is not None
-            or self.opts["compositionMode"] is not None
-            or self._exportOpts is not False
-        ):
-            return None
-        shown = exposed_x(p, self.REACH_PX)
-        if shown is None:
-            return None
-        parts: list[tuple[int, int]] = []
-        for lo, hi in shown:
-            first = max(int(np.searchsorted(x, lo, "left")) - 2, 0)
-            last = min(int(np.searchsorted(x, hi, "right")) + 2, len(x))
-            if parts and first <= parts[-1][1]:
-                parts[-1] = (parts[-1][0], last)
-            else:
-                parts.append((first, last))
-        if parts == [(0, len(x))]:
-            return None
-        return [(a, b) for a, b in parts if b - a >= 2]
 
 
 def _set_steps(
