@@ -229,6 +229,7 @@ def _lane_labels(win) -> list[str]:
 def test_stage_layout_keeps_lanes_scoreboard_and_caption_readable(light, show_window, qtbot, size):
     from gpuwatch.core.run.tour import Stage, TourProgress
     from gpuwatch.qt.presentation import STAGE_COLUMNS, presentation_scale
+    from gpuwatch.qt.scoreboard_view import RANK_COLUMNS
     from gpuwatch.qt.timeline_view import MERGED_LANES
 
     win = show_window(Session())
@@ -281,7 +282,13 @@ def test_stage_layout_keeps_lanes_scoreboard_and_caption_readable(light, show_wi
     win.presentation.set_active(False)
     assert caption.parentWidget() is home and not win.tour.compact
     assert _lane_labels(win) == desk_lanes
-    assert not any(table.isColumnHidden(i) for i in range(table.model().columnCount()))
+    # every desk column is back; the rank columns stay hidden for a run of one process
+    hidden = {
+        table.model().headerData(i, Qt.Orientation.Horizontal)
+        for i in range(table.model().columnCount())
+        if table.isColumnHidden(i)
+    }
+    assert hidden == set(RANK_COLUMNS), hidden
     assert not stage_dock.isVisible()
 
 

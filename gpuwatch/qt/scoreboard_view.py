@@ -466,6 +466,7 @@ class ScoreboardView(QWidget):
         self.table.customContextMenuRequested.connect(self._context_menu)
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._sync_controls())
         layout.addWidget(self.table, 1)
+        self._show_rank_columns()  # hidden from the start: no run of many ranks yet
         self._sync_controls()
 
     def changeEvent(self, event: QEvent) -> None:
