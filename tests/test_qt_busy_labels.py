@@ -40,6 +40,7 @@ WINDOW_WORDS = re.compile(
     r"\blast \d+(?:\.\d+)? s\b"  # the headline, presentation mode
     r"|\bsame periods as the (?:coarse|runner CPU|NVML) samples\b"  # coarse vs fine, the plot
     r"|\bthis configuration, steady steps\b"  # the scoreboard
+    r"|\beach rank's newest [\d,]+ steps\b"  # the Ranks tab
 )
 #: A busy figure's name: "stream active" is CUDA's (a figure: followed by a % or a number; the
 #: timeline's "CUDA stream active" lane legend names spans, not a figure).

@@ -22,12 +22,17 @@ from PySide6.QtWidgets import (
 
 from gpuwatch.core.figures.advisor import RankedRun
 from gpuwatch.core.figures.rank_figures import RankFigures, Straggler, find_straggler
+from gpuwatch.core.run.session import RANK_FIGURES_STEPS
 
 HINT_NO_RANKS = (
     "A run of many ranks shows each rank here: gpuwatch run --nproc-per-node N train.py, or "
     "gpuwatch run -m torch.distributed.run … train.py"
 )
 NO_STRAGGLER = "No straggler: no rank's input wait, forward or step time stands out."
+BUSY_TIP = (
+    f"Busy over each rank's newest {RANK_FIGURES_STEPS:,} steps: the share of their time its "
+    "device worked (stream active on CUDA, the compute phases on a CPU), as the headline's"
+)
 ALLREDUCE_TIP = (
     "DDP's own timing of its gradient all-reduce (the backward's first bucket sent to the last "
     "one done, the wait for the other ranks included), sampled by DDP on its first 10 "
@@ -88,7 +93,12 @@ class RanksView(QWidget):
         self._fitted: tuple[bool, int | None] = (False, None)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
-        for column, tip in (("All-reduce p50 ms", ALLREDUCE_TIP), ("GPU util", GPU_UTIL_TIP)):
+        tips = (
+            ("Busy", BUSY_TIP),
+            ("All-reduce p50 ms", ALLREDUCE_TIP),
+            ("GPU util", GPU_UTIL_TIP),
+        )
+        for column, tip in tips:
             header = self.table.horizontalHeaderItem(COLUMNS.index(column))
             if header is not None:
                 header.setToolTip(tip)
