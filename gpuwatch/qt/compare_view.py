@@ -24,7 +24,6 @@ from PySide6.QtWidgets import (
 
 from gpuwatch.core.figures.analysis import phase_durations
 from gpuwatch.core.files.replay import ReplaySession
-from gpuwatch.core.model.store import StepsView
 from gpuwatch.protocol import ALL_PHASES
 from gpuwatch.qt.compare_summary import describe, shared_baseline
 from gpuwatch.qt.scoreboard_view import ScoreboardView
@@ -51,14 +50,7 @@ def breakdown(session: ReplaySession) -> list[SegmentBreakdown]:
     for change in session.config_changes():
         mask = (view.config == change.id) & (view.step >= change.first_step + change.warmup_steps)
         # Per segment, like the scoreboard: `other` of a segment's last step is not booked.
-        sub = StepsView(
-            view.step[mask],
-            view.config[mask],
-            view.samples[mask],
-            view.host[mask],
-            view.device[mask],
-            view.has_device[mask],
-        )
+        sub = view.rows(mask)
         n = len(sub)
         if n == 0:
             continue

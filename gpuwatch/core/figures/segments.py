@@ -393,14 +393,7 @@ class Scoreboard:
                 rows.append(self._relabelled(change))
                 continue
             mask = view.config == change.id
-            sub = StepsView(
-                view.step[mask],
-                view.config[mask],
-                view.samples[mask],
-                view.host[mask],
-                view.device[mask],
-                view.has_device[mask],
-            )
+            sub = view.rows(mask)
             finished = not running or any(i > change.id for i in later_ids)
             row = segment_stats(
                 sub,

@@ -151,19 +151,7 @@ class TimelineBins:
         view = store.snapshot(since_ns=origin_ns + start_k * width - LOOKBACK_NS, before=1)
         later = view.host[:, 0] >= origin_ns + limit_k * width
         if later.any():
-            view = StepsView(
-                *(
-                    column[~later]
-                    for column in (
-                        view.step,
-                        view.config,
-                        view.samples,
-                        view.host,
-                        view.device,
-                        view.has_device,
-                    )
-                )
-            )
+            view = view.rows(~later)
         if len(view):
             self._reprice(view, changes, start_k)
         # Steps past the limit exist: the last one before it is complete (its successor is in).

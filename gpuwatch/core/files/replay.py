@@ -32,7 +32,6 @@ from gpuwatch.core.model.store import (
     DEFAULT_SERIES_CAPACITY,
     DEFAULT_STEP_CAPACITY,
     SeriesStore,
-    StepsView,
 )
 from gpuwatch.core.run.rank_devices import device_key
 from gpuwatch.core.run.run_model import ModelAccess, RunModel
@@ -212,7 +211,7 @@ class ReplaySession(ModelAccess):
                     info.rank,
                     info.local_rank,
                     info.node,
-                    _part(view, first, n),
+                    view.rows(slice(first, n)),
                     world_size=info.world_size,
                     node_rank=info.node_rank,
                     collective=[c for c in rank.collective if c.t_ns <= self._position_ns],
@@ -257,7 +256,7 @@ class ReplaySession(ModelAccess):
             ends = rank.steps.host[:, -1]
             first = int(np.searchsorted(ends, since_ns, side="left"))
             last = int(np.searchsorted(ends, self._position_ns, side="right"))
-            found.append(RankSteps(rank.info, _part(rank.steps, first, max(first, last))))
+            found.append(RankSteps(rank.info, rank.steps.rows(slice(first, max(first, last)))))
         return found
 
     # ---- Play control ------------------------------------------------------------------
@@ -369,16 +368,3 @@ class ReplaySession(ModelAccess):
         # The GUI's own lines were recorded as messages; the fold's copies would repeat them.
         if source != "gpuwatch":
             self._log.append(LogLine(self._now, level, source, text, notice))
-
-
-def _part(view: StepsView, start: int, stop: int) -> StepsView:
-    """Steps ``start:stop`` of ``view`` (views of its arrays, not copies)."""
-    cut = slice(start, stop)
-    return StepsView(
-        view.step[cut],
-        view.config[cut],
-        view.samples[cut],
-        view.host[cut],
-        view.device[cut],
-        view.has_device[cut],
-    )

@@ -39,6 +39,17 @@ class StepsView:
     def __len__(self) -> int:
         return int(self.step.shape[0])
 
+    def rows(self, which: slice | np.ndarray) -> StepsView:
+        """The steps ``which`` selects (a slice or a boolean mask), every column alike."""
+        return StepsView(
+            self.step[which],
+            self.config[which],
+            self.samples[which],
+            self.host[which],
+            self.device[which],
+            self.has_device[which],
+        )
+
     def shifted(self, by_ns: np.ndarray) -> StepsView:
         """The same steps with every mark moved by ``-by_ns`` (one value per step): another
         machine's marks put on this machine's clock (``rank_clock``)."""
