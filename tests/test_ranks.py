@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client
+from typing import get_args
 
 import numpy as np
 import pytest
@@ -20,8 +21,10 @@ from gpuwatch import protocol
 from gpuwatch.cli import torchrun_args
 from gpuwatch.core.figures.advisor import advise, context_of
 from gpuwatch.core.figures.rank_figures import (
+    RULE_QUANTITY,
     RankFigures,
     Straggler,
+    StragglerRule,
     find_straggler,
     rank_line,
     with_ranks,
@@ -450,9 +453,10 @@ def test_the_advisor_names_the_straggler_first_and_offers_no_knob() -> None:
         ("step", "step time"),
     ],
 )
-def test_every_straggler_rule_gives_the_advisor_a_card(rule: str, quantity: str) -> None:
-    """Each rule ``find_straggler`` can name becomes a card (an unknown one once raised in
-    the window's refresh and froze its panels)."""
+def test_every_straggler_rule_gives_the_advisor_a_card(rule: StragglerRule, quantity: str) -> None:
+    """Each rule ``find_straggler`` can name becomes a card: a rule without one would raise
+    in the window's panel refresh and stop its panels."""
+    assert set(RULE_QUANTITY) == set(get_args(StragglerRule))
     ctx = context_of(_RankedRun(_ranks(EVEN, EVEN)))  # type: ignore[arg-type]
     ctx = dataclasses.replace(ctx, straggler=Straggler(1, rule, "rank 1 is late"))
     [finding] = [f for f in advise([_steady()], ctx) if f.rule == "straggler"]

@@ -17,7 +17,12 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from gpuwatch.core.figures.kernel_window import KernelWindow, WindowSummary
-from gpuwatch.core.figures.rank_figures import RankFigures, Straggler, find_straggler
+from gpuwatch.core.figures.rank_figures import (
+    RULE_QUANTITY,
+    RankFigures,
+    Straggler,
+    find_straggler,
+)
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.figures.speed_noise import noise_band
 from gpuwatch.core.model.knob_values import KnobValueError, check_usable, schema_by_name
@@ -719,15 +724,6 @@ def advise(
     return sorted(findings, key=lambda f: -f.impact)
 
 
-#: The measured quantity each straggler rule (``rank_figures.Straggler.rule``) compares.
-STRAGGLER_QUANTITY = {
-    "input": "input wait",
-    "compute": "forward",
-    "allreduce": "all-reduce wait",
-    "step": "step time",
-}
-
-
 def _rank_rules(ctx: Context) -> list[Finding]:
     """The straggler of a run of many ranks: first among fixes (every rank runs at its pace)."""
     found = ctx.straggler
@@ -739,7 +735,7 @@ def _rank_rules(ctx: Context) -> list[Finding]:
             kind="fix",
             title=f"Rank {found.rank} holds the other ranks back",
             evidence=found.sentence,
-            quantity=STRAGGLER_QUANTITY.get(found.rule, "step time"),
+            quantity=RULE_QUANTITY[found.rule],
             value=None,
             impact=1.0,
         )

@@ -34,6 +34,7 @@ import dataclasses
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -168,12 +169,23 @@ class GpuSeries:
     util: SeriesView
 
 
+#: The rules, in the order they are tried (the module docstring), and the measured quantity
+#: each compares (the advisor's card names it).
+StragglerRule = Literal["input", "compute", "allreduce", "step"]
+RULE_QUANTITY: dict[StragglerRule, str] = {
+    "input": "input wait",
+    "compute": "forward",
+    "allreduce": "all-reduce wait",
+    "step": "step time",
+}
+
+
 @dataclass(frozen=True)
 class Straggler:
     """The rank that holds the others back, why (``rule``), and the sentence that says so."""
 
     rank: int
-    rule: str  # "input" | "compute" | "allreduce" | "step"
+    rule: StragglerRule
     sentence: str
 
 
