@@ -3,6 +3,7 @@ recording and its replay (``core/run/rank_devices``, ``Recorder``, ``ReplaySessi
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,11 @@ from gpuwatch.core.files.recording_reader import open_recording
 from gpuwatch.core.files.replay import ReplaySession
 from gpuwatch.core.model.messages import RankInfo
 from gpuwatch.core.model.metrics import NVML_GPU_UTIL
+from gpuwatch.core.model.rank_clock import Pong
 from gpuwatch.core.model.store import SeriesStore, SeriesView
+from gpuwatch.core.run import link
 from gpuwatch.core.run.rank_devices import RankDevices
-from gpuwatch.core.run.rank_links import RankRun
+from gpuwatch.core.run.rank_links import RankRun, RankRuns
 from gpuwatch.core.run.run_model import RunModel
 from gpuwatch.core.run.session import Session
 
@@ -109,3 +112,44 @@ def test_a_rank_on_the_cpu_or_another_machine_has_no_gpu_series() -> None:
     model.fold(_hello(2, {"index": 0, "uuid": "GPU-2"}))
     devices.saw(RankRun(RankInfo(2, 2, 3), model, pid=None, remote=True))
     assert started == [] and devices.gpus() == []
+
+
+def test_a_recording_started_mid_run_keeps_the_ranks_samples_and_round_trips(
+    tmp_path: Path,
+) -> None:
+    """What the ranks' listeners were told before the recorder started (DDP's samples, the
+    round trips to another machine's clock) is in its prelude, as the steps are: without the
+    pongs a replay would draw that machine's steps on its own clock."""
+    session = Session(sample_coarse=False)
+    listener = link.LinkListener(tmp_path, link.new_authkey(), many=True)
+    runs = RankRuns(
+        listener,
+        primary=session._dispatch,
+        log_line=lambda *a: None,
+        spawn_thread=lambda name, target: threading.Thread(target=target),
+        primary_steps=session.model.steps,
+    )
+    session._ranks = runs
+    ahead = 5_000_000_000  # rank 1's machine's clock runs 5 s ahead of the window's
+    for rank in (0, 1):
+        model = RunModel()
+        if rank == 0:
+            model.steps = session.model.steps
+        run = RankRun(RankInfo(rank, rank, 2), model, pid=None, remote=rank == 1)
+        model.fold(_hello(rank, {"index": 0, "uuid": f"GPU-{rank}000"}))
+        model.fold({"kind": "collective", "source": "ddp", "iteration": 1, "comm_ns": 7_000})
+        runs._runs[rank] = run
+    session._dispatch(_hello(0, {"index": 0, "uuid": "GPU-0000"}))
+    session._dispatch(_steps(0))
+    runs._runs[1].model.fold(_steps(ahead))
+    runs._runs[1].pongs.append(Pong(100, 300, 200 + ahead))
+
+    recorder = Recorder(tmp_path / "late.gpuwatch", session, flush_s=0.05)
+    recorder.start()
+    recorder.close(timeout=WRITE_WAIT_S)
+    recording = open_recording(tmp_path / "late.gpuwatch")
+    assert [len(r.collective) for r in recording.ranks] == [1, 1]
+    assert recording.ranks[1].pongs == (Pong(100, 300, 200 + ahead),)
+    assert int(recording.ranks[1].steps.host[0, 0]) == 0  # on rank 0's clock again
+    runs.close()
+    listener.close()

@@ -387,6 +387,10 @@ class Recorder:
                 continue
             tag = {RANK_KEY: run.info.rank}
             items.append(({**rank_hello.to_message(), **tag}, first_t))
+            # what the rank's listeners were told besides its steps: DDP's samples, and the
+            # round trips that put another machine's steps on the run's clock
+            items += [({**c.to_message(), **tag}, c.t_ns) for c in run.model.collective()]
+            items += [({**p.to_message(), **tag}, p.back_ns) for p in run.clock_pongs() or []]
             if run.info.rank == 0:
                 continue  # its steps are the run's, above
             cuda = run.model.device_kind == "cuda"

@@ -176,6 +176,7 @@ class CollectiveSample:
     iteration: int
     comm_ns: int
     overlap_ns: int = 0
+    source: str = "ddp"
 
     @classmethod
     def from_message(cls, message: dict[str, Any], t_ns: int) -> CollectiveSample:
@@ -184,7 +185,18 @@ class CollectiveSample:
             iteration=message["iteration"],
             comm_ns=message["comm_ns"],
             overlap_ns=_int(message.get("overlap_ns")) or 0,
+            source=_text(message.get("source")) or "ddp",
         )
+
+    def to_message(self) -> dict[str, Any]:
+        """The sample as the message that brought it (a recording started mid-run)."""
+        return {
+            "kind": "collective",
+            "source": self.source,
+            "iteration": self.iteration,
+            "comm_ns": self.comm_ns,
+            "overlap_ns": self.overlap_ns,
+        }
 
 
 @dataclass(frozen=True)

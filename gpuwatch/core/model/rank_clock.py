@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +37,11 @@ class Pong:
     @property
     def rtt_ns(self) -> int:
         return self.back_ns - self.t_ns
+
+    def to_message(self) -> dict[str, Any]:
+        """The answer as it came (a recording started mid-run keeps it; ``back_ns`` is its
+        arrival time)."""
+        return {"kind": "pong", "t": self.t_ns, "clock_ns": self.clock_ns}
 
     @property
     def offset_ns(self) -> int:
