@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import functools
 import json
 import logging
 import math
@@ -21,14 +20,13 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gpuwatch import __version__
 from gpuwatch.core.model.messages import ConfigChange, RankInfo
 from gpuwatch.core.model.metrics import rank_metric
-from gpuwatch.core.model.store import MetricStatus, SeriesStore, SeriesView, StepsView
+from gpuwatch.core.model.store import MetricStatus, SeriesStore, StepsView
 from gpuwatch.core.run.session import Session
 
 log = logging.getLogger(__name__)
@@ -599,13 +597,12 @@ class Recorder:
         """New coarse samples (read from the session's store, and the series of the GPUs
         other ranks train on, ``rank_metric``) and changed statuses."""
         coarse = self.session.coarse
-        stores: list[tuple[SeriesStore, Callable[[str], str]]] = [(coarse, str)]
+        for name in coarse.names():
+            self._write_series(conn, name, coarse, name)
         for gpu in self.session.rank_gpus():
             if gpu.store is not coarse:
-                stores.append((gpu.store, functools.partial(rank_metric, gpu.rank)))
-        for store, named in stores:
-            for name in store.names():
-                self._write_series(conn, named(name), functools.partial(store.snapshot, name))
+                for name in gpu.store.names():
+                    self._write_series(conn, rank_metric(gpu.rank, name), gpu.store, name)
         for name, status in coarse.statuses().items():
             data = status_json(status)
             if self._statuses.get(name) != data:
@@ -613,11 +610,11 @@ class Recorder:
                 self._statuses[name] = data
 
     def _write_series(
-        self, conn: sqlite3.Connection, metric: str, since: Callable[[int | None], SeriesView]
+        self, conn: sqlite3.Connection, metric: str, store: SeriesStore, name: str
     ) -> None:
-        """A series' samples newer than the last written (``since``), as ``metric``."""
+        """``store``'s samples of ``name`` newer than the last written, as ``metric``."""
         last = self._sample_t1.get(metric)
-        view = since(last)
+        view = store.snapshot(name, last)
         keep = slice(None) if last is None else view.t1 > last
         t0, t1, value = view.t0[keep], view.t1[keep], view.value[keep]
         if len(t1) == 0:
