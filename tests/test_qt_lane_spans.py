@@ -9,23 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from jittered_steps import MS, ORIGIN, marks
+from test_qt_frame_cost import timeline
 
 from gpuwatch.core.figures.frame import steps_frame
 from gpuwatch.core.model.store import StepStore
 
 #: 120 steps of 40 ms in a 6 s view 700 px wide: sparse (fewer steps than half the pixels).
 N_STEPS, STEP_NS, VIEW_NS = 120, 40 * MS, 6_000 * MS
-
-
-def _timeline(qtbot):
-    from gpuwatch.qt.timeline_view import TimelineView
-
-    view = TimelineView()
-    qtbot.addWidget(view)
-    view.resize(700, 360)
-    view.show()
-    qtbot.waitExposed(view)
-    return view
 
 
 def _show_sparse_frame(view) -> None:
@@ -74,7 +64,7 @@ def test_the_lanes_item_paints_what_a_bar_item_per_category_painted(qtbot) -> No
     from gpuwatch.qt.theme import style_plot_widget
     from gpuwatch.qt.theme_tokens import DARK, LIGHT
 
-    view = _timeline(qtbot)
+    view = timeline(qtbot)
     _show_sparse_frame(view)
     shown = [layer.name for layer in view.spans.layers if layer.count() and layer.isVisible()]
     assert {"data", "forward", "other", "device"} <= set(shown)
@@ -98,7 +88,7 @@ def test_the_lanes_item_paints_what_a_bar_item_per_category_painted(qtbot) -> No
 def test_a_sparse_frame_is_one_item_announcing_its_geometry_once(qtbot, monkeypatch) -> None:
     """A frame re-sets ~15 categories; the view gets one item and one geometry change, not
     one per category (each is a paint call, a transform and bounds work of its own)."""
-    view = _timeline(qtbot)
+    view = timeline(qtbot)
     announced = []
     spans = getattr(view, "spans", None)
     if spans is not None:

@@ -217,7 +217,7 @@ def stopping(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ScriptControl, _
 def test_a_slow_way_to_the_stop_step_is_not_interrupted_while_steps_come(stopping) -> None:
     """A loaded machine slows the ranks on their way to the stop's step beyond its grace: as
     long as boundaries come, no rank is interrupted, so every rank stops after that step
-    (a timer from the message once interrupted one rank a step before the other stopped)."""
+    (a timer from the message would interrupt one a step before the others stop)."""
     control, _, interrupts = stopping
     for step in range(1, 8):  # 7 steps of 0.15 s: far beyond the grace, none stalled
         threading.Event().wait(0.15)

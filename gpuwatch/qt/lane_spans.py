@@ -1,14 +1,13 @@
 """Every sparse lane's spans as one plot item: a layer of rectangles per colour.
 
-A sparse timeline was drawn by ~14 ``BarGraphItem``s, one per phase, idle cause, gap tint and
-the device lane. Each frame re-set every one (``setOpts`` → ``_prepareData``, its bounds, a
-geometry announcement and a view-bounds notice), and the view then painted each as an item of
-its own (transform, clip and a Python ``paint`` call apiece) for one ``drawRects`` of a few
-hundred rectangles. Here each category is a ``SpanLayer`` (its colour and an ``(n, 4)`` array
-of rectangles); the one item paints them all in one ``paint``, a ``drawRects`` per non-empty
-layer straight from the array's memory, in layer order (what the bars' z values gave), and
-announces its geometry at most once per frame. The pixels are the bars' pixels: the same
-rectangles, brushes and transform, with no pen.
+A ``BarGraphItem`` per phase, idle cause, gap tint and device lane would each be re-set every
+frame (``setOpts`` → ``_prepareData``, its bounds, a geometry announcement and a view-bounds
+notice) and painted as an item of its own (transform, clip and a Python ``paint`` apiece) for
+one ``drawRects`` of a few hundred rectangles. Here each category is a ``SpanLayer`` (its colour
+and an ``(n, 4)`` array of rectangles); the one item paints them all in one ``paint``, a
+``drawRects`` per non-empty layer straight from the array's memory, in layer order, and
+announces its geometry at most once per frame. The pixels are those of the bars it stands for:
+the same rectangles, brushes and transform, with no pen.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The rank lanes' rows without Qt: which rows there are, and the spans each one paints.
 
-A run of up to ``MAX_LANES`` ranks (of rank 0's node) has a row per rank (each step's phases,
+A run of up to ``MAX_LANES`` ranks has a row per rank (each step's phases,
 or each step in the colour of its longest phase when steps are narrow); a rank's group can be
 expanded into one row per phase under it. A run of more ranks has one merged row per phase
 instead: for each step number, the phase's spread over all ranks (the earliest start to the

@@ -218,9 +218,9 @@ class ScriptControl:
     def _arm_stall_interrupt(self, grace: float) -> None:
         """A stop after a later step (every rank of a job stops after the same one): interrupt
         the script only when ``grace`` passes without a step boundary. The ranks reach that
-        step however much a loaded machine slows them, in lockstep; a timer from the message
-        instead interrupted one rank a little before it, while the other stopped there, and
-        the two ended one step apart. A rank stuck in a collective (a peer gone) still ends."""
+        step in lockstep however much a loaded machine slows them; a timer from the message
+        would interrupt a rank slowed to just short of it while the others stop on it, and
+        they would end a step apart. A rank stuck in a collective (a peer gone) still ends."""
 
         def watch() -> None:
             seen = self.steps_done
