@@ -678,19 +678,23 @@ class Session(ModelAccess):
 
     def rank_figures(self, last: int | None = RANK_FIGURES_STEPS) -> list[RankFigures]:
         """Each rank's figures over its ``last`` newest steps (all with None), by rank."""
-        return [
-            RankFigures.of(
-                r.info.rank,
-                r.info.local_rank,
-                r.info.node,
-                r.model.steps.snapshot(last=last),
-                world_size=r.info.world_size,
-                node_rank=r.info.node_rank,
-                collective=r.model.collective(),
-                gpu_util=r.model.coarse.snapshot(NVML_GPU_UTIL),
+        figures = []
+        for r in self.ranks():
+            view = r.model.steps.snapshot(last=last)
+            since = int(view.host[0, 0]) if len(view) else None  # its GPU's samples since then
+            figures.append(
+                RankFigures.of(
+                    r.info.rank,
+                    r.info.local_rank,
+                    r.info.node,
+                    view,
+                    world_size=r.info.world_size,
+                    node_rank=r.info.node_rank,
+                    collective=r.model.collective(),
+                    gpu_util=r.model.coarse.snapshot(NVML_GPU_UTIL, since),
+                )
             )
-            for r in self.ranks()
-        ]
+        return figures
 
     def _listen_remote(self, where: tuple[str, int]) -> None:
         """Listen on TCP for ranks of other machines, keyed by a fresh token (printed once:
