@@ -21,6 +21,7 @@ from gpuwatch.core.figures.frame import (
 from gpuwatch.core.model.messages import DeviceInfo, Hello
 from gpuwatch.core.run.session import Session, SessionState
 from gpuwatch.protocol import N_MARKS
+from gpuwatch.qt.plots_redraw import FOLLOW_STRIDES
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -104,3 +105,24 @@ def test_steps_that_waited_long_enough_or_a_view_not_following_are_drawn_at_once
     frame.drawn_at = -1e9
     _append(session, 21, time.perf_counter_ns())  # just ended, but the user looks elsewhere
     assert frame.plots(True, lo, hi, follow=False) and frame.due_in_s is None
+
+
+def test_a_followed_view_moves_in_whole_strides_and_stands_still_between_them(
+    live_window,
+) -> None:
+    window, session = live_window
+    frame = window.frame
+    width_px = frame.timeline.width_px()
+    stride_s = round(width_px / FOLLOW_STRIDES) * 30.0 / width_px
+    px_s = 30.0 / width_px
+    start = session.t0_ns + 100 * S
+    edges = []
+    for ms in range(0, 3000, 37):  # three seconds of ticks
+        now = start + ms * MS
+        lo, hi = frame.visible_window(now, True, 30.0)
+        assert hi - lo == pytest.approx(30.0)
+        assert 0 <= hi - (now - session.t0_ns) / S < stride_s + 1e-9  # "now" is in view
+        assert hi / px_s == pytest.approx(round(hi / px_s))  # on a whole pixel
+        edges.append(hi)
+    moves = np.diff(edges)[np.diff(edges) > 0]
+    assert len(moves) >= 2 and np.allclose(moves, stride_s)  # never a pixel at a time

@@ -39,6 +39,10 @@ from gpuwatch.qt.run_session import RunSession
 from gpuwatch.qt.timeline_view import TimelineView, settle_before_paint
 from gpuwatch.qt.utilization_view import UtilizationView
 
+#: While following "now", the view moves on in this many strides per width (a 30 s view: a
+#: second at a time), standing still between them.
+FOLLOW_STRIDES = 30
+
 
 class SteadyHeight(QWidget):
     """Holds one widget (the headline bar) at the tallest height it has needed, without a
@@ -273,13 +277,21 @@ class PlotsRedraw:
         return max(ends) if ends else self.session.t0_ns
 
     def visible_window(self, now_ns: int, follow: bool, window_s: float) -> tuple[float, float]:
-        """The x range to draw (seconds since the origin): the last ``window_s`` up to
-        ``now_ns`` while following, its right edge on a whole pixel (a move of less than a
-        pixel draws nothing new), else wherever the user panned or zoomed."""
+        """The x range to draw (seconds since the origin): while following, the last
+        ``window_s`` up to ``now_ns`` with the right edge moved on in whole strides of
+        ``FOLLOW_STRIDES`` per view width (whole pixels); else wherever the user panned or
+        zoomed.
+
+        Between strides the view stands still, so a frame repaints only what its new data
+        changed (the newest steps at the right end) instead of every pixel of both plots,
+        the time axis and every item's place; the newest data sits in a margin of at most a
+        stride at the right.
+        """
         if not follow:
             lo_s, hi_s = self.timeline.getPlotItem().getViewBox().viewRange()[0]
             return lo_s, hi_s
-        px_s = window_s / self.timeline.width_px()
+        width_px = self.timeline.width_px()
+        stride_s = max(round(width_px / FOLLOW_STRIDES), 1) * window_s / width_px
         hi_s = max((now_ns - self.session.t0_ns) / 1e9, window_s)
-        hi_s = math.ceil(hi_s / px_s) * px_s
+        hi_s = math.ceil(hi_s / stride_s) * stride_s
         return hi_s - window_s, hi_s
