@@ -292,6 +292,6 @@ class PlotsRedraw:
             return lo_s, hi_s
         width_px = self.timeline.width_px()
         stride_s = max(round(width_px / FOLLOW_STRIDES), 1) * window_s / width_px
-        hi_s = max((now_ns - self.session.t0_ns) / 1e9, window_s)
-        hi_s = math.ceil(hi_s / stride_s) * stride_s
+        # A run younger than the view is shown from its start.
+        hi_s = max(math.ceil((now_ns - self.session.t0_ns) / 1e9 / stride_s) * stride_s, window_s)
         return hi_s - window_s, hi_s
