@@ -8,6 +8,11 @@ and an ``(n, 4)`` array of rectangles); the one item paints them all in one ``pa
 ``drawRects`` per non-empty layer straight from the array's memory, in layer order, and
 announces its geometry at most once per frame. The pixels are those of the bars it stands for:
 the same rectangles, brushes and transform, with no pen.
+
+Given an extent (``LaneSpans.set_extent``: the region its spans may fall in, wider than the
+view), the item keeps that as its geometry and a new set of spans repaints only the part of
+each layer that differs from the rectangles it replaces: following a run with a view that
+stands still between strides, that is the newest steps at the right end, not the whole plot.
 """
 
 from __future__ import annotations
@@ -37,6 +42,10 @@ class SpanLayer:
         self.y0 = 0.0
         self.height = 0.0
         self._visible = True
+        #: The rectangles are sorted by their left edge (painting can skip to the exposed
+        #: part), and the widest one's width (how far left of it a rectangle can reach).
+        self.sorted = True
+        self.widest = 0.0
 
     @property
     def x0(self) -> np.ndarray:
@@ -62,23 +71,33 @@ class SpanLayer:
         n = int(np.size(x0))
         if n == 0 and not len(self.rects):
             return  # empty stays empty
-        self._owner.geometry_will_change()
         rects = np.empty((n, 4))
         rects[:, 0] = x0
         rects[:, 1] = y0
         rects[:, 2] = np.asarray(x1) - rects[:, 0]
         rects[:, 3] = height
-        self.rects, self.y0, self.height = rects, float(y0), float(height)
+        self._replace(rects, float(y0), float(height))
+
+    def _replace(self, rects: np.ndarray, y0: float, height: float) -> None:
+        """Hold ``rects`` (rows spanning ``y0`` up by ``height``) and repaint what changed."""
+        old, old_rows = self.rects, (self.y0, self.y0 + self.height)
+        self.rects, self.y0, self.height = rects, y0, height
+        self.sorted = bool(len(rects) < 2 or (rects[1:, 0] >= rects[:-1, 0]).all())
+        self.widest = float(rects[:, 2].max()) if len(rects) else 0.0
+        self._owner.layer_changed(self, old, old_rows)
 
     def set_rects(self, x0: np.ndarray, x1: np.ndarray, y0: np.ndarray, height: float) -> None:
         """As ``set_spans``, each span on its own row: ``y0`` per span (rank lanes)."""
         if not np.size(x0):
             self.clear()
             return
-        self.set_spans(x0, x1, 0.0, height)
-        self.rects[:, 1] = y0
+        rects = np.empty((int(np.size(x0)), 4))
+        rects[:, 0] = x0
+        rects[:, 1] = y0
+        rects[:, 2] = np.asarray(x1) - rects[:, 0]
+        rects[:, 3] = height
         low, high = float(np.min(y0)), float(np.max(y0))
-        self.y0, self.height = low, high - low + float(height)
+        self._replace(rects, low, high - low + float(height))
 
     def clear(self) -> None:
         self.set_spans(np.empty(0), np.empty(0), self.y0, self.height)
@@ -97,18 +116,42 @@ class LaneSpans(pg.GraphicsObject):
         self._bounds = QRectF()
         #: The layers changed since the bounds were computed (announced to Qt already).
         self._stale = False
+        #: Where the spans may fall (``set_extent``), the item's geometry while set.
+        self._extent: QRectF | None = None
+        # Paint learns the exposed rectangle: a repaint of the newest steps draws only those.
+        self.setFlag(self.GraphicsItemFlag.ItemUsesExtendedStyleOption, True)
 
     def add_layer(self, color: QColor | str, name: str) -> SpanLayer:
         layer = SpanLayer(self, color, name)
         self.layers.append(layer)
         return layer
 
-    def geometry_will_change(self) -> None:
-        """A layer is about to change its rectangles: announce it once, then repaint."""
-        if not self._stale:
-            self._stale = True
+    def set_extent(self, extent: QRectF | None) -> None:
+        """Keep ``extent`` (data coordinates, holding every span to come until it is set
+        again) as the item's geometry, so that new spans repaint only where they differ
+        from the old; None: the geometry follows the spans (each change repaints it all)."""
+        if extent != self._extent:
             self.prepareGeometryChange()
-        self.update()
+            self._extent = None if extent is None else QRectF(extent)
+            self._stale = True
+
+    def layer_changed(
+        self, layer: SpanLayer, old: np.ndarray, old_rows: tuple[float, float]
+    ) -> None:
+        """``layer`` now holds new rectangles in place of ``old`` (which spanned ``old_rows``
+        in y): repaint the part that differs, or, without an extent, announce the new
+        geometry once and repaint all of it."""
+        if self._extent is None or not layer.sorted:
+            if not self._stale:
+                self._stale = True
+                self.prepareGeometryChange()
+            self.update()
+            return
+        changed = _changed_x(old, layer.rects)
+        if changed is not None:
+            low = min(old_rows[0], layer.y0)
+            high = max(old_rows[1], layer.y0 + layer.height)
+            self.update(QRectF(changed[0], low, changed[1] - changed[0], high - low))
 
     def clear(self) -> None:
         for layer in self.layers:
@@ -121,6 +164,8 @@ class LaneSpans(pg.GraphicsObject):
         self.update()
 
     def boundingRect(self) -> QRectF:
+        if self._extent is not None:
+            return QRectF(self._extent)
         if self._stale:
             self._stale = False
             self._bounds = _bounds(self.layers)
@@ -138,8 +183,11 @@ class LaneSpans(pg.GraphicsObject):
         widget: QWidget | None = None,
     ) -> None:
         painter.setPen(Qt.PenStyle.NoPen)
+        exposed = option.exposedRect if option is not None else None
         for layer in self.layers:
             rects = layer.rects
+            if exposed is not None and layer.sorted and len(rects):
+                rects = _within(rects, exposed.left() - layer.widest, exposed.right())
             if len(rects) and layer._visible:
                 painter.setBrush(layer.brush)
                 # The array's memory as a C array of QRectF: no Python object per rectangle.
@@ -157,3 +205,25 @@ def _bounds(layers: Sequence[SpanLayer]) -> QRectF:
     low = min(layer.y0 for layer in shown)
     high = max(layer.y0 + layer.height for layer in shown)
     return QRectF(left, low, right - left, high - low)
+
+
+def _within(rects: np.ndarray, left: float, right: float) -> np.ndarray:
+    """The rows of ``rects`` (sorted by left edge) whose left edge lies in ``[left, right]``,
+    contiguous in memory as ``drawRects`` reads them."""
+    starts = rects[:, 0]
+    a, b = np.searchsorted(starts, left, "left"), np.searchsorted(starts, right, "right")
+    return rects[a:b] if a or b < len(rects) else rects
+
+
+def _changed_x(old: np.ndarray, new: np.ndarray) -> tuple[float, float] | None:
+    """The x range where ``new`` rectangles differ from ``old`` (both sorted by left edge):
+    from the first row that differs to the right end of either; None if they are equal."""
+    n = min(len(old), len(new))
+    same = (old[:n] == new[:n]).all(axis=1)
+    first = n if same.all() else int(np.argmin(same))
+    if first == len(old) == len(new):
+        return None
+    tails = [rects[first:] for rects in (old, new) if first < len(rects)]
+    left = min(float(tail[0, 0]) for tail in tails)
+    right = max(float((tail[:, 0] + tail[:, 2]).max()) for tail in tails)
+    return left, right
