@@ -100,6 +100,11 @@ def pale(color: str, alpha: int = 55) -> QColor:
     return c
 
 
+def current_theme() -> Theme:
+    """The theme the application draws in now (what ``swatch`` colours follow)."""
+    return _theme
+
+
 def seen_on_plot(color: str | QColor, theme: Theme | None = None) -> QColor:
     """The opaque colour seen where a plot item drawn in ``color`` (a role's light colour,
     perhaps translucent) covers ``theme``'s plot background (default: the current theme)."""
