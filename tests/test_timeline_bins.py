@@ -7,6 +7,8 @@ for every incremental figure is the same figure computed in one go from all the 
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 from jittered_steps import MS, ORIGIN, marks
@@ -93,6 +95,44 @@ def test_incremental_bins_equal_the_figures_computed_in_one_go(cuda: bool) -> No
     assert got["steps"].sum() == pytest.approx(
         ((host[:, 0] >= lo) & (host[:, 0] < lo + span)).sum()
     )
+
+
+@pytest.mark.parametrize("cuda", [False, True], ids=["cpu", "simulated-cuda"])
+def test_a_still_view_computes_only_the_columns_over_new_bins(cuda: bool) -> None:
+    """A followed view stands still between strides: asked for the same columns again, the
+    bins compute only those over bins written since, and the result is what computing every
+    column gives (a new ``TimelineBins`` fed the same steps)."""
+    store = StepStore(capacity=1 << 14)
+    store.set_device_is_host(not cuda)
+    host = marks(2400, 1 * MS)
+    lag = 300_000
+    # The newest steps end near the view's right edge, as while following: 2.4 s of steps
+    # in a view to 2.45 s, 5 ms a column.
+    lo, hi, n = ORIGIN + 200 * MS, ORIGIN + 2_450 * MS, 450
+    px_ns = (hi - lo) / n
+    bins = TimelineBins()
+    partial = []
+    for first in range(0, len(host), 40):
+        ids = list(range(first, first + 40))
+        store.append(ids, [0] * 40, [8] * 40, host[ids].tolist())
+        if cuda and first:
+            done = list(range(first - 40, first))
+            store.set_device_marks(done, (host[done] + lag).tolist())
+        bins.update(store, (), ORIGIN, lo_ns=lo, hi_ns=hi, px_ns=px_ns)
+        got = bins.columns(lo, hi, n)
+        fresh = TimelineBins()
+        fresh.update(store, (), ORIGIN, lo_ns=lo, hi_ns=hi, px_ns=px_ns)
+        np.testing.assert_allclose(got.share, fresh.columns(lo, hi, n).share, atol=1e-12)
+        partial.append(bins.last_computed)
+    assert partial[0] == n  # the first time: every column
+    # Then the columns from the newest (or, on CUDA, the still unmarked) steps to the right
+    # edge: fewer as the steps near it, a few at the end.
+    inside = partial[10:]
+    assert all(0 < later <= earlier < n for earlier, later in pairwise(inside))
+    assert partial[-1] < n / 10
+    bins.update(store, (), ORIGIN, lo_ns=lo + 100 * MS, hi_ns=hi + 100 * MS, px_ns=px_ns)
+    bins.columns(lo + 100 * MS, hi + 100 * MS, n)
+    assert bins.last_computed == n  # a moved view: every column
 
 
 def test_a_frame_reprices_only_the_newest_bins() -> None:

@@ -100,6 +100,11 @@ class TimelineBins:
         self._seen = 0  # the store's step count at the last update
         #: Bins re-priced by the last ``update`` (for tests and the bench).
         self.last_repriced = 0
+        #: The last ``columns`` asked for and returned, and the first bin written since.
+        self._read: tuple[tuple[int, int, int, int, int, int], Columns] | None = None
+        self._written_k: int | None = None
+        #: Columns computed by the last ``columns`` (the others were kept; for tests).
+        self.last_computed = 0
 
     @property
     def final_before_ns(self) -> int:
@@ -159,14 +164,40 @@ class TimelineBins:
         self._clean_k = max(self._clean_k, min(final_k, limit_k))
 
     def columns(self, lo_ns: int, hi_ns: int, n_columns: int) -> Columns:
-        """Shares per pixel column of ``[lo_ns, hi_ns]`` (zero where no bin is held)."""
+        """Shares per pixel column of ``[lo_ns, hi_ns]`` (zero where no bin is held).
+
+        Asked for the same columns again (a followed view standing still between strides),
+        only the columns over bins written since are computed; the others are kept.
+        """
         n = max(int(n_columns), 1)
+        key = (lo_ns, hi_ns, n, self._origin, self.width_ns, self._k0)
+        read, self._read = self._read, None
+        written, self._written_k = self._written_k, None
         edges = np.linspace(lo_ns, hi_ns, n + 1)
+        if read is not None and read[0] == key:
+            kept = read[1]
+            # A column reads the bins under it: those before the first written bin are kept.
+            start_ns = self._origin + written * self.width_ns if written is not None else hi_ns
+            first = int(np.searchsorted(edges[1:], start_ns, side="right"))
+            share = kept.share.copy()
+            if first < n:
+                share[:, first:] = self._shares(edges[first:])
+            cols = Columns(kept.c0, kept.c1, share)
+            self.last_computed = n - first
+        else:
+            cols = Columns(edges[:-1], edges[1:], self._shares(edges))
+            self.last_computed = n
+        self._read = (key, cols)
+        return cols
+
+    def _shares(self, edges: np.ndarray) -> np.ndarray:
+        """Each row's share of the columns between consecutive ``edges`` (steps: a count)."""
+        n = len(edges) - 1
         widths = np.diff(edges)
         nb = self._occ.shape[1]
-        if nb == 0 or hi_ns <= lo_ns:
-            return Columns(edges[:-1], edges[1:], np.zeros((len(ROWS), n)))
-        # Only the bins under the view: the running total at each of their edges, read at
+        if nb == 0 or edges[-1] <= edges[0]:
+            return np.zeros((len(ROWS), n))
+        # Only the bins under the columns: the running total at each of their edges, read at
         # the column edges (linear inside a bin).
         pos = np.clip((edges - self._origin) / self.width_ns - self._k0, 0.0, float(nb))
         b0 = min(int(pos[0]), nb - 1)
@@ -180,7 +211,7 @@ class TimelineBins:
         share = np.diff(at, axis=1)
         time_rows = slice(0, ROW["steps"])
         share[time_rows] = np.clip(share[time_rows] / widths, 0.0, 1.0)
-        return Columns(edges[:-1], edges[1:], share)
+        return share
 
     # ---- internals --------------------------------------------------------------------
 
@@ -190,6 +221,7 @@ class TimelineBins:
         self.width_ns = width
         self._k0 = self._clean_k = int(k_lo)
         self._occ = np.zeros((len(ROWS), 0))
+        self._read = None  # the same range may be asked for again: nothing of it is kept
         self._seen = 0
         self._transitions = ()
 
@@ -238,6 +270,8 @@ class TimelineBins:
             self._occ = grown
         self._occ[:, begin:need] = rows
         self._occ[:, need:] = 0.0  # nothing beyond the newest data (yet)
+        written = self._written_k
+        self._written_k = start_k if written is None else min(written, start_k)
 
     def _final_bin(self, view: StepsView, final: bool, *, complete: bool = False) -> int:
         """First bin that data still to come may change. ``final``: nothing more comes;
