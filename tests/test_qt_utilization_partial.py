@@ -181,3 +181,43 @@ def test_a_moved_view_repaints_whole_and_strips_follow_again(qtbot) -> None:
         else:
             assert all(is_strip_at_right(r, width) for r in rects), (count, rects, width)
     np.testing.assert_array_equal(shown_pixels(view), repainted_whole(qtbot, view, paints))
+
+
+class _Gpus:
+    """A session's other-rank GPU series (``RankGpuSource``)."""
+
+    def __init__(self, gpus: list) -> None:
+        self.t0_ns = 0
+        self.gpus = gpus
+
+    def rank_gpu_series(self, since_ns: int) -> list:
+        return self.gpus
+
+
+def test_the_other_ranks_gpu_curves_repaint_a_strip_for_a_new_sample(qtbot) -> None:
+    from gpuwatch.core.figures.rank_figures import GpuSeries
+    from gpuwatch.qt.rank_gpu_curves import RankGpuCurves
+
+    view, paints = shown_view(qtbot)
+    curves = RankGpuCurves(view)
+    n = 300
+    hi_s = followed_hi(n + 3)
+    draw(qtbot, view, paints, samples(n + 3), hi_s)
+    width = view.plot.viewport().width()
+
+    def gpus(count: int) -> _Gpus:
+        series, _ = samples(count, top=60.0)
+        return _Gpus([GpuSeries(1, "cuda:1 of rank 1", series)])
+
+    curves.sync(gpus(n), presenting=False)
+    view.layout().activate()  # the legend line shown: the plot made room for it, now
+    settle_before_paint(view.plot)  # and its items know their new place before the paint
+    repainted_whole(qtbot, view, paints)
+    for more in range(1, 4):
+        paints.rects.clear()
+        curves.sync(gpus(n + more), presenting=False)
+        qtbot.waitUntil(lambda: bool(paints.rects))
+        QApplication.processEvents()
+        assert all(is_strip_at_right(r, width) for r in paints.rects), (more, paints.rects)
+    shown = shown_pixels(view)
+    np.testing.assert_array_equal(shown, repainted_whole(qtbot, view, paints))
