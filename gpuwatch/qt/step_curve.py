@@ -4,7 +4,7 @@
 new point changes its geometry: Qt then repaints the union of the old and new rectangles (for
 a series that spans the view, the whole plot with its grid and every other curve) although
 only the newest few pixels at the right end changed. A followed view stands still between its
-strides, so each new coarse sample paid a whole plot for a few columns.
+strides, so most new samples change a few columns of a plot that is otherwise as it was.
 """
 
 from __future__ import annotations
