@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout
 from gpuwatch.core.figures.rank_figures import GpuSeries
 from gpuwatch.qt import palette
 from gpuwatch.qt.spans import step_series
+from gpuwatch.qt.step_curve import StepCurve
 from gpuwatch.qt.utilization_view import UtilizationView
 
 #: One dash pattern per GPU, in rank order (they repeat beyond four).
@@ -57,7 +58,8 @@ class RankGpuCurves:
         layout = view.layout()
         if isinstance(layout, QVBoxLayout):
             layout.insertWidget(1, self.legend)  # under the plot's own legend
-        self.curves: list[pg.PlotCurveItem] = []
+        #: Each repaints only what its new samples change (``StepCurve``).
+        self.curves: list[StepCurve] = []
         #: The labels drawn, in curve order (tests read them).
         self.labels: tuple[str, ...] = ()
 
@@ -70,18 +72,17 @@ class RankGpuCurves:
         t0_ns = session.t0_ns if isinstance(session, RankGpuSource) else 0
         while len(self.curves) < len(gpus):
             dash = DASHES[len(self.curves) % len(DASHES)]
-            curve = pg.PlotCurveItem(pen=pg.mkPen(palette.COARSE, width=1, style=dash))
+            curve = StepCurve(pen=pg.mkPen(palette.COARSE, width=1, style=dash))
             self._plot.addItem(curve)
             self.curves.append(curve)
         for curve, gpu in zip(self.curves, gpus, strict=False):
             series = gpu.util
             w0, w1 = (series.t0 - t0_ns) / 1e9, (series.t1 - t0_ns) / 1e9
             tolerance = 0.2 * float(np.median(w1 - w0)) if len(w0) else 0.0
-            x, y, connect = step_series(w0, w1, series.value, tolerance)
-            curve.setData(x=x, y=y, connect=connect)
+            curve.set_points(*step_series(w0, w1, series.value, tolerance))
             curve.setVisible(True)
         for curve in self.curves[len(gpus) :]:
-            curve.setData(x=np.empty(0), y=np.empty(0))
+            curve.set_points(np.empty(0), np.empty(0), np.empty(0, bool))
             curve.setVisible(False)
         labels = tuple(gpu.label for gpu in gpus)
         if labels != self.labels:

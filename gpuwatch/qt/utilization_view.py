@@ -19,6 +19,7 @@ from gpuwatch.core.figures.frame import CoarseChoice, UtilizationFrame
 from gpuwatch.core.model.store import SeriesView
 from gpuwatch.qt import palette
 from gpuwatch.qt.spans import step_series
+from gpuwatch.qt.step_curve import StepCurve
 from gpuwatch.qt.theme import theme_manager
 from gpuwatch.qt.time_axis import TimeAxis
 from gpuwatch.qt.timeline_view import style_plot
@@ -58,10 +59,9 @@ class UtilizationView(QWidget):
         item.setLabel("bottom", "seconds since start", color=palette.FOREGROUND)
         item.setYRange(0, 105, padding=0)
         # 2 px is affordable here: a few hundred points, unlike the timeline's many spans.
-        self.coarse_curve = pg.PlotCurveItem(pen=pg.mkPen(palette.COARSE, width=2), name="coarse")
-        self.busy_curve = pg.PlotCurveItem(
-            pen=pg.mkPen(palette.DEVICE_ACTIVE, width=2), name="busy"
-        )
+        # New samples repaint the plot's right end only, not the whole plot (``StepCurve``).
+        self.coarse_curve = StepCurve(pen=pg.mkPen(palette.COARSE, width=2), name="coarse")
+        self.busy_curve = StepCurve(pen=pg.mkPen(palette.DEVICE_ACTIVE, width=2), name="busy")
         self.plot.addItem(self.coarse_curve)
         self.plot.addItem(self.busy_curve)
         self._y_top = 0.0
@@ -157,10 +157,10 @@ class UtilizationView(QWidget):
 
 
 def _set_steps(
-    curve: pg.PlotCurveItem, w0: np.ndarray, w1: np.ndarray, value: np.ndarray, tolerance: float
+    curve: StepCurve, w0: np.ndarray, w1: np.ndarray, value: np.ndarray, tolerance: float
 ) -> None:
     x, y, connect = step_series(w0, w1, value, tolerance)
-    curve.setData(x=x, y=y, connect=connect)
+    curve.set_points(x, y, connect)
 
 
 def series_point_count(curve: pg.PlotCurveItem) -> int:
