@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF
-from PySide6.QtGui import QColor
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor, QImage, QPainter
+from PySide6.QtWidgets import QStyleOptionGraphicsItem
 
 #: Transparent pixel (RGBA packed little-endian into one uint32).
 CLEAR = 0
@@ -68,25 +69,84 @@ def render(
     return out
 
 
-class DenseLanesItem(pg.ImageItem):
-    """The image of dense lanes, placed over ``[x0, x1]`` seconds and the lanes' y range."""
+class DenseLanesItem(pg.GraphicsObject):
+    """The image of dense lanes, placed over ``[x0, x1]`` seconds and the lanes' y range.
+
+    A followed view stands still between its strides, and then a frame changes only the
+    newest columns: those are written into the image in place and only their strip of the
+    plot is repainted. A whole-item repaint (a new ``pg.ImageItem`` image each frame) would
+    repaint the whole plot, every item under and over the image included.
+    """
 
     def __init__(self) -> None:
-        super().__init__(axisOrder="row-major")
+        super().__init__()
+        # ``paint`` gets the exposed rectangle, to draw only the changed strip.
+        self.setFlag(self.GraphicsItemFlag.ItemUsesExtendedStyleOption)
+        #: The pixels last shown (``render``'s orientation: lane 0 in row 0).
         self.pixels = np.zeros((0, 0), np.uint32)
+        #: The rows flipped for the y-up view (row 0 at the bottom): the memory ``_image``
+        #: draws from, kept alive here as long as the image is.
+        self._rows = np.zeros((0, 0), np.uint32)
+        self._image = QImage()
+        self._rect = QRectF()
 
-    def show_pixels(self, pixels: np.ndarray, x0_s: float, x1_s: float, n_lanes: int) -> None:
-        """Draw ``pixels`` (from ``render``) with lane 0 at the top of ``n_lanes`` lanes."""
+    def show_pixels(
+        self,
+        pixels: np.ndarray,
+        x0_s: float,
+        x1_s: float,
+        n_lanes: int,
+        changed: np.ndarray | None = None,
+    ) -> None:
+        """Draw ``pixels`` (from ``render``) with lane 0 at the top of ``n_lanes`` lanes.
+
+        ``changed``: the only columns that differ from the pixels shown before, if the
+        columns are the same ones (``ScrollingColumns.last_fresh`` when ``same_grid``);
+        ``None`` redraws all.
+        """
         self.pixels = pixels
-        # Row 0 of an image is drawn at the bottom of a y-up view: flip, and view as RGBA.
-        rgba_rows = (
-            np.ascontiguousarray(pixels[::-1])
-            .view(np.uint8)
-            .reshape(pixels.shape[0], pixels.shape[1], 4)
+        rect = QRectF(x0_s, -0.5, max(x1_s - x0_s, 1e-12), n_lanes)
+        if (
+            changed is not None
+            and self.isVisible()
+            and rect == self._rect
+            and pixels.shape == self._rows.shape
+        ):
+            if len(changed):
+                self._rows[:, changed] = pixels[::-1, changed]
+                self.update(self._columns_rect(int(changed.min()), int(changed.max()) + 1))
+            return
+        self._rows = np.ascontiguousarray(pixels[::-1], np.uint32)
+        height, width = self._rows.shape
+        self._image = QImage(
+            self._rows.data, width, height, 4 * width, QImage.Format.Format_RGBA8888
         )
-        self.setImage(rgba_rows, autoLevels=False, levels=None)
-        self.setRect(QRectF(x0_s, -0.5, max(x1_s - x0_s, 1e-12), n_lanes))
+        if rect != self._rect:
+            self.prepareGeometryChange()
+            self._rect = rect
+        self.update()
         self.setVisible(True)
+
+    def _columns_rect(self, first: int, end: int) -> QRectF:
+        """Columns ``first`` to ``end`` (excluded) of the image, a column wider either side
+        (the edges of a column scaled to the screen round to either neighbouring pixel)."""
+        col = self._rect.width() / max(self._rows.shape[1], 1)
+        left = self._rect.left() + (first - 1) * col
+        return QRectF(left, self._rect.top(), (end - first + 2) * col, self._rect.height())
+
+    def boundingRect(self) -> QRectF:
+        return QRectF(self._rect)
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, *_: object) -> None:
+        """The whole image scaled onto the rectangle, clipped to the exposed part: the
+        pixels of a strip are those a whole repaint draws there, and only the strip is
+        drawn."""
+        if self._image.isNull():
+            return
+        exposed = option.exposedRect  # type: ignore[attr-defined]
+        if not exposed.isNull() and not exposed.contains(self._rect):
+            painter.setClipRect(exposed, Qt.ClipOperation.IntersectClip)
+        painter.drawImage(self._rect, self._image)
 
 
 #: Two columns' inputs closer than this are the same (the visible range's edges move by a
@@ -118,6 +178,11 @@ class ScrollingColumns:
         self._drawn: _Drawn | None = None
         #: Columns rendered by the last call (for tests and the bench).
         self.last_rendered = 0
+        #: The indices of those columns: all that changed since the call before.
+        self.last_fresh = np.zeros(0, np.intp)
+        #: The last call drew the same columns as the one before (same key, place and count):
+        #: its pixels differ from the previous ones at ``last_fresh`` only.
+        self.same_grid = False
 
     def pixels(
         self,
@@ -136,6 +201,7 @@ class ScrollingColumns:
         n = inputs.shape[1]
         keep = np.zeros(n, bool)
         overlap: tuple[int, int, int] | None = None  # new columns a..b were old a+shift...
+        same_grid = False
         drawn = self._drawn
         if (
             drawn is not None
@@ -152,6 +218,7 @@ class ScrollingColumns:
                     old = drawn.inputs[:, a + shift : b + shift]
                     keep[a:b] = np.all(np.abs(inputs[:, a:b] - old) <= SAME_INPUT, axis=0)
                     overlap = (a, b, shift)
+                same_grid = shift == 0 and drawn.inputs.shape[1] == n
         fresh = np.flatnonzero(~keep)
         if not keep.any():
             out = render_columns(fresh)
@@ -163,5 +230,7 @@ class ScrollingColumns:
             if len(fresh):
                 out[:, fresh] = render_columns(fresh)
         self.last_rendered = len(fresh)
+        self.last_fresh = fresh
+        self.same_grid = same_grid
         self._drawn = _Drawn(key, c0_ns, col_ns, inputs, out)
         return out

@@ -313,6 +313,7 @@ class TimelineView(pg.PlotWidget):
             (cols.c0[0] - t0_ns) / 1e9 if n else 0.0,
             (cols.c1[-1] - t0_ns) / 1e9 if n else 0.0,
             self.n_lanes,
+            self.dense_pixels.last_fresh if self.dense_pixels.same_grid else None,
         )
 
     def _image_lanes(self, lanes: DenseLanes, index: np.ndarray) -> list[Lane]:
