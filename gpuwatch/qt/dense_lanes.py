@@ -222,6 +222,11 @@ class ScrollingColumns:
         fresh = np.flatnonzero(~keep)
         if not keep.any():
             out = render_columns(fresh)
+        elif same_grid:
+            assert drawn is not None
+            out = drawn.pixels  # the same columns: only the fresh ones are written, in place
+            if len(fresh):
+                out[:, fresh] = render_columns(fresh)
         else:
             assert drawn is not None and overlap is not None
             a, b, shift = overlap
