@@ -9,11 +9,14 @@ from gpuwatch.core.figures.analysis import (
     Headline,
     active_spans,
     busy_fraction,
+    coverage_before,
     gaps,
     headline,
     is_merged,
     merge_intervals,
+    phase_coverage_before,
     phase_durations,
+    phase_spans,
     uniform_windows,
 )
 from gpuwatch.core.model.store import StepsView
@@ -56,6 +59,37 @@ def _steps(
         device=host + lag_ns,
         has_device=has,
     )
+
+
+# ---- every phase's coverage in one pass -----------------------------------------------------
+
+
+def test_every_phases_coverage_in_one_pass_is_each_phase_merged_and_covered() -> None:
+    rng = np.random.default_rng(3)
+    view = _steps(60)
+    # Jittered marks (zero-length phases among them), a hole in the step ids (no "other"
+    # across it) and a restart: still never back in time.
+    host = view.host + np.cumsum(rng.integers(0, 2 * MS, view.host.shape), axis=1)
+    host[:, 3] = host[:, 2]
+    host += np.cumsum(host[:, -1] - host[:, 0])[:, None]
+    ids = np.concatenate((np.arange(30), np.arange(40, 55), np.arange(15)))
+    view = StepsView(ids, view.config, view.samples, host, host, view.has_device)
+    t = np.sort(rng.integers(int(host[0, 0]) - 5 * MS, int(host[-1, -1]) + 5 * MS, 400))
+    t = np.concatenate(([host[0, 0] - 1], t, host[[5, 31], 2], [host[-1, -1] + 1]))
+    got = phase_coverage_before(view, np.sort(t))
+    assert got is not None
+    for row, (name, (s, e)) in enumerate(phase_spans(view).items()):
+        assert name == ALL_PHASES[row]
+        want = coverage_before(*merge_intervals(s, e), np.sort(t))
+        np.testing.assert_array_equal(got[row], want, err_msg=name)
+    # Pixel-column edges are floats: the same figures.
+    at_floats = phase_coverage_before(view, np.sort(t).astype(np.float64))
+    np.testing.assert_allclose(at_floats, got, rtol=0, atol=1e-3)
+    # Marks that go back in time: each phase must be merged on its own.
+    back = host.copy()
+    back[10, 2] = back[10, 0] - MS
+    odd = StepsView(ids, view.config, view.samples, back, back, view.has_device)
+    assert phase_coverage_before(odd, t) is None
 
 
 # ---- merge / gaps -----------------------------------------------------------------------

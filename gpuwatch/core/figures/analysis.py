@@ -90,6 +90,38 @@ def phase_spans(view: StepsView) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return out
 
 
+def phase_coverage_before(view: StepsView, t: np.ndarray) -> np.ndarray | None:
+    """Per phase (rows in ``ALL_PHASES`` order), the host time before each time ``t``: what
+    ``coverage_before`` of each merged ``phase_spans`` gives, for all phases in one pass.
+
+    When the marks of ``view``, read step after step, never go back in time, every phase's
+    spans are sorted and disjoint, and one walk over all the marks prices every phase (a
+    dozen array operations instead of a merge and a coverage per phase, which is most of a
+    dense frame's cost for a few new steps). None when they do go back (clock oddities):
+    then each phase must be merged on its own.
+    """
+    n = len(view)
+    bounds = view.host.reshape(-1)
+    if n == 0 or bool(np.any(bounds[1:] < bounds[:-1])):
+        return None
+    marks = view.host.shape[1]
+    # The interval after boundary j belongs to phase j % marks; the last of a step is the
+    # loop overhead ("other") before the next step, only if that step follows it.
+    phase = np.tile(np.arange(marks), n)[:-1]
+    if n > 1:
+        phase[marks - 1 :: marks][np.diff(view.step) != 1] = -1
+    counted = phase >= 0
+    lengths = np.zeros((marks, len(phase) + 1), np.int64)
+    lengths[phase[counted], np.flatnonzero(counted) + 1] = np.diff(bounds)[counted]
+    before = np.cumsum(lengths, axis=1)  # column j: time of each phase before boundary j
+    j = np.searchsorted(bounds, t, side="right") - 1  # the interval each time falls in
+    out = before[:, np.clip(j, 0, len(phase))].astype(np.result_type(bounds, t), copy=False)
+    inside = (j >= 0) & (j < len(phase))
+    inside[inside] = phase[j[inside]] >= 0
+    out[phase[j[inside]], np.flatnonzero(inside)] += t[inside] - bounds[j[inside]]
+    return out
+
+
 def gaps(s: np.ndarray, e: np.ndarray, min_ns: int = 0) -> Spans:
     """Idle time between consecutive *merged* spans, keeping gaps of at least ``min_ns``."""
     if len(s) < 2:

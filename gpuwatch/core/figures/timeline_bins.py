@@ -32,6 +32,7 @@ from gpuwatch.core.figures.analysis import (
     active_spans,
     coverage_before,
     merge_intervals,
+    phase_coverage_before,
     phase_spans,
 )
 from gpuwatch.core.figures.gap_causes import CAUSES, caused_idle, reconfiguring_steps
@@ -323,8 +324,12 @@ def occupancy_between(
 ) -> np.ndarray:
     """ns of each row of ``ROWS`` between consecutive ``edges`` (step starts: a count)."""
     rows = np.zeros((len(ROWS), len(edges) - 1))
-    for name, (s, e) in phase_spans(view).items():
-        rows[ROW[name]] = np.diff(coverage_before(*merge_intervals(s, e), edges))
+    phases = phase_coverage_before(view, edges)
+    if phases is not None:
+        rows[[ROW[name] for name in ALL_PHASES]] = np.diff(phases, axis=1)
+    else:
+        for name, (s, e) in phase_spans(view).items():
+            rows[ROW[name]] = np.diff(coverage_before(*merge_intervals(s, e), edges))
     a, b = active_spans(view)
     rows[ROW["active"]] = np.diff(coverage_before(a, b, edges))
     idle = caused_idle(view, None, reconfiguring_steps(view, changes))
