@@ -13,6 +13,7 @@ from gpuwatch.core.figures.analysis import (
     gaps,
     headline,
     is_merged,
+    kinds_coverage_before,
     merge_intervals,
     phase_coverage_before,
     phase_durations,
@@ -90,6 +91,28 @@ def test_every_phases_coverage_in_one_pass_is_each_phase_merged_and_covered() ->
     back[10, 2] = back[10, 0] - MS
     odd = StepsView(ids, view.config, view.samples, back, back, view.has_device)
     assert phase_coverage_before(odd, t) is None
+
+
+def test_kinds_coverage_in_one_pass_is_each_kinds_merged_coverage() -> None:
+    rng = np.random.default_rng(5)
+    # Sorted, disjoint spans with gaps between some and touching others, of four kinds.
+    edges = np.cumsum(rng.integers(0, 3 * MS, 401))
+    s, e = edges[:-1:2], edges[1::2]
+    kind = rng.integers(0, 4, len(s)).astype(np.int8)
+    t = np.sort(rng.integers(int(s[0]) - MS, int(e[-1]) + MS, 300))
+    t = np.concatenate(([s[0] - 1], t, s[[3, 40]], e[[7, 99]], [e[-1] + 1]))
+    t.sort()
+    got = kinds_coverage_before(s, e, kind, 4, t)
+    assert got is not None
+    for k in range(4):
+        want = coverage_before(*merge_intervals(s[kind == k], e[kind == k]), t)
+        np.testing.assert_array_equal(got[k], want, err_msg=f"kind {k}")
+    at_floats = kinds_coverage_before(s, e, kind, 4, t.astype(np.float64))
+    np.testing.assert_allclose(at_floats, got, rtol=0, atol=1e-3)
+    assert np.all(kinds_coverage_before(s[:0], e[:0], kind[:0], 4, t) == 0)
+    # Overlapping spans: each kind must be merged on its own.
+    assert kinds_coverage_before(_arr([0, 5]), _arr([10, 15]), _arr([0, 1]), 2, t) is None
+    assert kinds_coverage_before(_arr([0, 20]), _arr([10, 15]), _arr([0, 1]), 2, t) is None
 
 
 # ---- merge / gaps -----------------------------------------------------------------------

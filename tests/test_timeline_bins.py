@@ -13,9 +13,23 @@ import numpy as np
 import pytest
 from jittered_steps import MS, ORIGIN, marks
 
-from gpuwatch.core.figures.analysis import active_spans, busy_percent_over
+from gpuwatch.core.figures.analysis import (
+    active_spans,
+    busy_percent_over,
+    coverage_before,
+    merge_intervals,
+    phase_spans,
+)
+from gpuwatch.core.figures.gap_causes import CAUSES, caused_idle, reconfiguring_steps
 from gpuwatch.core.figures.sample_busy import SampleBusy
-from gpuwatch.core.figures.timeline_bins import ROW, ROWS, TimelineBins, bin_width_ns, columns_of
+from gpuwatch.core.figures.timeline_bins import (
+    ROW,
+    ROWS,
+    TimelineBins,
+    bin_width_ns,
+    columns_of,
+    occupancy_between,
+)
 from gpuwatch.core.model.messages import ConfigChange
 from gpuwatch.core.model.store import SeriesView, StepStore
 from gpuwatch.qt.dense_lanes import CLEAR, Lane, render
@@ -133,6 +147,28 @@ def test_a_still_view_computes_only_the_columns_over_new_bins(cuda: bool) -> Non
     bins.update(store, (), ORIGIN, lo_ns=lo + 100 * MS, hi_ns=hi + 100 * MS, px_ns=px_ns)
     bins.columns(lo + 100 * MS, hi + 100 * MS, n)
     assert bins.last_computed == n  # a moved view: every column
+
+
+@pytest.mark.parametrize("cuda", [False, True], ids=["cpu", "simulated-cuda"])
+def test_occupancy_in_one_pass_is_each_lane_merged_and_covered(cuda: bool) -> None:
+    """The bins price every phase and every idle cause in one pass each; the reference is
+    each lane's spans merged and covered on their own."""
+    store = StepStore(capacity=1 << 14)
+    store.set_device_is_host(not cuda)
+    host = marks(1200, 1 * MS)
+    changes = feed(store, host, TimelineBins(), cuda=cuda, change_at=700)
+    view = store.snapshot()
+    edges = np.linspace(host[100, 0], host[-100, -1], 500)
+    got = occupancy_between(view, changes, edges)
+    # Within a ns: the reference cuts a span at a (fractional) column edge to whole ns.
+    for name, (s, e) in phase_spans(view).items():
+        want = np.diff(coverage_before(*merge_intervals(s, e), edges))
+        np.testing.assert_allclose(got[ROW[name]], want, rtol=0, atol=1.0, err_msg=name)
+    idle = caused_idle(view, None, reconfiguring_steps(view, changes))
+    for cause in CAUSES:
+        want = np.diff(coverage_before(*idle.spans(cause), edges))
+        np.testing.assert_allclose(got[ROW[f"idle:{cause}"]], want, rtol=0, atol=1.0)
+    assert got[ROW["idle:reconfigure"]].sum() > 0 and got[ROW["idle:input"]].sum() > 0
 
 
 def test_a_frame_reprices_only_the_newest_bins() -> None:

@@ -94,15 +94,12 @@ def phase_coverage_before(view: StepsView, t: np.ndarray) -> np.ndarray | None:
     """Per phase (rows in ``ALL_PHASES`` order), the host time before each time ``t``: what
     ``coverage_before`` of each merged ``phase_spans`` gives, for all phases in one pass.
 
-    When the marks of ``view``, read step after step, never go back in time, every phase's
-    spans are sorted and disjoint, and one walk over all the marks prices every phase (a
-    dozen array operations instead of a merge and a coverage per phase, which is most of a
-    dense frame's cost for a few new steps). None when they do go back (clock oddities):
-    then each phase must be merged on its own.
+    None when the marks, read step after step, go back in time (clock oddities): then the
+    phases' spans overlap and each must be merged on its own.
     """
     n = len(view)
     bounds = view.host.reshape(-1)
-    if n == 0 or bool(np.any(bounds[1:] < bounds[:-1])):
+    if n == 0:
         return None
     marks = view.host.shape[1]
     # The interval after boundary j belongs to phase j % marks; the last of a step is the
@@ -111,14 +108,31 @@ def phase_coverage_before(view: StepsView, t: np.ndarray) -> np.ndarray | None:
     if n > 1:
         phase[marks - 1 :: marks][np.diff(view.step) != 1] = -1
     counted = phase >= 0
-    lengths = np.zeros((marks, len(phase) + 1), np.int64)
-    lengths[phase[counted], np.flatnonzero(counted) + 1] = np.diff(bounds)[counted]
-    before = np.cumsum(lengths, axis=1)  # column j: time of each phase before boundary j
-    j = np.searchsorted(bounds, t, side="right") - 1  # the interval each time falls in
-    out = before[:, np.clip(j, 0, len(phase))].astype(np.result_type(bounds, t), copy=False)
-    inside = (j >= 0) & (j < len(phase))
-    inside[inside] = phase[j[inside]] >= 0
-    out[phase[j[inside]], np.flatnonzero(inside)] += t[inside] - bounds[j[inside]]
+    return kinds_coverage_before(
+        bounds[:-1][counted], bounds[1:][counted], phase[counted], marks, t
+    )
+
+
+def kinds_coverage_before(
+    s: np.ndarray, e: np.ndarray, kind: np.ndarray, n_kinds: int, t: np.ndarray
+) -> np.ndarray | None:
+    """Per kind ``0..n_kinds-1`` (rows), the length of the spans ``(s, e)`` of that kind
+    before each time ``t``; None unless the spans are sorted and disjoint (touching is fine).
+
+    What ``coverage_before`` gives for each kind's merged spans, in one pass over all of
+    them: a dozen array operations instead of a merge and a coverage per kind, which is most
+    of what pricing a few new steps into the dense bins costs.
+    """
+    if len(s) and bool(np.any(e < s) or np.any(s[1:] < e[:-1])):
+        return None
+    lengths = np.zeros((n_kinds, len(s) + 1), np.result_type(s, e))
+    lengths[kind, np.arange(1, len(s) + 1)] = e - s
+    before = np.cumsum(lengths, axis=1)  # column k: each kind's length in the first k spans
+    k = np.searchsorted(s, t, side="right") - 1  # the last span starting at or before t
+    out = before[:, k + 1].astype(np.result_type(before, t), copy=False)
+    within = k >= 0
+    # The span k itself counts up to t (or its end).
+    out[kind[k[within]], np.flatnonzero(within)] -= np.maximum(e[k[within]] - t[within], 0)
     return out
 
 

@@ -31,6 +31,7 @@ import numpy as np
 from gpuwatch.core.figures.analysis import (
     active_spans,
     coverage_before,
+    kinds_coverage_before,
     merge_intervals,
     phase_coverage_before,
     phase_spans,
@@ -333,9 +334,13 @@ def occupancy_between(
     a, b = active_spans(view)
     rows[ROW["active"]] = np.diff(coverage_before(a, b, edges))
     idle = caused_idle(view, None, reconfiguring_steps(view, changes))
-    for cause in CAUSES:
-        s, e = idle.spans(cause)
-        rows[ROW[f"idle:{cause}"]] = np.diff(coverage_before(s, e, edges))
+    causes = kinds_coverage_before(idle.start, idle.end, idle.cause, len(CAUSES), edges)
+    for i, cause in enumerate(CAUSES):
+        if causes is not None:
+            rows[ROW[f"idle:{cause}"]] = np.diff(causes[i])
+        else:
+            s, e = idle.spans(cause)
+            rows[ROW[f"idle:{cause}"]] = np.diff(coverage_before(s, e, edges))
     rows[ROW["steps"]] = np.diff(np.searchsorted(view.host[:, 0], edges, side="left"))
     return rows
 
