@@ -204,6 +204,9 @@ class FrameClock:
         #: that a loaded machine adds to the wall-clock figure.
         self.cpu_ms: list[float] = []
         self.latencies_ms: list[np.ndarray] = []
+        #: Every tick while recording (drawn or not) and their GUI-thread CPU in all.
+        self.ticks = 0
+        self.ticks_cpu_ms = 0.0
         self.recording = False
         self._drawn_id = -1  # newest step id drawn by an earlier frame
         original = window._tick
@@ -220,6 +223,9 @@ class FrameClock:
             newest = steps.snapshot(last=1)  # the frame's snapshots include at least this
             original()
             QCoreApplication.sendPostedEvents()  # the paint this tick asked for, now
+            if self.recording:
+                self.ticks += 1
+                self.ticks_cpu_ms += (time.thread_time() - cpu) * 1e3
             if drawn() == drawn_before or not self.recording:
                 return
             drawn_ns = time.perf_counter_ns()
@@ -275,6 +281,7 @@ class Measured:
 
     def __enter__(self) -> Measured:
         self._cpu0, self._wall0 = self._proc.cpu_times(), time.perf_counter()
+        self._thread0 = time.thread_time()  # entered and left on the GUI thread
         if self._prof is not None:
             self._prof.enable()
         return self
@@ -290,6 +297,8 @@ class Measured:
         self.wall = time.perf_counter() - self._wall0
         cpu_s = (cpu1.user - self._cpu0.user) + (cpu1.system - self._cpu0.system)
         self.cpu_pct = 100 * cpu_s / self.wall
+        #: The GUI thread's share of it (the rest: link reading, samples, Qt's own threads).
+        self.gui_thread_pct = 100 * (time.thread_time() - self._thread0) / self.wall
 
 
 def window_bins(window: MainWindow) -> Any:
@@ -351,7 +360,14 @@ def case_result(
         "frame_ms_max": max(frames) if frames else None,
         "frame_cpu_ms_p50": machine.percentile(clock.cpu_ms, 50) if frames else None,
         "frame_cpu_ms_p95": machine.percentile(clock.cpu_ms, 95) if frames else None,
+        "frame_cpu_ms_mean": float(np.mean(clock.cpu_ms)) if frames else None,
+        "ticks_per_s": round(clock.ticks / measured.wall, 2),
+        # the ticks that drew nothing: what waiting for the next frame costs
+        "idle_ticks_cpu_percent": round(
+            (clock.ticks_cpu_ms - sum(clock.cpu_ms)) / 10 / measured.wall, 2
+        ),
         "gui_cpu_percent": round(measured.cpu_pct, 2),
+        "gui_thread_cpu_percent": round(measured.gui_thread_pct, 2),
         "latency_ms_p95": clock.latency_p95(),
         "stored": window.session.steps.count,
         "dense": window.timeline.dense,
@@ -488,6 +504,17 @@ def print_row(r: dict[str, Any]) -> None:
         f"{fmt(r['frame_ms_p50'], '7.1f'):>7} {fmt(r['frame_ms_p95'], '7.1f'):>7} "
         f"{fmt(r['frame_cpu_ms_p50'], '7.1f'):>7} {r['gui_cpu_percent']:9.1f} "
         f"{fmt(r['latency_ms_p95'], '7.0f'):>7} {r['stored']:8d}  {'; '.join(verdicts)}"
+    )
+    others = r["gui_cpu_percent"] - r["gui_thread_cpu_percent"]
+    if r["frame_cpu_ms_mean"] is not None:
+        print(
+            f"#   GUI thread: frames {r['frames_per_s']:.1f}/s x {r['frame_cpu_ms_mean']:.1f} ms "
+            f"(mean), ticks that drew nothing {r['idle_ticks_cpu_percent']:.1f} % "
+            f"({r['ticks_per_s']:.0f} ticks/s in all)"
+        )
+    print(
+        f"#   of the GUI CPU: the GUI thread {r['gui_thread_cpu_percent']:.1f} %, "
+        f"others {others:.1f} %"
     )
     if r.get("steps_per_s_observed") is not None:
         print(f"#   the runner trained {r['steps_per_s_observed']:,.0f} steps/s meanwhile")

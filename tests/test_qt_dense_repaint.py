@@ -7,9 +7,9 @@ Steps here are SIMULATED (jittered synthetic marks, as in ``tests/test_timeline_
 from __future__ import annotations
 
 import numpy as np
+from backing_store import WAIT_MS, PaintedRects, on_screen, repainted_whole, view_box_rect
 from jittered_steps import MS, ORIGIN, marks
-from PySide6.QtCore import QEvent, QObject, QRect
-from PySide6.QtGui import QPaintEvent
+from PySide6.QtCore import QRect
 from test_qt_frame_cost import timeline
 
 from gpuwatch.core.figures.frame import TimelineFrame, dense_lanes
@@ -18,22 +18,6 @@ from gpuwatch.core.model.store import StepStore
 
 #: A 2 s view of 1 ms steps (dense at 700 px), its left half full at first.
 VIEW_NS, STEP_NS, FIRST_STEPS, BATCH = 2_000 * MS, 1 * MS, 1_000, 40
-WAIT_MS = 10_000
-
-
-class PaintRegions(QObject):
-    """The bounding rectangle of each paint event of a widget."""
-
-    def __init__(self, widget) -> None:
-        super().__init__()
-        self.rects: list[QRect] = []
-        widget.installEventFilter(self)
-
-    def eventFilter(self, watched, event) -> bool:
-        if event.type() == QEvent.Type.Paint:
-            assert isinstance(event, QPaintEvent)
-            self.rects.append(event.region().boundingRect())
-        return False
 
 
 class Run:
@@ -59,7 +43,7 @@ class Run:
         return TimelineFrame(ORIGIN, lo_ns, hi_ns, width, "cpu", dense=lanes, causes_shown=shown)
 
 
-def _show(qtbot, view, paints: PaintRegions, frame: TimelineFrame) -> list[QRect]:
+def _show(qtbot, view, paints: PaintedRects, frame: TimelineFrame) -> list[QRect]:
     """Show ``frame`` at its range and wait for the repaint it causes; its paint regions."""
     before = len(paints.rects)
     lo_s, hi_s = (frame.lo_ns - ORIGIN) / 1e9, (frame.hi_ns - ORIGIN) / 1e9
@@ -71,32 +55,16 @@ def _show(qtbot, view, paints: PaintRegions, frame: TimelineFrame) -> list[QRect
     return paints.rects[before:]
 
 
-def _on_screen(view) -> np.ndarray:
-    """The window as its backing store holds it (partial repaints included; ``grab`` would
-    paint it anew)."""
-    image = view.screen().grabWindow(view.winId()).toImage()
-    bits = np.frombuffer(image.constBits(), np.uint8, image.sizeInBytes())
-    return bits.reshape(image.height(), image.bytesPerLine())[:, : 4 * image.width()].copy()
-
-
-def _repainted_whole(qtbot, view, paints: PaintRegions) -> np.ndarray:
-    before = len(paints.rects)
-    view.viewport().update()
-    full = view.viewport().rect()
-    qtbot.waitUntil(lambda: any(r.contains(full) for r in paints.rects[before:]), timeout=WAIT_MS)
-    return _on_screen(view)
-
-
 def _drawn_fresh(qtbot, frame: TimelineFrame) -> np.ndarray:
     """``frame`` as a new view draws it."""
     fresh = timeline(qtbot)
-    _show(qtbot, fresh, PaintRegions(fresh.viewport()), frame)
-    return _on_screen(fresh)
+    _show(qtbot, fresh, PaintedRects(fresh.viewport()), frame)
+    return on_screen(fresh.viewport())
 
 
-def _started(qtbot) -> tuple[object, PaintRegions, Run]:
+def _started(qtbot) -> tuple[object, PaintedRects, Run]:
     view = timeline(qtbot)
-    paints = PaintRegions(view.viewport())
+    paints = PaintedRects(view.viewport())
     run = Run()
     run.append(FIRST_STEPS)
     _show(qtbot, view, paints, run.frame(view, ORIGIN))
@@ -108,16 +76,11 @@ def _started(qtbot) -> tuple[object, PaintRegions, Run]:
     return view, paints, run
 
 
-def _plot_rect(view) -> QRect:
-    """The plot's area in the viewport (the lane labels are left of it)."""
-    return view.mapFromScene(view.getPlotItem().getViewBox().sceneBoundingRect()).boundingRect()
-
-
 def test_a_still_dense_view_repaints_only_the_newest_columns(qtbot) -> None:
     """New steps at the right end of a still view: each frame repaints a strip a few dozen
     pixels wide there, and the plot then looks exactly as a whole repaint draws it."""
     view, paints, run = _started(qtbot)
-    plot = _plot_rect(view)
+    plot = view_box_rect(view)
     strips = []
     for _ in range(8):
         run.append(BATCH)  # 40 ms: ~14 columns
@@ -126,8 +89,8 @@ def test_a_still_dense_view_repaints_only_the_newest_columns(qtbot) -> None:
     # at the new steps: right of the first 1 s of the 2 s view
     middle = plot.left() + 0.45 * plot.width()
     assert all(r.left() > middle for r in strips), [r.getRect() for r in strips]
-    partial = _on_screen(view)
-    np.testing.assert_array_equal(partial, _repainted_whole(qtbot, view, paints))
+    partial = on_screen(view.viewport())
+    np.testing.assert_array_equal(partial, repainted_whole(qtbot, paints))
     np.testing.assert_array_equal(partial, _drawn_fresh(qtbot, run.frame(view, ORIGIN)))
 
 
@@ -140,6 +103,6 @@ def test_a_moved_dense_view_is_repainted_whole_as_a_fresh_view_draws_it(qtbot) -
     run.append(BATCH)
     moved = run.frame(view, ORIGIN + VIEW_NS // 30)
     rects = _show(qtbot, view, paints, moved)
-    plot = _plot_rect(view)
+    plot = view_box_rect(view)
     assert any(r.contains(plot.adjusted(1, 1, -1, -1)) for r in rects), [r.getRect() for r in rects]
-    np.testing.assert_array_equal(_on_screen(view), _drawn_fresh(qtbot, moved))
+    np.testing.assert_array_equal(on_screen(view.viewport()), _drawn_fresh(qtbot, moved))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QEvent, QObject, QRect
-from PySide6.QtGui import QImage
+from backing_store import PaintedRects, on_screen, repainted_whole, view_box_rect
+from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QApplication
 
 from gpuwatch.core.model.messages import DeviceInfo, Hello
@@ -23,35 +23,6 @@ from gpuwatch.qt.lane_spans import _changed_x
 S = 1_000_000_000
 MS = 1_000_000
 STEP_NS = 100 * MS
-
-
-class PaintedArea(QObject):
-    """The pixels of a plot's view box that its paint events covered since ``reset``."""
-
-    def __init__(self, plot) -> None:
-        super().__init__()
-        self.plot = plot
-        self.area = 0
-        self.paints = 0
-
-    @property
-    def box(self) -> QRect:
-        view_box = self.plot.getPlotItem().getViewBox()
-        return self.plot.mapFromScene(view_box.sceneBoundingRect()).boundingRect()
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if event.type() == QEvent.Type.Paint:
-            self.paints += 1
-            self.area += sum(r.width() * r.height() for r in event.region().intersected(self.box))
-        return False
-
-    def reset(self) -> None:
-        self.area = self.paints = 0
-
-    def a_strip(self) -> bool:
-        """Painted, and under a tenth of the view box."""
-        box = self.box
-        return bool(self.paints) and self.area < box.width() * box.height() / 10
 
 
 class FakeRun:
@@ -129,30 +100,15 @@ def _draw_frame(window) -> bool:
     return frame.frames_drawn > drawn
 
 
-def _on_screen(widget) -> QImage:
-    """The widget's pixels as the window's backing store holds them (not a fresh render)."""
-    viewport = widget.viewport()
-    corner = viewport.mapTo(viewport.window(), viewport.rect().topLeft())
-    screen = QApplication.primaryScreen()
-    return (
-        screen.grabWindow(
-            viewport.window().winId(), corner.x(), corner.y(), viewport.width(), viewport.height()
-        )
-        .toImage()
-        .convertToFormat(QImage.Format.Format_RGB32)
-    )
+def _painted_area(paints: PaintedRects, box: QRect) -> int:
+    """Pixels of ``box`` the paints recorded since ``paints.rects`` was cleared covered."""
+    return sum(r.intersected(box).width() * r.intersected(box).height() for r in paints.rects)
 
 
-def _repainted_whole(widget) -> QImage:
-    widget.viewport().repaint()
-    return _on_screen(widget)
-
-
-def test_a_still_followed_timeline_repaints_only_the_newest_steps(followed) -> None:
+def test_a_still_followed_timeline_repaints_only_the_newest_steps(followed, qtbot) -> None:
     window, run = followed
     timeline = window.timeline
-    painted = PaintedArea(timeline)
-    timeline.viewport().installEventFilter(painted)
+    paints = PaintedRects(timeline.viewport())
     assert _draw_frame(window)
     assert not timeline.dense
     strips = stills = 0
@@ -161,15 +117,17 @@ def test_a_still_followed_timeline_repaints_only_the_newest_steps(followed) -> N
         # passes with nothing new; every ten frames or so the view moves on a stride.
         lo_before = timeline.getPlotItem().getViewBox().viewRange()[0][0]
         run.advance(STEP_NS if i % 5 else 37 * MS)
-        painted.reset()
+        paints.rects.clear()
+        box = view_box_rect(timeline)
         if not _draw_frame(window):
-            assert not painted.area, f"frame {i}: nothing new, yet painted"
+            assert not paints.rects, f"frame {i}: nothing new, yet painted"
             continue
         still = timeline.getPlotItem().getViewBox().viewRange()[0][0] == lo_before
         stills += still
-        strips += still and painted.a_strip()
-        shown = _on_screen(timeline)
-        assert shown == _repainted_whole(timeline), f"frame {i}"
+        area = _painted_area(paints, box)
+        strips += still and 0 < area < box.width() * box.height() / 10
+        shown = on_screen(timeline.viewport())
+        np.testing.assert_array_equal(shown, repainted_whole(qtbot, paints), f"frame {i}")
     assert stills >= 25
     assert strips >= stills - 2  # a still frame repaints a strip, not the plot
 

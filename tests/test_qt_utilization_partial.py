@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from PySide6.QtCore import QEvent, QObject, QPoint, QRect
-from PySide6.QtGui import QImage, QPaintEvent
+from backing_store import PaintedRects, on_screen, repainted_whole, view_box_rect
+from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QApplication
 
 from gpuwatch.core.figures.frame import CoarseChoice
@@ -33,20 +33,6 @@ CHOICE = CoarseChoice("proc.cpu", "runner CPU %", "busy %", "runner CPU", ())
 STRIP_PX = 40
 
 
-class Paints(QObject):
-    """The bounding rectangles of the paint events a widget receives."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.rects: list[QRect] = []
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if event.type() == QEvent.Type.Paint:
-            assert isinstance(event, QPaintEvent)
-            self.rects.append(event.region().boundingRect())
-        return False
-
-
 def samples(n: int, *, top: float = 97.0) -> tuple[SeriesView, np.ndarray]:
     """``n`` coarse samples from the origin on and the busy % beside them (a hole of NaN
     every 11th sample, as where no step overlapped a sample)."""
@@ -57,19 +43,18 @@ def samples(n: int, *, top: float = 97.0) -> tuple[SeriesView, np.ndarray]:
     return SeriesView(t0, t0 + PERIOD_NS, value), busy
 
 
-def shown_view(qtbot) -> tuple[UtilizationView, Paints]:
+def shown_view(qtbot) -> tuple[UtilizationView, PaintedRects]:
     view = UtilizationView()
     qtbot.addWidget(view)
     view.resize(800, 300)
-    paints = Paints()
-    view.plot.viewport().installEventFilter(paints)
+    paints = PaintedRects(view.plot.viewport())
     view.show()
     qtbot.waitExposed(view)
     qtbot.waitUntil(lambda: bool(paints.rects))  # shown: what follows is the data's
     return view, paints
 
 
-def draw(qtbot, view: UtilizationView, paints: Paints, data, hi_s: float) -> list[QRect]:
+def draw(qtbot, view: UtilizationView, paints: PaintedRects, data, hi_s: float) -> list[QRect]:
     """One frame as the window draws it (``PlotsRedraw.plots``): the range, the data, the
     view settled before its paint; returns the paints it caused."""
     coarse, busy = data
@@ -88,35 +73,13 @@ def followed_hi(n: int) -> float:
     return math.ceil(n * PERIOD_NS / S / STRIDE_S) * STRIDE_S
 
 
-def shown_pixels(view: UtilizationView) -> np.ndarray:
-    """The plot's viewport as the window shows it: its part of the window's backing store."""
-    viewport = view.plot.viewport()
-    at = viewport.mapTo(view, QPoint(0, 0))
-    screen = view.screen()
-    pixmap = screen.grabWindow(view.winId(), at.x(), at.y(), viewport.width(), viewport.height())
-    image = pixmap.toImage().convertToFormat(QImage.Format.Format_RGB32)
-    assert (image.width(), image.height()) == (viewport.width(), viewport.height())
-    bits = np.frombuffer(image.constBits(), np.uint32)[: image.sizeInBytes() // 4]
-    return bits.reshape(image.height(), image.bytesPerLine() // 4)[:, : image.width()].copy()
-
-
-def repainted_whole(qtbot, view: UtilizationView, paints: Paints) -> np.ndarray:
-    """The viewport's pixels after a forced repaint of all of it."""
-    viewport = view.plot.viewport()
-    paints.rects.clear()
-    viewport.update()
-    qtbot.waitUntil(lambda: any(r.contains(viewport.rect()) for r in paints.rects))
-    return shown_pixels(view)
-
-
 def is_strip_at_right(rect: QRect, width: int) -> bool:
     return rect.width() <= STRIP_PX and rect.left() > width // 2
 
 
 def covers_the_plot(view: UtilizationView, rects: list[QRect]) -> bool:
     """Whether a paint covered the whole width of the plot's view box (the curves' area)."""
-    box = view.plot.getPlotItem().getViewBox()
-    area = view.plot.mapFromScene(box.sceneBoundingRect()).boundingRect()
+    area = view_box_rect(view.plot)
     return any(r.left() <= area.left() + 1 and r.right() >= area.right() - 1 for r in rects)
 
 
@@ -149,8 +112,8 @@ def test_a_still_view_updated_in_strips_shows_what_a_whole_repaint_shows(qtbot) 
             busy[-1] = np.nan  # the busy % not known yet: a hole, filled by the next frame
         rects = draw(qtbot, view, paints, (coarse, busy), hi_s)
         assert all(is_strip_at_right(r, width) for r in rects), (more, rects, width)
-    shown = shown_pixels(view)
-    np.testing.assert_array_equal(shown, repainted_whole(qtbot, view, paints))
+    shown = on_screen(view.plot.viewport())
+    np.testing.assert_array_equal(shown, repainted_whole(qtbot, paints))
 
 
 def test_a_moved_view_repaints_whole_and_strips_follow_again(qtbot) -> None:
@@ -177,10 +140,12 @@ def test_a_moved_view_repaints_whole_and_strips_follow_again(qtbot) -> None:
         if moved:
             assert covers_the_plot(view, rects), (count, rects)
             draw(qtbot, fresh, fresh_paints, data, hi)
-            np.testing.assert_array_equal(shown_pixels(view), shown_pixels(fresh))
+            np.testing.assert_array_equal(
+                on_screen(view.plot.viewport()), on_screen(fresh.plot.viewport())
+            )
         else:
             assert all(is_strip_at_right(r, width) for r in rects), (count, rects, width)
-    np.testing.assert_array_equal(shown_pixels(view), repainted_whole(qtbot, view, paints))
+    np.testing.assert_array_equal(on_screen(view.plot.viewport()), repainted_whole(qtbot, paints))
 
 
 class _Gpus:
@@ -212,12 +177,12 @@ def test_the_other_ranks_gpu_curves_repaint_a_strip_for_a_new_sample(qtbot) -> N
     curves.sync(gpus(n), presenting=False)
     view.layout().activate()  # the legend line shown: the plot made room for it, now
     settle_before_paint(view.plot)  # and its items know their new place before the paint
-    repainted_whole(qtbot, view, paints)
+    repainted_whole(qtbot, paints)
     for more in range(1, 4):
         paints.rects.clear()
         curves.sync(gpus(n + more), presenting=False)
         qtbot.waitUntil(lambda: bool(paints.rects))
         QApplication.processEvents()
         assert all(is_strip_at_right(r, width) for r in paints.rects), (more, paints.rects)
-    shown = shown_pixels(view)
-    np.testing.assert_array_equal(shown, repainted_whole(qtbot, view, paints))
+    shown = on_screen(view.plot.viewport())
+    np.testing.assert_array_equal(shown, repainted_whole(qtbot, paints))
