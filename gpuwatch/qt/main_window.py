@@ -68,11 +68,6 @@ REDRAW_MS = 33
 #: If a frame costs more than half the tick, the tick stretches (up to this): on a CPU
 #: device the GUI competes with the very run it measures, and input must stay responsive.
 MAX_REDRAW_MS = 250
-#: Tick while new steps of a followed run wait for more (``PlotsRedraw.holding``): they wait
-#: until the oldest ended ``NEW_STEPS_HOLD_S`` (100 ms) ago, and a step reaches the window
-#: at most ~50 ms after it ended (the runner's batches), so a 50 ms tick still sees it before
-#: its frame is due (the window ticks exactly then): a third fewer ticks that draw nothing.
-HELD_REDRAW_MS = 50
 #: Tick at rest (no live run, nothing drawn for ``AWAKE_S`` seconds): an open window costs
 #: ~nothing; a pan, a resize, the run's state or the replay bar wakes it at once.
 IDLE_REDRAW_MS = 250
@@ -429,8 +424,6 @@ class MainWindow(QMainWindow):
             self._awake_until = now + AWAKE_S
         awake = now < self._awake_until or self.session.state in ACTIVE_STATES
         base = REDRAW_MS if awake else IDLE_REDRAW_MS
-        if awake and self.follow and self.frame.holding(now):
-            base = HELD_REDRAW_MS
         interval = int(min(max(base, 2 * self._tick_cost_ms), max(base, MAX_REDRAW_MS)))
         due = self.frame.due_in_s
         if due is not None and due * 1e3 < interval:

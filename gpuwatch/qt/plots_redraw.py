@@ -145,8 +145,6 @@ class PlotsRedraw:
         self.due_in_s: float | None = None
         #: The clock the runner's marks are on (this machine's ``perf_counter_ns``).
         self.clock_ns: Callable[[], int] = time.perf_counter_ns
-        #: When new steps last waited for more (``time.monotonic``; ``holding``).
-        self.held_at = -math.inf
         #: The x range and width the plots' items last settled for (``settle_before_paint``).
         self._settled: tuple[float, float, float] | None = None
         #: What the caption was written from: unchanged, its rich text is not rebuilt.
@@ -192,7 +190,6 @@ class PlotsRedraw:
             hold = self._hold_s(drawn, hold_s)
             if hold > 0:
                 self.due_in_s = hold
-                self.held_at = now
                 return False  # more steps are about to come: they share the frame
         t0 = self.session.t0_ns
         lo_ns, hi_ns = t0 + int(lo_s * 1e9), t0 + int(hi_s * 1e9)
@@ -231,11 +228,6 @@ class PlotsRedraw:
             for plot in (self.timeline, self.utilization.plot):
                 settle_before_paint(plot)  # one paint per frame, not one per item that moved
         return True
-
-    def holding(self, now: float) -> bool:
-        """Whether new steps waited for more within the last second (``time.monotonic``):
-        a followed run whose frames each share the steps of ``NEW_STEPS_HOLD_S``."""
-        return now - self.held_at < 1.0
 
     def _hold_s(self, drawn: FrameRevision, hold_s: float) -> float:
         """How long the steps that arrived since ``drawn`` wait for more (0: none arrived)."""
