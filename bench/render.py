@@ -14,7 +14,8 @@ A frame is a redraw tick that drew, together with the paint it posts (flushed ri
 tick, so the paint is timed inside the frame); ticks with nothing due draw nothing. Reported
 per case: frames and frames/s, frame time p50/p95 (wall) and the GUI thread's CPU per frame,
 this process's CPU % of one core (all its threads: window, link reading, samples; the runner
-is another process), step end → drawn p95, and the load average. The Qt event loop runs as in
+is another process) and the GUI thread's part of it (frames' mean CPU, the ticks that drew
+nothing), step end → drawn p95, and the load average. The Qt event loop runs as in
 the app (``QEventLoop.exec``), so no polling loop of the bench's own is counted. ``--profile
 N`` adds cProfile's top N functions of the GUI thread (by own time; ``--profile-sort
 cumulative``: with what they call). Nothing here runs a GPU.
