@@ -114,6 +114,10 @@ def test_a_still_view_updated_in_strips_shows_what_a_whole_repaint_shows(qtbot) 
         assert all(is_strip_at_right(r, width) for r in rects), (more, rects, width)
     shown = on_screen(view.plot.viewport())
     np.testing.assert_array_equal(shown, repainted_whole(qtbot, paints))
+    # And what a new view draws from those samples at once: nothing of the curves went stale.
+    fresh, fresh_paints = shown_view(qtbot)
+    draw(qtbot, fresh, fresh_paints, (coarse, busy), hi_s)
+    np.testing.assert_array_equal(shown, on_screen(fresh.plot.viewport()))
 
 
 def test_a_moved_view_repaints_whole_and_strips_follow_again(qtbot) -> None:
