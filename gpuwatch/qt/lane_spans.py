@@ -9,10 +9,10 @@ and an ``(n, 4)`` array of rectangles); the one item paints them all in one ``pa
 announces its geometry at most once per frame. The pixels are those of the bars it stands for:
 the same rectangles, brushes and transform, with no pen.
 
-Given an extent (``LaneSpans.set_extent``: the region its spans may fall in, wider than the
-view), the item keeps that as its geometry and a new set of spans repaints only the part of
-each layer that differs from the rectangles it replaces: following a run with a view that
-stands still between strides, that is the newest steps at the right end, not the whole plot.
+Made with ``follows_view``, the item's geometry is its view's extent
+(``view_extent.ViewExtent``) and a new set of spans repaints only the part of each layer that
+differs from the rectangles it replaces: following a run with a view that stands still between
+strides, that is the newest steps at the right end, not the whole plot.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QPainter, QPainterPath
 from PySide6.QtWidgets import QStyleOptionGraphicsItem, QWidget
 from shiboken6 import Shiboken
+
+from gpuwatch.qt.view_extent import ViewExtent
 
 
 class SpanLayer:
@@ -68,15 +70,9 @@ class SpanLayer:
 
     def set_spans(self, x0: np.ndarray, x1: np.ndarray, y0: float, height: float) -> None:
         """Spans ``[x0, x1]`` (``x1 >= x0``) as bars from ``y0`` up by ``height`` (``>= 0``)."""
-        n = int(np.size(x0))
-        if n == 0 and not len(self.rects):
+        if np.size(x0) == 0 and not len(self.rects):
             return  # empty stays empty
-        rects = np.empty((n, 4))
-        rects[:, 0] = x0
-        rects[:, 1] = y0
-        rects[:, 2] = np.asarray(x1) - rects[:, 0]
-        rects[:, 3] = height
-        self._replace(rects, float(y0), float(height))
+        self._replace(_rects(x0, x1, y0, height), float(y0), float(height))
 
     def _replace(self, rects: np.ndarray, y0: float, height: float) -> None:
         """Hold ``rects`` (rows spanning ``y0`` up by ``height``) and repaint what changed."""
@@ -91,13 +87,8 @@ class SpanLayer:
         if not np.size(x0):
             self.clear()
             return
-        rects = np.empty((int(np.size(x0)), 4))
-        rects[:, 0] = x0
-        rects[:, 1] = y0
-        rects[:, 2] = np.asarray(x1) - rects[:, 0]
-        rects[:, 3] = height
         low, high = float(np.min(y0)), float(np.max(y0))
-        self._replace(rects, low, high - low + float(height))
+        self._replace(_rects(x0, x1, y0, height), low, high - low + float(height))
 
     def clear(self) -> None:
         self.set_spans(np.empty(0), np.empty(0), self.y0, self.height)
@@ -110,14 +101,15 @@ class LaneSpans(pg.GraphicsObject):
     each mouse move over the plot).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, follows_view: bool = False) -> None:
+        """``follows_view``: the geometry is the view's extent, and new spans repaint only
+        what changed (for layers sorted by x); else it is the spans' bounds."""
         super().__init__()
         self.layers: list[SpanLayer] = []
         self._bounds = QRectF()
         #: The layers changed since the bounds were computed (announced to Qt already).
         self._stale = False
-        #: Where the spans may fall (``set_extent``), the item's geometry while set.
-        self._extent: QRectF | None = None
+        self._extent = ViewExtent(self) if follows_view else None
         # Paint learns the exposed rectangle: a repaint of the newest steps draws only those.
         self.setFlag(self.GraphicsItemFlag.ItemUsesExtendedStyleOption, True)
 
@@ -126,14 +118,10 @@ class LaneSpans(pg.GraphicsObject):
         self.layers.append(layer)
         return layer
 
-    def set_extent(self, extent: QRectF | None) -> None:
-        """Keep ``extent`` (data coordinates, holding every span to come until it is set
-        again) as the item's geometry, so that new spans repaint only where they differ
-        from the old; None: the geometry follows the spans (each change repaints it all)."""
-        if extent != self._extent:
-            self.prepareGeometryChange()
-            self._extent = None if extent is None else QRectF(extent)
-            self._stale = True
+    def viewTransformChanged(self) -> None:
+        super().viewTransformChanged()  # forgets the cached view rectangle
+        if self._extent is not None:
+            self._extent.view_changed()
 
     def layer_changed(
         self, layer: SpanLayer, old: np.ndarray, old_rows: tuple[float, float]
@@ -141,7 +129,8 @@ class LaneSpans(pg.GraphicsObject):
         """``layer`` now holds new rectangles in place of ``old`` (which spanned ``old_rows``
         in y): repaint the part that differs, or, without an extent, announce the new
         geometry once and repaint all of it."""
-        if self._extent is None or not layer.sorted:
+        extent = self._extent.rect() if self._extent is not None else None
+        if extent is None or not layer.sorted:
             if not self._stale:
                 self._stale = True
                 self.prepareGeometryChange()
@@ -164,8 +153,9 @@ class LaneSpans(pg.GraphicsObject):
         self.update()
 
     def boundingRect(self) -> QRectF:
-        if self._extent is not None:
-            return QRectF(self._extent)
+        extent = self._extent.rect() if self._extent is not None else None
+        if extent is not None:
+            return extent
         if self._stale:
             self._stale = False
             self._bounds = _bounds(self.layers)
@@ -205,6 +195,16 @@ def _bounds(layers: Sequence[SpanLayer]) -> QRectF:
     low = min(layer.y0 for layer in shown)
     high = max(layer.y0 + layer.height for layer in shown)
     return QRectF(left, low, right - left, high - low)
+
+
+def _rects(x0: np.ndarray, x1: np.ndarray, y0: float | np.ndarray, height: float) -> np.ndarray:
+    """``(n, 4)`` rows of x, y, width, height for spans ``[x0, x1]`` from ``y0`` up."""
+    rects = np.empty((int(np.size(x0)), 4))
+    rects[:, 0] = x0
+    rects[:, 1] = y0
+    rects[:, 2] = np.asarray(x1) - rects[:, 0]
+    rects[:, 3] = height
+    return rects
 
 
 def _within(rects: np.ndarray, left: float, right: float) -> np.ndarray:

@@ -1,10 +1,6 @@
-"""A plot curve whose new points repaint only the part of the plot they changed.
-
-``pg.PlotCurveItem``'s bounding rectangle is its data's, padded by the pen in pixels, so every
-new point changes its geometry: Qt then repaints the union of the old and new rectangles (for
-a series that spans the view, the whole plot with its grid and every other curve) although
-only the newest few pixels at the right end changed. A followed view stands still between its
-strides, so most new samples change a few columns of a plot that is otherwise as it was.
+"""A plot curve whose new points repaint only the part of the plot they changed: its
+geometry is its view's extent (``view_extent.ViewExtent``), not its data's, so a new sample
+at the right end of a still view repaints a few columns, not the whole plot.
 """
 
 from __future__ import annotations
@@ -13,55 +9,42 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 
+from gpuwatch.qt.spans import step_series
+from gpuwatch.qt.view_extent import ViewExtent
+
 #: Pixels drawn beyond a changed point's x besides the pen's own half-width (antialiasing,
 #: rounding of the pen to whole pixels).
 PAD_PX = 2.0
 
 
 class StepCurve(pg.PlotCurveItem):
-    """A ``PlotCurveItem`` bounded by a fixed extent around the view (the view and a view's
-    width and height on each side), so new points change no geometry; ``set_points`` repaints
-    from the first point that differs from those drawn to the end of the series.
-
-    The extent moves only when the view leaves it (or it is far larger than the view), which
-    repaints the whole plot as any move of the view does. Drawing, names, pens and
-    ``getData`` are ``PlotCurveItem``'s.
+    """A ``PlotCurveItem`` bounded by its view's extent (``ViewExtent``), so new points change
+    no geometry; ``set_points`` repaints from the first point that differs from those drawn
+    to the end of the series. Drawing, names, pens and ``getData`` are ``PlotCurveItem``'s.
     """
 
     def __init__(self, **kargs: object) -> None:
-        #: Where the curve may draw, in data coordinates; None: computed on the next ask.
-        self._extent: QRectF | None = None
+        #: Where the curve may draw: its geometry while its points change.
+        self.extent = ViewExtent(self)
         super().__init__(**kargs)
 
     def boundingRect(self) -> QRectF:
-        if self._extent is None:
-            view = self._view_rect()
-            if view is None:
-                return QRectF()
-            self._extent = view.adjusted(-view.width(), -view.height(), view.width(), view.height())
-        return QRectF(self._extent)
+        return self.extent.rect() or QRectF()
 
     def viewTransformChanged(self) -> None:
         """The base forgets its bounds and announces new geometry on every move of the view;
         here only when the view left the extent (or zoomed far inside it)."""
         pg.GraphicsItem.viewTransformChanged(self)  # forgets the cached view rectangle
-        extent, view = self._extent, self._view_rect()
-        if (
-            extent is not None
-            and view is not None
-            and extent.contains(view)
-            and extent.width() <= 5 * view.width()
-            and extent.height() <= 5 * view.height()
-        ):
-            return
-        self.prepareGeometryChange()
-        self._extent = None
+        self.extent.view_changed()
 
-    def _view_rect(self) -> QRectF | None:
-        view = self.viewRect()
-        if view is None or not view.isValid():
-            return None
-        return QRectF(view)
+    def show_samples(
+        self, t0_ns: np.ndarray, t1_ns: np.ndarray, value: np.ndarray, origin_ns: int
+    ) -> None:
+        """Samples as a step line over each one's real period (seconds since
+        ``origin_ns``), neighbours joined only where they touch (``spans.step_series``)."""
+        w0, w1 = (t0_ns - origin_ns) / 1e9, (t1_ns - origin_ns) / 1e9
+        tolerance = 0.2 * float(np.median(w1 - w0)) if len(w0) else 0.0
+        self.set_points(*step_series(w0, w1, value, tolerance))
 
     def set_points(self, x: np.ndarray, y: np.ndarray, connect: np.ndarray) -> None:
         """Show ``x, y`` joined where ``connect`` (as ``setData(x=, y=, connect=)``),
@@ -109,7 +92,7 @@ class StepCurve(pg.PlotCurveItem):
         point before ``first`` to the end of the old and the new series, over the view's
         height (the view box clips its curves to it), padded by the pen.
         """
-        extent, view = self._extent, self._view_rect()
+        extent, view = self.extent.rect(), self.viewRect()
         if extent is None or view is None:
             return None
         start = max(first - 1, 0)

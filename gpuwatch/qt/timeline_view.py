@@ -133,7 +133,7 @@ class TimelineView(pg.PlotWidget):
         self._shaded: tuple[float, float, int] | None = None
         #: Every sparse lane's spans, one layer per colour, painted as one item; layers are
         #: added bottom to top.
-        self.spans = LaneSpans()
+        self.spans = LaneSpans(follows_view=True)  # new steps repaint only themselves
         self.spans.setZValue(1)
         self.addItem(self.spans)
         #: Dense view only: a pale full-height band where the phase occurs at all, so the
@@ -388,8 +388,6 @@ class TimelineView(pg.PlotWidget):
         width = hi_s - lo_s
         shade_y = np.arange(self.n_lanes - 1, -1, -2, dtype=np.float64) - 0.5
         self._shaded = (lo_s - width, hi_s + width, self.n_lanes)
-        # The spans fall inside the shade until it moves: new spans repaint only what changed.
-        self.spans.set_extent(QRectF(lo_s - width, -1.0, 3 * width, self.n_lanes + 1.0))
         self._shade.set_spans(
             np.full(len(shade_y), lo_s - width), np.full(len(shade_y), hi_s + width), shade_y, 1.0
         )
