@@ -20,7 +20,6 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout
 
 from gpuwatch.core.figures.rank_figures import GpuSeries
 from gpuwatch.qt import palette
-from gpuwatch.qt.spans import step_series
 from gpuwatch.qt.step_curve import StepCurve
 from gpuwatch.qt.utilization_view import UtilizationView
 
@@ -77,9 +76,7 @@ class RankGpuCurves:
             self.curves.append(curve)
         for curve, gpu in zip(self.curves, gpus, strict=False):
             series = gpu.util
-            w0, w1 = (series.t0 - t0_ns) / 1e9, (series.t1 - t0_ns) / 1e9
-            tolerance = 0.2 * float(np.median(w1 - w0)) if len(w0) else 0.0
-            curve.set_points(*step_series(w0, w1, series.value, tolerance))
+            curve.show_samples(series.t0, series.t1, series.value, t0_ns)
             curve.setVisible(True)
         for curve in self.curves[len(gpus) :]:
             curve.set_points(np.empty(0), np.empty(0), np.empty(0, bool))

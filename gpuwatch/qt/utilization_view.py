@@ -18,7 +18,6 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 from gpuwatch.core.figures.frame import CoarseChoice, UtilizationFrame
 from gpuwatch.core.model.store import SeriesView
 from gpuwatch.qt import palette
-from gpuwatch.qt.spans import step_series
 from gpuwatch.qt.step_curve import StepCurve
 from gpuwatch.qt.theme import theme_manager
 from gpuwatch.qt.time_axis import TimeAxis
@@ -122,11 +121,8 @@ class UtilizationView(QWidget):
         ):
             return  # the same samples: the curves stay, nothing to lay out or repaint
         self._drawn = (t0_ns, coarse.t0, coarse.t1, coarse.value, busy)
-        w0 = (coarse.t0 - t0_ns) / 1e9
-        w1 = (coarse.t1 - t0_ns) / 1e9
-        tolerance = 0.2 * float(np.median(w1 - w0)) if len(w0) else 0.0
-        _set_steps(self.coarse_curve, w0, w1, coarse.value, tolerance)
-        _set_steps(self.busy_curve, w0, w1, busy, tolerance)
+        self.coarse_curve.show_samples(coarse.t0, coarse.t1, coarse.value, t0_ns)
+        self.busy_curve.show_samples(coarse.t0, coarse.t1, busy, t0_ns)
         top = float(np.nanmax(coarse.value)) if len(coarse) else 0.0
         y_top = 105.0 if top <= 100 else 100.0 * math.ceil(top / 100.0) + 5
         self._set_y_top(y_top)
@@ -154,13 +150,6 @@ class UtilizationView(QWidget):
     def legend_texts(self) -> list[str]:
         """The names the legend shows, coarse first (for tests)."""
         return [self.coarse_curve.name() or "", self.busy_curve.name() or ""]
-
-
-def _set_steps(
-    curve: StepCurve, w0: np.ndarray, w1: np.ndarray, value: np.ndarray, tolerance: float
-) -> None:
-    x, y, connect = step_series(w0, w1, value, tolerance)
-    curve.set_points(x, y, connect)
 
 
 def series_point_count(curve: pg.PlotCurveItem) -> int:
