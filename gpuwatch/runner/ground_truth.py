@@ -32,9 +32,16 @@ EXIT_NO_CUDA = 3
 
 
 def _timed_ms(torch: Any, cycles: int) -> float:
-    """Device milliseconds of one ``_sleep(cycles)``, from two timed events (synchronizes)."""
+    """Device milliseconds of one ``_sleep(cycles)``, from two timed events (synchronizes).
+
+    A kernel of the same length runs first, so the device is still busy while the start
+    event and the measured kernel are queued: on an idle stream the start event would
+    complete at once and the host's time to launch the kernel (milliseconds on a loaded
+    machine) would count as kernel time, sizing every later kernel short.
+    """
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(cycles)
     start.record()
     torch.cuda._sleep(cycles)
     end.record()
