@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QPoint, Qt
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtTest import QTest
 
+from gpuwatch.core.figures.frame import HeadlineFigures
 from gpuwatch.core.run.session import Session
 from gpuwatch.qt.help_view import SECTIONS, TOOLTIP_HINT, guide_html
 from gpuwatch.qt.scoreboard_view import COLUMNS
@@ -102,3 +104,20 @@ def test_f1_on_a_focused_question_mark_opens_its_section(show_window, qtbot):
             and _top_heading(window.help_dialog) == dict(SECTIONS)["nvml"]
         )
     )
+
+
+def test_a_click_on_a_figures_number_opens_its_section_and_copy_quotes_it(show_window, qtbot):
+    """The number is the figure's largest part: a click on it asks for the guide as a click
+    beside it does, and its context menu's Copy puts "caption: value" on the clipboard."""
+    window = show_window(Session(sample_coarse=False))
+    bar = window.headline
+    bar.show_figures(HeadlineFigures(window_s=5.0, step_ms_p50=10.25, step_ms_p95=11.0))
+    value = bar.step.value
+    with qtbot.waitSignal(bar.sig_help_requested) as blocker:
+        QTest.mouseClick(value, Qt.MouseButton.LeftButton, pos=value.rect().center())
+    assert blocker.args == ["step"]
+    assert bar.step.contextMenuPolicy() == Qt.ContextMenuPolicy.ActionsContextMenu
+    assert bar.step.copy_action in bar.step.actions()
+    QGuiApplication.clipboard().clear()
+    bar.step.copy_action.trigger()
+    assert QGuiApplication.clipboard().text() == "step time p50 (p95): 10.2 ms (11.0)"

@@ -20,7 +20,7 @@ its tooltip, and presentation mode leads with it.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QMouseEvent
+from PySide6.QtGui import QAction, QGuiApplication, QMouseEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from gpuwatch.core.figures.frame import HEADLINE_WINDOW_S, HeadlineFigures
@@ -116,11 +116,21 @@ class _Figure(QWidget):
         top.addStretch(1)
         self.value = QLabel(DASH)
         self.value.setStyleSheet(f"font-size: {size_px}px; font-weight: 600;")
-        self.value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # Not selectable: a selectable label keeps its text in a text document, laid out and
+        # drawn anew on every change (half of what a new set of figures costs to paint), and
+        # a click is the guide's. Copy is in the figure's context menu.
+        self.copy_action = QAction("Copy", self)
+        self.copy_action.triggered.connect(self.copy)
+        self.addAction(self.copy_action)
+        self.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
         # A sentence-long figure wraps rather than widen the window past a 1280 px screen.
         self.value.setWordWrap(wrap)
         layout.addLayout(top)
         layout.addWidget(self.value)
+
+    def copy(self) -> None:
+        """The figure as a reader would quote it: "step time p50 (p95): 10.2 ms (11.0)"."""
+        QGuiApplication.clipboard().setText(f"{self.caption.text()}: {self.value.text()}")
 
     def set(self, text: str, tooltip: str | None = None) -> None:
         self.value.setText(text)
