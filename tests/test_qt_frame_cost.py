@@ -6,6 +6,7 @@ Steps here are SIMULATED (jittered synthetic marks, as in ``tests/test_timeline_
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -152,3 +153,59 @@ def test_the_scrolling_time_axis_draws_what_pyqtgraphs_axis_draws(qtbot, width, 
         plot.getPlotItem().getViewBox().setXRange(0.0, 7.0, padding=0)
     assert_same_within_a_column(_pixels(ours), _pixels(theirs), "zoomed")
     assert axis.recorded == before + 1
+
+
+def test_the_time_axis_draws_its_labels_only_where_they_are_exposed(qtbot):
+    """A plot repainting a strip along its bottom edge exposes the tick marks that reach up
+    into it, not the labels below: the axis draws the marks there and leaves the labels'
+    text, the most of what it costs to paint, for a paint that reaches them."""
+    import pyqtgraph as pg
+    from PySide6.QtCore import QRectF
+    from PySide6.QtGui import QImage, QPainter, QPicture
+    from PySide6.QtWidgets import QStyleOptionGraphicsItem
+
+    from gpuwatch.qt.time_axis import TimeAxis
+    from gpuwatch.qt.timeline_view import style_plot
+
+    plot = pg.PlotWidget(axisItems={"bottom": TimeAxis()})
+    qtbot.addWidget(plot)
+    style_plot(plot)
+    plot.resize(900, 200)
+    plot.show()
+    qtbot.waitExposed(plot)
+    plot.getPlotItem().getViewBox().setXRange(10.0, 40.0, padding=0)
+    axis = plot.getPlotItem().getAxis("bottom")
+    plot.grab()  # laid out and recorded
+    ticks = axis._ticks
+    assert ticks is not None and ticks.labels_top > axis.boundingRect().top()
+
+    played: list[str] = []
+
+    class Counted(QPicture):
+        def __init__(self, picture: QPicture, name: str) -> None:
+            super().__init__(picture)
+            self.name = name
+
+        def play(self, painter: QPainter) -> bool:
+            played.append(self.name)
+            return super().play(painter)
+
+    axis._ticks = dataclasses.replace(
+        ticks, marks=Counted(ticks.marks, "marks"), labels=Counted(ticks.labels, "labels")
+    )
+    bounds = axis.boundingRect()
+    image = QImage(int(bounds.width()) + 1, int(bounds.height()) + 1, QImage.Format.Format_ARGB32)
+    option = QStyleOptionGraphicsItem()
+    for exposed, expected in (
+        (QRectF(bounds.left(), bounds.top(), bounds.width(), 3.0), ["marks"]),
+        (bounds, ["marks", "labels"]),
+    ):
+        option.exposedRect = exposed
+        painter = QPainter(image)
+        painter.translate(-bounds.topLeft())
+        try:
+            axis.paint(painter, option, None)
+        finally:
+            painter.end()
+        assert played == expected, exposed
+        played.clear()

@@ -9,12 +9,13 @@ followed the axis measured every label's text, recorded ticks and labels into a 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import ceil
+from math import ceil, inf
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QFont, QFontMetricsF, QPainter, QPen, QPicture
+from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
 
 class _LabelSizes:
@@ -65,7 +66,9 @@ class _TickPicture:
 
     look: tuple[object, ...]
     xs: np.ndarray  # the x of every tick and label when recorded
-    picture: QPicture
+    marks: QPicture  # the tick marks
+    labels: QPicture  # the labels' text
+    labels_top: float  # where the highest label starts (the item's y)
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,8 @@ class TimeAxis(pg.AxisItem):
 
     def __init__(self, orientation: str = "bottom") -> None:
         super().__init__(orientation)
+        # ``paint`` is told which part is exposed (by default: the whole bounding rect).
+        self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemUsesExtendedStyleOption)
         self._sizes = _LabelSizes()
         self._ticks: _TickPicture | None = None
         self._axis_line: tuple[QPen, QPointF, QPointF] | None = None
@@ -155,7 +160,10 @@ class TimeAxis(pg.AxisItem):
         self.recorded = 0
         self.laid_out = 0
 
-    def paint(self, p: QPainter, opt: object, widget: object) -> None:
+    def paint(self, p: QPainter, opt: QStyleOptionGraphicsItem, widget: object) -> None:
+        """The axis line, the tick marks and, where the exposed part reaches them, the
+        labels: the marks reach into the plot above, so a plot repainting a strip along its
+        bottom edge repaints them too, and the labels' text costs most of a paint."""
         if self.picture is None:  # the range, size or style changed since the last paint
             self._lay_out()
         ticks, line = self._ticks, self._axis_line
@@ -169,7 +177,9 @@ class TimeAxis(pg.AxisItem):
         p.drawLine(p1, p2)
         p.setClipRect(self.boundingRect().toAlignedRect())
         p.translate(self._shift, 0)
-        ticks.picture.play(p)
+        ticks.marks.play(p)
+        if opt.exposedRect.bottom() >= ticks.labels_top:
+            ticks.labels.play(p)
         p.restore()
 
     def _lay_out(self) -> None:
@@ -324,22 +334,30 @@ class TimeAxis(pg.AxisItem):
             if np.all(np.abs(moved - shift) <= 1e-6):
                 self._shift = shift
                 return texts
-        self._ticks = _TickPicture(look, xs, self._record(tick_specs, text_specs))
+        labels_top = min((r.top() for r, _, _ in text_specs), default=inf)
+        self._ticks = _TickPicture(
+            look, xs, *self._record(tick_specs, text_specs), labels_top=labels_top
+        )
         self._shift = 0.0
         self.recorded += 1
         return texts
 
-    def _record(self, tick_specs: list, text_specs: list) -> QPicture:
-        """Ticks and labels as ``AxisItem.drawPicture`` draws them, without the axis line
-        (it does not move) and the clip (the painter sets it where the axis is)."""
-        picture = QPicture()
-        p = QPainter(picture)
+    def _record(self, tick_specs: list, text_specs: list) -> tuple[QPicture, QPicture]:
+        """Tick marks and labels as ``AxisItem.drawPicture`` draws them, in two pictures,
+        without the axis line (it does not move) and the clip (the painter sets it where the
+        axis is)."""
+        marks, labels = QPicture(), QPicture()
+        p = QPainter(marks)
         try:
             p.setRenderHint(QPainter.RenderHint.Antialiasing, False)
-            p.setRenderHint(QPainter.RenderHint.TextAntialiasing, True)
             for pen, a, b in tick_specs:
                 p.setPen(pen)
                 p.drawLine(a, b)
+        finally:
+            p.end()
+        p = QPainter(labels)
+        try:
+            p.setRenderHint(QPainter.RenderHint.TextAntialiasing, True)
             if self.style["tickFont"] is not None:
                 p.setFont(self.style["tickFont"])
             p.setPen(self.textPen())
@@ -347,7 +365,7 @@ class TimeAxis(pg.AxisItem):
                 p.drawText(rect, int(flags), text)
         finally:
             p.end()
-        return picture
+        return marks, labels
 
 
 def _text_levels(axis: pg.AxisItem, texts: set[str], levels: _Levels) -> int:
