@@ -1,6 +1,7 @@
 """New steps of a followed live run share frames: a frame waits until the oldest new step
 ended ``NEW_STEPS_HOLD_S`` ago, and the window ticks when that wait ends rather than on its
-next regular tick, so the wait never adds a tick to the step end → drawn latency."""
+next regular tick, so the wait never adds a tick to the step end → drawn latency (and the
+ticks before it, which would draw nothing, are not made)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from gpuwatch.core.figures.frame import (
     HOLD_FULL_TICK_MS,
     HOLD_MAX_NEW_STEPS,
     HOLD_NONE_TICK_MS,
+    NEW_STEPS_FRAME_S,
     NEW_STEPS_HOLD_S,
     hold_for_tick_s,
     hold_new_steps_s,
@@ -21,6 +23,7 @@ from gpuwatch.core.figures.frame import (
 from gpuwatch.core.model.messages import DeviceInfo, Hello
 from gpuwatch.core.run.session import Session, SessionState
 from gpuwatch.protocol import N_MARKS
+from gpuwatch.qt.main_window import REDRAW_MS
 from gpuwatch.qt.plots_redraw import FOLLOW_STRIDES
 
 S = 1_000_000_000
@@ -91,6 +94,34 @@ def test_a_new_step_waits_for_more_and_the_window_ticks_when_its_frame_is_due(
     frame.clock_ns = time.perf_counter_ns
     qtbot.waitUntil(lambda: frame.frames_drawn > drawn, timeout=WAIT_MS)
     assert frame.last_key is not None and frame.last_key.steps_count == 21
+
+
+def test_the_window_ticks_when_a_frame_can_be_due_not_on_regular_ticks_before_it(
+    live_window,
+) -> None:
+    """Ticks that could draw nothing are not made: after a frame the next tick waits for the
+    pacing (``NEW_STEPS_FRAME_S``), and held steps wait for their frame even when their wait
+    is longer than a regular tick."""
+    window, session = live_window
+    frame = window.frame
+    frame.drawn_at = -1e9
+    window._tick_cost_ms = 0.0
+    _append(session, 20, time.perf_counter_ns() - 2 * int(NEW_STEPS_HOLD_S * S))
+    drawn = frame.frames_drawn
+    window._tick()
+    assert frame.frames_drawn == drawn + 1
+    assert window.timer.interval() >= math.ceil(NEW_STEPS_FRAME_S * 1e3) > REDRAW_MS
+    lo, hi = frame.visible_window(time.perf_counter_ns(), True, 30.0)
+    assert not frame.plots(True, lo, hi, follow=True)  # just drawn: no frame can be due yet
+    assert frame.due_in_s is not None and 0 < frame.due_in_s <= NEW_STEPS_FRAME_S
+    frame.drawn_at = -1e9
+    end = time.perf_counter_ns()
+    _append(session, 21, end)
+    frame.clock_ns = lambda: end + 10 * MS  # waits 90 ms: longer than a regular tick
+    window._tick_cost_ms = 0.0
+    window._tick()
+    assert frame.frames_drawn == drawn + 1
+    assert window.timer.interval() == math.ceil((NEW_STEPS_HOLD_S - 0.01) * 1e3) > REDRAW_MS
 
 
 def test_steps_that_waited_long_enough_or_a_view_not_following_are_drawn_at_once(

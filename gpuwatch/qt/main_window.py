@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpuwatch.core.figures.frame import hold_for_tick_s
+from gpuwatch.core.figures.frame import NEW_STEPS_FRAME_S, hold_for_tick_s
 from gpuwatch.core.files.replay import ReplaySession
 from gpuwatch.core.run.session import ACTIVE_STATES, LaunchSpec, LogLine, SessionState
 from gpuwatch.qt import palette
@@ -426,9 +426,13 @@ class MainWindow(QMainWindow):
         base = REDRAW_MS if awake else IDLE_REDRAW_MS
         interval = int(min(max(base, 2 * self._tick_cost_ms), max(base, MAX_REDRAW_MS)))
         due = self.frame.due_in_s
-        if due is not None and due * 1e3 < interval:
-            # Held steps are due before the next regular tick: tick then (and the next
-            # tick sets the regular interval again).
+        if drew:  # the next frame cannot come sooner than the pacing allows
+            due = max(interval / 1e3, NEW_STEPS_FRAME_S)
+        if due is not None:
+            # No frame can be drawn before then (new steps wait for more, or the last frame
+            # was just drawn): tick then, and the next tick sets the regular interval again.
+            # Ticks before it would draw nothing; steps that arrive meanwhile are drawn in
+            # that frame, no later than their own wait.
             self.timer.start(max(1, math.ceil(due * 1e3)))
         elif abs(interval - self.timer.interval()) > 5:
             self.timer.setInterval(interval)

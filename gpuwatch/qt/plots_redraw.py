@@ -140,8 +140,9 @@ class PlotsRedraw:
         #: When the last frame was drawn (``time.monotonic``) and how many have been.
         self.drawn_at = -math.inf
         self.frames_drawn = 0
-        #: Set when new steps are held for more (``NEW_STEPS_HOLD_S``): seconds until their
-        #: frame is due, so the window can tick then rather than on its next regular tick.
+        #: Seconds until the next frame can be due, when that is known: new steps held for
+        #: more (``NEW_STEPS_HOLD_S``), or the pacing after a frame (``NEW_STEPS_FRAME_S``).
+        #: The window ticks then, not on its regular ticks before it, which would draw nothing.
         self.due_in_s: float | None = None
         #: The clock the runner's marks are on (this machine's ``perf_counter_ns``).
         self.clock_ns: Callable[[], int] = time.perf_counter_ns
@@ -167,7 +168,8 @@ class PlotsRedraw:
         """Timeline and utilization for ``[lo_s, hi_s]`` (seconds since the origin), drawn
         from the presenter's frame if anything they show changed and the frame is due; the
         view is moved to that range when ``follow``; while following a live run, new steps
-        wait for more until the oldest of them ended ``hold_s`` ago (``due_in_s`` says when).
+        wait for more until the oldest of them ended ``hold_s`` ago (``due_in_s`` says when, and
+        when no frame can be due before the pacing allows one).
         Returns whether a frame was drawn.
 
         Dense windows come from the presenter's bins (lane occupancy kept per fine time bin
@@ -181,11 +183,15 @@ class PlotsRedraw:
         # Scrolling with "now" is paced; a view the user moves is followed at once.
         scroll_gap = SCROLL_FRAME_S if live and follow else NEW_STEPS_FRAME_S
         drawn = self.last_key
-        if drawn is not None and (
-            since_drawn < NEW_STEPS_FRAME_S
-            or (since_drawn < scroll_gap and self.session.steps.count == drawn.steps_count)
+        if drawn is not None and since_drawn < NEW_STEPS_FRAME_S:
+            self.due_in_s = NEW_STEPS_FRAME_S - since_drawn
+            return False  # no frame can be due before then: not even its revision is read
+        if (
+            drawn is not None
+            and since_drawn < scroll_gap
+            and self.session.steps.count == drawn.steps_count
         ):
-            return False  # no frame can be due yet: not even its revision is worth reading
+            return False  # only new steps could be drawn yet, and none came
         if live and follow and drawn is not None:
             hold = self._hold_s(drawn, hold_s)
             if hold > 0:
