@@ -111,6 +111,10 @@ def test_a_still_followed_timeline_repaints_only_the_newest_steps(followed, qtbo
     paints = PaintedRects(timeline.viewport())
     assert _draw_frame(window)
     assert not timeline.dense
+    view = timeline.getPlotItem().getViewBox()
+    ranges_set = []
+    set_x_range = view.setXRange
+    view.setXRange = lambda *a, **k: (ranges_set.append(a), set_x_range(*a, **k))[-1]
     strips = stills = 0
     for i in range(40):
         # Steps arrive (their device marks a step later, idle gaps between some), or time
@@ -118,12 +122,14 @@ def test_a_still_followed_timeline_repaints_only_the_newest_steps(followed, qtbo
         lo_before = timeline.getPlotItem().getViewBox().viewRange()[0][0]
         run.advance(STEP_NS if i % 5 else 37 * MS)
         paints.rects.clear()
+        ranges_set.clear()
         box = view_box_rect(timeline)
         if not _draw_frame(window):
             assert not paints.rects, f"frame {i}: nothing new, yet painted"
             continue
         still = timeline.getPlotItem().getViewBox().viewRange()[0][0] == lo_before
         stills += still
+        assert bool(ranges_set) != still, f"frame {i}: the range is set only to move the view"
         area = _painted_area(paints, box)
         strips += still and 0 < area < box.width() * box.height() / 10
         shown = on_screen(timeline.viewport())

@@ -205,8 +205,9 @@ class PlotsRedraw:
         revision = revised[0]
         if not frame_due(revision, drawn, since_drawn, scroll_gap):
             return False  # nothing new, or not yet worth a frame: an idle window costs ~nothing
-        if follow:
-            self.timeline.getPlotItem().getViewBox().setXRange(lo_s, hi_s, padding=0)
+        view = self.timeline.getPlotItem().getViewBox()
+        if follow and view.state["viewRange"][0] != [lo_s, hi_s]:  # between strides: still
+            view.setXRange(lo_s, hi_s, padding=0)
         scrolled_only = (
             live
             and follow
