@@ -26,9 +26,11 @@ from gpuwatch.runner.script_environment import ModuleNotFound, module_file
 RUN_TIMEOUT_S = 150
 REPO = Path(__file__).parents[1]
 
-#: A tiny training loop over a DataLoader (8 batches) with a spawned worker, which imports the
-#: module again through the ``sys.path`` it was given; it writes what it saw to the file named by
-#: its first argument and exits with its last argument.
+#: A tiny training loop over a DataLoader (8 batches, the steps) with a spawned worker, which
+#: imports the module again through the ``sys.path`` it was given; it writes what it saw to the
+#: file named by its first argument and exits with its last argument. The update is SGD by
+#: hand: making a ``torch.optim`` optimizer imports ``torch._dynamo`` (seconds in each run, at
+#: start and at exit), and nothing here is about the optimizer.
 TRAIN = """
 import json, sys
 import torch
@@ -37,13 +39,13 @@ from torch.utils.data import DataLoader, TensorDataset
 def main(name):
     data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
     model = torch.nn.Linear(4, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = DataLoader(data, batch_size=8, num_workers=1, multiprocessing_context="spawn")
     for x, y in loader:
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.1 * p.grad
+                p.grad = None
     with open(sys.argv[1], "w") as f:
         json.dump({"argv": sys.argv, "path": sys.path, "name": name}, f)
     sys.exit(int(sys.argv[-1]))

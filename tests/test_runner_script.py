@@ -142,12 +142,18 @@ PLAIN_LOOP = """
             return x, x.sum()
 
 
+    def mark_when_it_leaves(worker_id):
+        import atexit
+        atexit.register(lambda: open(f"worker-{worker_id}-left", "w").close())
+
+
     if __name__ == "__main__":
         model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(),
                                     torch.nn.Linear(64, 1))
         opt = torch.optim.SGD(model.parameters(), lr=1e-4)
         loader = DataLoader(Numbers(), batch_size=16, num_workers=2,
-                            multiprocessing_context="spawn", persistent_workers=True)
+                            multiprocessing_context="spawn", persistent_workers=True,
+                            worker_init_fn=mark_when_it_leaves)
         for epoch in range(2):
             for x, y in loader:
                 loss = torch.nn.functional.mse_loss(model(x).squeeze(1), y)
@@ -188,6 +194,10 @@ def test_plain_loop_with_spawned_workers_yields_ordered_steps(tmp_path: Path) ->
         "optimizer_steps": 12,
         "backward_passes": 12,
     }
+    # The persistent workers, still up when the script ended, were asked to leave and did
+    # (their exit handlers ran): not left to torch's collection-time wait and SIGTERM.
+    left = sorted(path.name for path in tmp_path.glob("worker-*-left"))
+    assert left == ["worker-0-left", "worker-1-left"], left
 
 
 def test_loop_without_dataloader_is_delimited_by_the_optimizer(tmp_path: Path) -> None:

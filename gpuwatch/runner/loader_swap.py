@@ -201,6 +201,22 @@ class LoaderHooks:
         """``file.py:LINE`` of the script's line that created ``loader``."""
         return script_site(self.torch, sys._getframe(2), skip=loader)
 
+    def end_workers(self) -> None:
+        """The script is over: shut the workers of its loaders' iterators down now (a
+        persistent loader's, one it left part-way, a replacement a change made), as torch does
+        when an iterator goes. Left to a garbage collection, an iterator caught in a reference
+        cycle (a loader in the script's globals) has its index queues closed before its
+        ``__del__`` asks the workers to leave: torch then waits 5 s for each worker
+        (``MP_STATUS_CHECK_INTERVAL``) before it terminates them."""
+        for loader, iterators in list(self._iterators.items()):
+            for iterator in [*iterators, loader.__dict__.get("_iterator")]:
+                if iterator is None:
+                    continue
+                for each in (iterator.__dict__.get(_REPLACED_BY), iterator):
+                    if each is not None:
+                        with contextlib.suppress(Exception):  # never the script's outcome
+                            _shut_down(each)
+
     # --- a change ---------------------------------------------------------------------------
 
     def live_iterators(self, loader: Any) -> list[Any]:

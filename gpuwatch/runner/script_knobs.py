@@ -152,6 +152,10 @@ class ScriptLoaderKnobs:
     def remove(self) -> None:
         self.hooks.remove()
 
+    def end_workers(self) -> None:
+        """The script is over: its loaders' workers leave now (``LoaderHooks.end_workers``)."""
+        self.hooks.end_workers()
+
     def _failed(self, exc: Exception) -> None:
         self.knobs.link.log(
             "warning",

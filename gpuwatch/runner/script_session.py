@@ -26,6 +26,7 @@ import gc
 import os
 import runpy
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -277,6 +278,8 @@ def _watch(
         )  # said by gpuwatch, once: not on stderr too, which it shows as the script's output
         del exc
     outcome.error = None
+    if not _script_threads_left():  # else a thread of the script may still iterate a loader
+        watch.loader_knobs.end_workers()  # as python's exit ends them, without its wait
     gc.collect()  # frames of the traceback may hold DataLoader iterators: end their workers
     if outcome.reason != "link_closed":
         link.send(
@@ -293,6 +296,13 @@ def _watch(
     link.finished()
     link.close()
     return outcome.exit_code
+
+
+def _script_threads_left() -> bool:
+    """True while a thread the script started and did not make a daemon still runs (python
+    would wait for it before exiting; the runner's own threads are daemons)."""
+    main = threading.main_thread()
+    return any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate())
 
 
 def _run(target: Target) -> Outcome:
