@@ -3,11 +3,12 @@ scoreboard and log docks.
 
 Data flow: the Session's threads fill ring buffers; this window polls them on ONE timer
 (~30 Hz while a run is live or the view moves, 4 Hz at rest, and no tick before a frame can be
-due) and redraws from snapshots only what changed, at most ~15 frames a second. There are no data signals and no per-message
-redraws, so a runner sending 10,000 steps/s costs the GUI about the same as one sending 10. The
-rare changes (a configuration applied, a refusal, a kernel window, the run's state) arrive
-as ``SessionSignals``. The window composes its parts: actions and menus from one table
-(``actions``), the run toolbar, recording and file dialogs, replay mode, and the plots.
+due) and redraws from snapshots only what changed, at most ~15 frames a second. There are no
+data signals and no per-message redraws, so a runner sending 10,000 steps/s costs the GUI about
+the same as one sending 10. The rare changes (a configuration applied, a refusal, a kernel
+window, the run's state) arrive as ``SessionSignals``. The window composes its parts: actions
+and menus from one table (``actions``), the run toolbar, recording and file dialogs, replay
+mode, and the plots.
 """
 
 from __future__ import annotations
