@@ -83,8 +83,9 @@ def synthetic_marks(
 
 
 class SyntheticRunner:
-    """The runner's side, in its own process: steps batches every 50 ms (device marks one
-    batch later), encoded and sent over a pipe, from ``start_ns`` on, until told to stop."""
+    """The runner's side, in its own process: steps batches every 50 ms, or every step when
+    steps are longer, each sent once its last step ended (device marks one batch later),
+    encoded and sent over a pipe, from ``start_ns`` on, until told to stop."""
 
     def __init__(self, rate: float, start_ns: int, seed: int = 0) -> None:
         self.rate, self.start_ns, self.seed = rate, start_ns, seed
@@ -97,10 +98,10 @@ class SyntheticRunner:
         next_ns, next_step = self.start_ns, 0
         pending: tuple[list[int], list[list[int]]] | None = None
         while not stop.is_set():
-            while next_ns + batch_ns > time.perf_counter_ns():
+            marks, next_ns = synthetic_marks(next_ns, n, step_ns, rng)
+            while next_ns > time.perf_counter_ns():  # a runner sends steps that have ended
                 if stop.wait(0.005):
                     return
-            marks, next_ns = synthetic_marks(next_ns, n, step_ns, rng)
             ids = list(range(next_step, next_step + n))
             next_step += n
             conn.send_bytes(
