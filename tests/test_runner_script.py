@@ -327,13 +327,15 @@ ENDLESS = """
 
     if __name__ == "__main__":
         model = torch.nn.Linear(8, 1)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
         loader = DataLoader(Forever(), batch_size=8, num_workers=1,
                             multiprocessing_context="spawn")
         try:
             for x in loader:
                 model(x).sum().backward()
-                opt.step()
+                with torch.no_grad():  # SGD by hand: torch.optim would import torch._dynamo
+                    for p in model.parameters():
+                        p -= 0.01 * p.grad
+                        p.grad = None
         finally:
             pathlib.Path("finally.txt").write_text("ran")
 """

@@ -26,7 +26,7 @@ SCRIPT = textwrap.dedent(f"""
     if __name__ == "__main__":
         assert warm_up(["torch", "gpuwatch.runner.workloads.mlp"])
         server = psutil.Process().children()  # started now, before any loader
-        workload = MlpWorkload(seed=0, torch_threads=1)
+        workload = MlpWorkload(seed=0, torch_threads=1, dataset_images=256)  # the start only
         workload.prepare(lambda _text: None)
         loader = workload.build_loader(dict(workload.knob_values(), num_workers=1))
         from spawn_probe import PidDataset
