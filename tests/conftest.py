@@ -18,9 +18,8 @@ def pytest_configure(config) -> None:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     # Bytecode is cached, by this process and by the ones the tests start, even where the
     # environment sets PYTHONDONTWRITEBYTECODE: without it every xdist worker rewrites and
-    # compiles all the test modules again (collection 17 s of CPU instead of 9), and every
-    # window and runner process compiles gpuwatch again. The cache lands in ``__pycache__``
-    # folders, which git ignores.
+    # compiles all the test modules again at collection, and every window and runner process
+    # compiles gpuwatch again. The cache lands in ``__pycache__`` folders, which git ignores.
     sys.dont_write_bytecode = False
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 

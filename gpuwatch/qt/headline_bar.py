@@ -117,8 +117,8 @@ class _Figure(QWidget):
         self.value = QLabel(DASH)
         self.value.setStyleSheet(f"font-size: {size_px}px; font-weight: 600;")
         # Not selectable: a selectable label keeps its text in a text document, laid out and
-        # drawn anew on every change (half of what a new set of figures costs to paint), and
-        # a click is the guide's. Copy is in the figure's context menu.
+        # drawn anew on every change, the dearest part of painting new figures; and a click
+        # is the guide's. Copy is in the figure's context menu.
         self.copy_action = QAction("Copy", self)
         self.copy_action.triggered.connect(self.copy)
         self.addAction(self.copy_action)

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpuwatch.core.figures.frame import NEW_STEPS_FRAME_S, hold_for_tick_s
+from gpuwatch.core.figures.frame import hold_for_tick_s
 from gpuwatch.core.files.replay import ReplaySession
 from gpuwatch.core.run.session import ACTIVE_STATES, LaunchSpec, LogLine, SessionState
 from gpuwatch.qt import palette
@@ -428,7 +428,7 @@ class MainWindow(QMainWindow):
         interval = int(min(max(base, 2 * self._tick_cost_ms), max(base, MAX_REDRAW_MS)))
         due = self.frame.due_in_s
         if drew:  # the next frame cannot come sooner than the pacing allows after this one's
-            due = max(interval / 1e3, NEW_STEPS_FRAME_S - (now - self.frame.drawn_at))
+            due = max(interval / 1e3, self.frame.pacing_left_s(now))
         if due is not None:
             # No frame can be drawn before then (new steps wait for more, or the last frame
             # was just drawn): tick then, and the next tick sets the regular interval again.

@@ -184,7 +184,7 @@ class PlotsRedraw:
         scroll_gap = SCROLL_FRAME_S if live and follow else NEW_STEPS_FRAME_S
         drawn = self.last_key
         if drawn is not None and since_drawn < NEW_STEPS_FRAME_S:
-            self.due_in_s = NEW_STEPS_FRAME_S - since_drawn
+            self.due_in_s = self.pacing_left_s(now)
             return False  # no frame can be due before then: not even its revision is read
         if (
             drawn is not None
@@ -235,6 +235,11 @@ class PlotsRedraw:
             for plot in (self.timeline, self.utilization.plot):
                 settle_before_paint(plot)  # one paint per frame, not one per item that moved
         return True
+
+    def pacing_left_s(self, now: float) -> float:
+        """Seconds from ``now`` (``time.monotonic``) until the pacing allows the next frame
+        (``NEW_STEPS_FRAME_S`` after the last; 0 or less: it does)."""
+        return NEW_STEPS_FRAME_S - (now - self.drawn_at)
 
     def _hold_s(self, drawn: FrameRevision, hold_s: float) -> float:
         """How long the steps that arrived since ``drawn`` wait for more (0: none arrived)."""
