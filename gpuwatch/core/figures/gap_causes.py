@@ -239,19 +239,28 @@ def time_split(
         idle = inside & (device == DEVICE_IDLE) & (widths > 0)
         return TimeSplit(hb[:-1][idle], hb[1:][idle], hs[idle], device_ns, host_ns)
     db, ds = device_timeline(view)
-    w0, w1 = runs(hb, hs != HOST_NONE)  # the host windows (a few runs of steps)
     if len(db) >= 2:
+        w0, w1 = runs(hb, hs != HOST_NONE)  # the host windows (a few runs of steps)
         for state in (DEVICE_COPY, DEVICE_KERNEL):
             a, b = runs(db, ds == state)
             covered = busy_fraction(a, b, w0, w1) * (w1 - w0)
             device_ns[state] = float(np.nansum(covered))
-        a, b = runs(db, ds == DEVICE_IDLE)
-    else:
-        a = b = np.empty(0, np.int64)
-    s, e, host = _split_by_host(a, b, hb, hs)
+    s, e, host = _device_idle(hb, hs, db, ds)
     device_ns[DEVICE_IDLE] = float((e - s).sum())
     device_ns[DEVICE_UNKNOWN] = max(0.0, float(host_ns.sum()) - device_ns[:DEVICE_UNKNOWN].sum())
     return TimeSplit(s, e, host, device_ns, host_ns)
+
+
+def _device_idle(
+    hb: np.ndarray, hs: np.ndarray, db: np.ndarray, ds: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The device's idle intervals (timeline ``db``, ``ds``) inside the host windows
+    (``hb``, ``hs``), cut at the host boundaries, each with its host state."""
+    if len(db) >= 2:
+        a, b = runs(db, ds == DEVICE_IDLE)
+    else:
+        a = b = np.empty(0, np.int64)
+    return _split_by_host(a, b, hb, hs)
 
 
 def _device_is_host(view: StepsView) -> bool:
@@ -262,8 +271,16 @@ def _device_is_host(view: StepsView) -> bool:
 def caused_idle(
     view: StepsView, rows: np.ndarray | None = None, reconfiguring: np.ndarray | None = None
 ) -> CausedIdle:
-    """The device's idle time during the selected steps, each interval with its cause."""
-    return time_split(view, rows, reconfiguring).idle()
+    """The device's idle time during the selected steps, each interval with its cause
+    (``time_split``'s idle intervals, without the busy totals: every frame prices these)."""
+    hb, hs = host_timeline(view, rows, reconfiguring)
+    if len(hb) < 2:
+        e = np.empty(0, np.int64)
+        return CausedIdle(e, e.copy(), np.empty(0, np.int8))
+    if _device_is_host(view):
+        return time_split(view, rows, reconfiguring).idle()
+    s, e, host = _device_idle(hb, hs, *device_timeline(view))
+    return CausedIdle(s, e, cause_of_host_state(host))
 
 
 def reconfiguring_steps(view: StepsView, changes: Iterable[ConfigChange]) -> np.ndarray:

@@ -44,6 +44,9 @@ from gpuwatch.protocol import ALL_PHASES
 #: Rows of the bins: host phases, the device's active time, idle time per cause, step starts.
 ROWS: tuple[str, ...] = (*ALL_PHASES, "active", *(f"idle:{c}" for c in CAUSES), "steps")
 ROW = {name: i for i, name in enumerate(ROWS)}
+#: The phase rows and the idle-cause rows, each contiguous in ``ROWS``.
+_PHASE_ROWS = slice(ROW[ALL_PHASES[0]], ROW[ALL_PHASES[-1]] + 1)
+_IDLE_ROWS = slice(ROW[f"idle:{CAUSES[0]}"], ROW[f"idle:{CAUSES[-1]}"] + 1)
 #: Bins per pixel column at least (the width is a power of two of ns at or below this).
 BINS_PER_COLUMN = 4
 #: Steps before the first bin to re-price are read too: a step's device work (CUDA runs
@@ -98,6 +101,7 @@ class TimelineBins:
         self._origin = 0
         self._k0 = 0  # index of the first bin held
         self._occ = np.zeros((len(ROWS), 0))
+        self._end = 0  # bins of ``_occ`` ever written (the rest of it is zeros)
         self._clean_k = 0  # bins before this index are final
         self._seen = 0  # the store's step count at the last update
         #: Bins re-priced by the last ``update`` (for tests and the bench).
@@ -223,6 +227,7 @@ class TimelineBins:
         self.width_ns = width
         self._k0 = self._clean_k = int(k_lo)
         self._occ = np.zeros((len(ROWS), 0))
+        self._end = 0
         self._read = None  # the same range may be asked for again: nothing of it is kept
         self._seen = 0
         self._transitions = ()
@@ -243,6 +248,7 @@ class TimelineBins:
         if drop > 0:
             drop = min(drop, self._occ.shape[1])
             self._occ = self._occ[:, drop:]
+            self._end = max(self._end - drop, 0)
             self._k0 += drop
             self._clean_k = max(self._clean_k, self._k0)
 
@@ -271,7 +277,8 @@ class TimelineBins:
             grown[:, : self._occ.shape[1]] = self._occ
             self._occ = grown
         self._occ[:, begin:need] = rows
-        self._occ[:, need:] = 0.0  # nothing beyond the newest data (yet)
+        self._occ[:, need : self._end] = 0.0  # nothing beyond the newest data (yet)
+        self._end = need
         written = self._written_k
         self._written_k = start_k if written is None else min(written, start_k)
 
@@ -327,7 +334,7 @@ def occupancy_between(
     rows = np.zeros((len(ROWS), len(edges) - 1))
     phases = phase_coverage_before(view, edges)
     if phases is not None:
-        rows[[ROW[name] for name in ALL_PHASES]] = np.diff(phases, axis=1)
+        rows[_PHASE_ROWS] = np.diff(phases, axis=1)
     else:
         for name, (s, e) in phase_spans(view).items():
             rows[ROW[name]] = np.diff(coverage_before(*merge_intervals(s, e), edges))
@@ -335,12 +342,11 @@ def occupancy_between(
     rows[ROW["active"]] = np.diff(coverage_before(a, b, edges))
     idle = caused_idle(view, None, reconfiguring_steps(view, changes))
     causes = kinds_coverage_before(idle.start, idle.end, idle.cause, len(CAUSES), edges)
-    for i, cause in enumerate(CAUSES):
-        if causes is not None:
-            rows[ROW[f"idle:{cause}"]] = np.diff(causes[i])
-        else:
-            s, e = idle.spans(cause)
-            rows[ROW[f"idle:{cause}"]] = np.diff(coverage_before(s, e, edges))
+    if causes is not None:
+        rows[_IDLE_ROWS] = np.diff(causes, axis=1)
+    else:
+        for i, cause in enumerate(CAUSES):
+            rows[_IDLE_ROWS.start + i] = np.diff(coverage_before(*idle.spans(cause), edges))
     rows[ROW["steps"]] = np.diff(np.searchsorted(view.host[:, 0], edges, side="left"))
     return rows
 
