@@ -222,7 +222,9 @@ class FrameClock:
         def timed_tick() -> None:
             started, cpu = time.perf_counter(), time.thread_time()
             drawn_before = drawn()
-            newest = steps.snapshot(last=1)  # the frame's snapshots include at least this
+            # The frame's snapshots include at least the steps stored now (a count is read
+            # here, the steps only after a frame: the bench's own cost is not the window's).
+            count = steps.count
             original()
             QCoreApplication.sendPostedEvents()  # the paint this tick asked for, now
             if self.recording:
@@ -233,7 +235,8 @@ class FrameClock:
             drawn_ns = time.perf_counter_ns()
             self.frames_ms.append((time.perf_counter() - started) * 1e3)
             self.cpu_ms.append((time.thread_time() - cpu) * 1e3)
-            if len(newest) and int(newest.step[-1]) > self._drawn_id:
+            newest = steps.snapshot(last=steps.count - count + 1).rows(slice(0, 1))
+            if count and len(newest) and int(newest.step[-1]) > self._drawn_id:
                 newest_id = int(newest.step[-1])
                 if self._drawn_id >= 0:
                     view = steps.snapshot(last=newest_id - self._drawn_id + 4096)
