@@ -178,3 +178,47 @@ def test_a_steady_slow_run_repaints_text_a_few_times_a_second_and_plots_per_fram
     relayouts = counter.layouts[id(window)] / data_s
     assert relayouts <= WINDOW_LAYOUTS_PER_S, f"the window laid itself out {relayouts:.1f}/s"
     assert window.frame.frames_drawn > 0
+
+
+def test_new_legends_and_figures_repaint_their_text_but_never_lay_the_window_out(
+    show_window, qtbot
+):
+    """Idle causes come and go in the timeline's legend as a run is followed (a few times a
+    second) and the headline's numbers change width: neither lays the window out again
+    (which re-lays every dock and moves the plots), once their boxes fit each text."""
+    from gpuwatch.core.figures.frame import HeadlineFigures
+    from gpuwatch.core.figures.gap_causes import CAUSES
+
+    window = show_window(Session())
+    window.resize(1600, 900)
+    qtbot.waitUntil(lambda: window.width() == 1600)
+    legends = [CAUSES[:2], CAUSES[:1], (CAUSES[2], CAUSES[0]), ()]
+    figures = [
+        HeadlineFigures(window_s=5.0, samples_per_s=v, step_ms_p50=v / 7, step_ms_p95=v / 5)
+        for v in (123_456.0, 8.0, 1_234.5, 77.0)
+    ]
+
+    def show(i: int) -> None:
+        window.timeline.causes_shown = legends[i % len(legends)]
+        window.frame.caption("cuda", True)
+        window.headline.show_figures(figures[i % len(figures)])
+        for _ in range(4):  # the layout requests each change posts, and those they post
+            QApplication.sendPostedEvents()
+
+    for i in range(len(legends) * len(figures)):  # each text once: the boxes fit them all
+        show(i)
+    counter = PaintCounter()
+    QApplication.instance().installEventFilter(counter)
+    counter.on = True
+    try:
+        captions = []
+        for i in range(2 * len(legends) * len(figures)):
+            show(i)
+            captions.append(window.timeline_caption.text())
+    finally:
+        counter.on = False
+        QApplication.instance().removeEventFilter(counter)
+    assert len(set(captions)) == len(legends), "the legend did change"
+    assert counter.layouts, "the changes asked for layouts (of the boxes that hold them)"
+    laid_out = {describe(counter.widgets[k]): n for k, n in counter.layouts.items()}
+    assert counter.layouts[id(window)] == 0, f"the window was laid out again: {laid_out}"

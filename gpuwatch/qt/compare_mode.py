@@ -59,10 +59,10 @@ class CompareMode(QObject):
             f"gpuwatch — {a.recording.path.name} vs {b.recording.path.name} (replay)"
         )
         self.header = self._header()
-        column = plots.timeline_caption.parentWidget()
+        column = plots.caption_box.parentWidget()
         layout = column.layout() if column is not None else None
         assert isinstance(layout, QVBoxLayout), "the caption sits in the window's column"
-        layout.insertWidget(layout.indexOf(plots.timeline_caption), self.header)
+        layout.insertWidget(layout.indexOf(plots.caption_box), self.header)
         self.header.show()  # at once: a widget added to a shown window appears only later
         plots.timeline.plot_item.setTitle(f"A · {describe(a)}", **TITLE_STYLE)
         # Two timelines share the plots' height: lanes grouped by what the loop waits on (as

@@ -45,20 +45,23 @@ FOLLOW_STRIDES = 30
 
 
 class SteadyHeight(QWidget):
-    """Holds one widget (the headline bar) at the tallest height it has needed, without a
-    layout of its own.
+    """Holds one widget (the headline bar, the timeline's caption) at the height it needs,
+    without a layout of its own.
 
     A label whose text changes asks for a new layout, and Qt passes that request up through
     every layout to the window (``QLayout::activate`` ends in ``updateGeometry``): a new
-    number re-laid-out the whole window a few times a second, repainting its dock separators
-    and, when a wrapped figure took a line more or less, moving the caption and plots below.
-    A parent without a layout ends that climb; this box grows when the widget needs more room
-    (one layout), never shrinks while it is shown, and hides and shows with it.
+    number or legend re-laid-out the whole window a few times a second, repainting its dock
+    separators and, when a wrapped text took a line more or less, moving the plots below.
+    A parent without a layout ends that climb: this box lays the window out again only when
+    the widget's height changes, and hides and shows with it. ``hold_tallest``: it never
+    shrinks while shown either (figures that take a line more now and then do not move the
+    plots up and down).
     """
 
-    def __init__(self, child: QWidget) -> None:
+    def __init__(self, child: QWidget, *, hold_tallest: bool = True) -> None:
         super().__init__()
         self.child = child
+        self.hold_tallest = hold_tallest
         child.setParent(self)
         child.installEventFilter(self)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
@@ -71,12 +74,18 @@ class SteadyHeight(QWidget):
     def _fit(self) -> None:
         child = self.child
         width = max(self.width(), child.minimumSizeHint().width())
-        needed = max(child.sizeHint().height(), child.minimumSizeHint().height())
-        if child.hasHeightForWidth():
-            needed = max(needed, child.heightForWidth(width))
-        if child.minimumSizeHint().width() != self.minimumWidth():
+        hinted = max(child.sizeHint().height(), child.minimumSizeHint().height())
+        if not child.hasHeightForWidth():
+            needed = hinted
+        elif self.hold_tallest:
+            needed = max(hinted, child.heightForWidth(width))
+        else:  # what it needs at this width (a wrapped label's hint is for another width)
+            needed = child.heightForWidth(width)
+        # Never narrower than the widget can be; it grows only: a minimum that followed each
+        # new number's width would lay the window out again as often as the numbers change.
+        if child.minimumSizeHint().width() > self.minimumWidth():
             self.setMinimumWidth(child.minimumSizeHint().width())
-        if needed > self._held:
+        if needed > self._held or (needed != self._held and not self.hold_tallest):
             self._held = needed
             self.setFixedHeight(needed)
 
@@ -120,7 +129,10 @@ class PlotsRedraw:
         self.presenting = presenting
         self.timeline_caption = QLabel()
         self.timeline_caption.setWordWrap(True)  # a long legend wraps, never widens the window
-        layout.addWidget(self.timeline_caption)
+        #: The caption's box: a new legend (idle causes come and go as the view moves on)
+        #: repaints the caption, never lays the window out again.
+        self.caption_box = SteadyHeight(self.timeline_caption, hold_tallest=False)
+        layout.addWidget(self.caption_box)
         self.timeline = TimelineView()
         self.utilization = UtilizationView()
         self.utilization.plot.setXLink(self.timeline)
