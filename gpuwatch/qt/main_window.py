@@ -17,7 +17,7 @@ import dataclasses
 import math
 import time
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QShowEvent
 from PySide6.QtWidgets import (
     QMainWindow,
@@ -276,6 +276,9 @@ class MainWindow(QMainWindow):
         self.settings.show_docks_new_to_the_layout(self, ("advisor",))
 
         self.timer = QTimer(self)
+        # Ticks come when a frame can be due (the pacing after a frame, the end of a hold):
+        # a coarse timer fires up to 5 % early, and an early tick draws nothing and ticks again.
+        self.timer.setTimerType(Qt.TimerType.PreciseTimer)
         self.timer.setInterval(REDRAW_MS)
         self.timer.timeout.connect(self._tick)
         self.timer.start()
