@@ -289,3 +289,22 @@ def test_sample_busy_one_sample_at_a_time_is_never_left_unknown() -> None:
         got = cache.over(store, coarse, int(t1), key=1)
     np.testing.assert_allclose(got, want)
     assert np.isfinite(got).all()
+
+
+def test_sample_busy_of_a_view_moving_on_equals_a_fresh_computation() -> None:
+    """Frame after frame the view moves on and more becomes final: the figures kept from the
+    last frame, shifted with the view, are those a fresh cache computes."""
+    store = StepStore()
+    store.set_device_is_host(True)
+    host = marks(3000, 10 * MS)
+    store.append(list(range(3000)), [0] * 3000, [8] * 3000, host.tolist())
+    t0 = ORIGIN + np.arange(0, 30_000 * MS, 167 * MS)
+    every = SeriesView(t0, t0 + 167 * MS, np.full(len(t0), 50.0))
+    cache = SampleBusy()
+    for frame, final in enumerate(range(int(host[300, 0]), int(host[-1, -1]), 400 * MS)):
+        first = frame // 2  # one sample leaves the view every other frame
+        view = SeriesView(every.t0[first:], every.t1[first:], every.value[first:])
+        got = cache.over(store, view, final, key=1)
+        fresh = SampleBusy().over(store, view, final, key=1)
+        np.testing.assert_array_equal(got, fresh)
+    assert np.isfinite(got[: len(got) // 2]).all()
