@@ -27,6 +27,7 @@ from PySide6.QtGui import QBrush, QColor, QPainter, QPainterPath
 from PySide6.QtWidgets import QStyleOptionGraphicsItem, QWidget
 from shiboken6 import Shiboken
 
+from gpuwatch.qt.dense_lanes import rgba
 from gpuwatch.qt.view_extent import ViewExtent
 
 
@@ -38,6 +39,8 @@ class SpanLayer:
         self.name = name
         #: The colour before any theme; the theme's colour for it is ``brush``'s.
         self.base = QColor(color)
+        #: ``brush``'s colour as a packed RGBA pixel (what the dense image is drawn with).
+        self.pixel = 0
         self.brush = QBrush(self.base)
         #: ``(n, 4)`` float64 rows of x, y, width, height (what ``drawRects`` reads).
         self.rects = np.zeros((0, 4))
@@ -48,6 +51,16 @@ class SpanLayer:
         #: part), and the widest one's width (how far left of it a rectangle can reach).
         self.sorted = True
         self.widest = 0.0
+
+    @property
+    def brush(self) -> QBrush:
+        """The layer's fill (the theme's colour for ``base``)."""
+        return self._brush
+
+    @brush.setter
+    def brush(self, brush: QBrush) -> None:
+        self._brush = brush
+        self.pixel = rgba(brush.color())
 
     @property
     def x0(self) -> np.ndarray:

@@ -39,7 +39,6 @@ from gpuwatch.qt.dense_lanes import (
     Lane,
     ScrollingColumns,
     render,
-    rgba,
 )
 from gpuwatch.qt.gap_tint import CAUSE_COLORS
 from gpuwatch.qt.lane_spans import LaneSpans, SpanLayer
@@ -400,7 +399,7 @@ def _to_s(t: np.ndarray, t0_ns: int) -> np.ndarray:
 
 def _color(bars: SpanLayer) -> int:
     """The layer's current (theme's) colour as a packed RGBA pixel."""
-    return rgba(bars.brush.color())
+    return bars.pixel
 
 
 #: Items whose bounding rectangle depends on the view's scale and is recomputed lazily (the
