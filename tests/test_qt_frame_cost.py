@@ -155,6 +155,36 @@ def test_the_scrolling_time_axis_draws_what_pyqtgraphs_axis_draws(qtbot, width, 
     assert axis.recorded == before + 1
 
 
+def test_the_time_axis_draws_what_pyqtgraphs_axis_draws_through_strides_and_small_moves(qtbot):
+    """A followed view moves in strides (new tick values each time: a new layout, its ends
+    not measured for a comparison that cannot match) and a user's pan by a few pixels (the
+    same tick values: the layout is moved once its ends are measured): both look exactly
+    like pyqtgraph's own axis."""
+    import pyqtgraph as pg
+
+    from gpuwatch.qt.time_axis import TimeAxis
+    from gpuwatch.qt.timeline_view import style_plot
+
+    ours = pg.PlotWidget(axisItems={"bottom": TimeAxis()})
+    theirs = pg.PlotWidget()
+    for plot in (ours, theirs):
+        qtbot.addWidget(plot)
+        style_plot(plot)
+        plot.resize(1500, 200)
+        plot.show()
+        qtbot.waitExposed(plot)
+    axis = ours.getPlotItem().getAxis("bottom")
+    assert isinstance(axis, TimeAxis)
+    lo_px = 100
+    for frame in range(24):
+        lo_px += 50 if frame % 4 == 0 else 2  # a stride, then a few small moves
+        px_s = 30.0 / ours.getPlotItem().getViewBox().width()
+        for plot in (ours, theirs):
+            plot.getPlotItem().getViewBox().setXRange(lo_px * px_s, lo_px * px_s + 30.0, padding=0)
+        assert_same_within_a_column(_pixels(ours), _pixels(theirs), f"frame {frame}")
+    assert axis.laid_out < 24, "small moves between strides move the layout"
+
+
 def test_the_time_axis_draws_its_labels_only_where_they_are_exposed(qtbot):
     """A plot repainting a strip along its bottom edge exposes the tick marks that reach up
     into it, not the labels below: the axis draws the marks there and leaves the labels'

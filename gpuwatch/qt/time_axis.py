@@ -8,7 +8,7 @@ followed the axis measured every label's text, recorded ticks and labels into a 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import ceil, inf
 
 import numpy as np
@@ -87,12 +87,16 @@ _Levels = tuple[tuple[float, tuple[float, ...]], ...]
 
 @dataclass(frozen=True)
 class _Seen:
-    """What a layout of the ticks would be computed from now (``TimeAxis._seen``)."""
+    """What a layout of the ticks would be computed from now (``TimeAxis._seen``), but which
+    ticks and labels the ends leave out (``TimeAxis._edges`` of ``bounds``, ``lo``, ``hi``):
+    measured only when the rest equals a known layout's."""
 
     base: tuple[object, ...]  # size, span, style
     levels: _Levels
-    edges: tuple[_LevelEdges, ...]
     px_per_unit: float
+    bounds: QRectF
+    lo: float
+    hi: float
 
 
 @dataclass(frozen=True)
@@ -106,24 +110,28 @@ class _Layout:
 
     base: tuple[object, ...]  # size, span, style
     levels: _Levels
-    edges: tuple[_LevelEdges, ...]
+    #: Which ticks and labels its ends left out (None: not measured yet; see ``_Seen``).
+    edges: tuple[_LevelEdges, ...] | None
     text_levels: int  # levels up to the last one with a label drawn
     lo: float  # where the range started
     px_per_unit: float  # pixels per unit of the axis
     shift: float  # the picture's shift at that layout
+    seen: _Seen  # what it was laid out from
 
-    def same(self, seen: _Seen) -> bool:
-        """Whether a layout of what is ``seen`` now is this one moved.
+    def same(self, seen: _Seen, edges: tuple[_LevelEdges, ...]) -> bool:
+        """Whether a layout of what is ``seen`` now, whose ends leave out ``edges``, is this
+        one moved (``self.edges`` known).
 
         Which labels fit matters only on the levels whose labels are drawn; a level above
         them stopped for crowding, which the levels below decide, unless all of its labels
         were dropped at the ends (then its ticks are all near one).
         """
+        assert self.edges is not None
         if (seen.base, seen.levels) != (self.base, self.levels):
             return False
-        if len(seen.edges) != len(self.edges):
+        if len(edges) != len(self.edges):
             return False
-        for i, (now, then) in enumerate(zip(seen.edges, self.edges, strict=True)):
+        for i, (now, then) in enumerate(zip(edges, self.edges, strict=True)):
             if now.inside != then.inside:
                 return False
             checked = i < self.text_levels or now.all_near or then.all_near
@@ -154,6 +162,8 @@ class TimeAxis(pg.AxisItem):
         self._shift = 0.0
         self._layout: _Layout | None = None
         self._values: tuple[object, _Levels] | None = None
+        #: The range and length ``_tick_values`` was last asked for, and its answer.
+        self._asked: tuple[tuple[float, float, float], _Levels] | None = None
         self._label_cache: dict[tuple[object, ...], tuple[list[str], float]] = {}
         #: Times the ticks and labels were recorded anew, and laid out (for tests and the
         #: bench).
@@ -185,12 +195,27 @@ class TimeAxis(pg.AxisItem):
     def _lay_out(self) -> None:
         seen = self._seen()
         known = self._layout
-        if seen is not None and known is not None and known.same(seen):
-            shift = known.shift - (self.range[0] - known.lo) * known.px_per_unit
-            if abs(shift - round(shift)) <= 1e-6:
-                self._shift = round(shift)
-                self.picture = QPicture()  # laid out: pyqtgraph resets it on the next change
-                return
+        edges = None
+        # Other tick values (a followed view's every stride) are another layout: the ends
+        # are measured only when they could decide it is the same one moved.
+        if (
+            seen is not None
+            and known is not None
+            and (seen.base, seen.levels)
+            == (
+                known.base,
+                known.levels,
+            )
+        ):
+            edges = self._edges_of(seen)
+            if known.edges is None:
+                known = self._layout = replace(known, edges=self._edges_of(known.seen))
+            if known.same(seen, edges):
+                shift = known.shift - (self.range[0] - known.lo) * known.px_per_unit
+                if abs(shift - round(shift)) <= 1e-6:
+                    self._shift = round(shift)
+                    self.picture = QPicture()  # laid out: pyqtgraph resets it on the next change
+                    return
         texts = self._lay_out_anew()
         self._layout = (
             None
@@ -198,11 +223,12 @@ class TimeAxis(pg.AxisItem):
             else _Layout(
                 seen.base,
                 seen.levels,
-                seen.edges,
+                edges,
                 _text_levels(self, texts, seen.levels),
                 self.range[0],
                 seen.px_per_unit,
                 self._shift,
+                seen,
             )
         )
 
@@ -226,7 +252,6 @@ class TimeAxis(pg.AxisItem):
         levels = self._tick_values(lo, hi, length)
         if levels is None:
             return None
-        edges = self._edges(levels, bounds, lo, hi)
         font = self.style["tickFont"]
         style = tuple(
             (k, v.key() if isinstance(v, QFont) else repr(v)) for k, v in self.style.items()
@@ -241,7 +266,12 @@ class TimeAxis(pg.AxisItem):
         )
         # A span that differs in its last bits (the range's ends are sums) is the same span.
         base = (bounds.width(), bounds.height(), length, f"{span:.12g}", style, pens)
-        return _Seen(base, levels, edges, bounds.width() / span)
+        return _Seen(base, levels, bounds.width() / span, QRectF(bounds), lo, hi)
+
+    def _edges_of(self, seen: _Seen) -> tuple[_LevelEdges, ...]:
+        """Which ticks and labels the ends of the axis leave out in what was ``seen`` (the
+        same size and style as now)."""
+        return self._edges(seen.levels, seen.bounds, seen.lo, seen.hi)
 
     def _tick_values(self, lo: float, hi: float, length: float) -> _Levels | None:
         """``tickValues`` (which filters each level against the others in Python), computed
@@ -258,9 +288,21 @@ class TimeAxis(pg.AxisItem):
             where.append((spacing, offset, first, int((high - start) / spacing) + 1))
         key = (self.scale, tuple(where))
         if self._values is None or self._values[0] != key:
-            found = self.tickValues(lo, hi, length)
+            found = super().tickValues(lo, hi, length)
             self._values = (key, tuple((spacing, tuple(v)) for spacing, v in found))
+        self._asked = ((lo, hi, length), self._values[1])
         return self._values[1]
+
+    def tickValues(
+        self, minVal: float, maxVal: float, size: float
+    ) -> list[tuple[float, list[float]]]:
+        """pyqtgraph's tick values; a layout right after ``_tick_values`` (the same range
+        and length) gets the values it found, not computed again."""
+        asked = self._asked
+        if asked is not None and asked[0] == (minVal, maxVal, size):
+            return [(spacing, list(values)) for spacing, values in asked[1]]
+        found: list[tuple[float, list[float]]] = super().tickValues(minVal, maxVal, size)
+        return found
 
     def _labels(self, spacing: float, values: tuple[float, ...]) -> tuple[list[str], float]:
         """A level's labels, and how near an end a tick must be for its label to be able
