@@ -211,3 +211,38 @@ def test_pieces_agree_with_a_point_by_point_reference() -> None:
         assert len(holding) == int(idle_ref), (t, phase)
         if idle_ref:
             assert split.idle_host[holding[0]] == host_k % 7, t
+
+
+def test_caused_idle_is_time_splits_idle_on_every_kind_of_view() -> None:
+    """``caused_idle`` (what every frame prices) skips the busy totals, not any idle piece:
+    on a CUDA-like view with unmarked steps, a hole and a transition, on a CPU view and on
+    selected rows it gives exactly ``time_split``'s idle intervals."""
+    rng = np.random.default_rng(3)
+    n = 60
+    durations = rng.integers(0, 4, size=(n, 7)) * MS
+    starts = np.cumsum(np.r_[0, durations.sum(axis=1)[:-1]])
+    host = np.empty((n, 7), np.int64)
+    host[:, 0] = starts
+    host[:, 1:] = starts[:, None] + np.cumsum(durations[:, :6], axis=1)
+    device = np.maximum.accumulate((host + rng.integers(0, 3, (n, 1)) * MS).reshape(-1))
+    steps = np.r_[np.arange(30), np.arange(31, 61)]  # one step missing
+    cuda = StepsView(
+        steps,
+        np.r_[np.zeros(40), np.ones(20)].astype(np.int32),
+        np.ones(n, np.int32),
+        host,
+        device.reshape(n, 7),
+        rng.random(n) > 0.2,
+    )
+    change = ConfigChange(1, {"workers": 2}, {"workers": 2}, 0, first_step=41, warmup_steps=5)
+    flagged = reconfiguring_steps(cuda, [change])
+    assert flagged.any()
+    for view, rows, reconf in (
+        (cuda, None, flagged),
+        (cuda, np.arange(n) % 3 != 0, None),
+        (cpu_steps(12), None, None),
+        (cuda.rows(slice(0, 0)), None, None),
+    ):
+        want, got = time_split(view, rows, reconf).idle(), caused_idle(view, rows, reconf)
+        for a, b in ((want.start, got.start), (want.end, got.end), (want.cause, got.cause)):
+            np.testing.assert_array_equal(a, b)

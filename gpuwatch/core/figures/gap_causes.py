@@ -273,12 +273,12 @@ def caused_idle(
 ) -> CausedIdle:
     """The device's idle time during the selected steps, each interval with its cause
     (``time_split``'s idle intervals, without the busy totals: every frame prices these)."""
+    if _device_is_host(view):
+        return time_split(view, rows, reconfiguring).idle()
     hb, hs = host_timeline(view, rows, reconfiguring)
     if len(hb) < 2:
         e = np.empty(0, np.int64)
         return CausedIdle(e, e.copy(), np.empty(0, np.int8))
-    if _device_is_host(view):
-        return time_split(view, rows, reconfiguring).idle()
     s, e, host = _device_idle(hb, hs, *device_timeline(view))
     return CausedIdle(s, e, cause_of_host_state(host))
 
