@@ -35,10 +35,16 @@ class SampleBusy:
             self._last = None
         out = np.full(len(coarse), np.nan)
         self._known_from_last(coarse, out)
-        periods = list(zip(coarse.t0.tolist(), coarse.t1.tolist(), strict=True))
+        asked = np.flatnonzero(np.isnan(out))  # the others: known last time
+        periods = dict(
+            zip(
+                asked.tolist(),
+                zip(coarse.t0[asked].tolist(), coarse.t1[asked].tolist(), strict=True),
+                strict=True,
+            )
+        )
         todo = []
-        for i in np.flatnonzero(np.isnan(out)).tolist():  # the others: known last time
-            period = periods[i]
+        for i, period in periods.items():
             value = self._cache.get(period)
             if value is not None:
                 out[i] = value
@@ -60,8 +66,8 @@ class SampleBusy:
                 for i, v, k in zip(todo, busy.tolist(), keep.tolist(), strict=True)
                 if k
             )
-        if len(self._cache) > 4 * max(len(periods), 256):  # scrolled out of every view
-            oldest = periods[0][0] if periods else 0
+        if len(self._cache) > 4 * max(len(coarse), 256):  # scrolled out of every view
+            oldest = int(coarse.t0[0]) if len(coarse) else 0
             self._cache = {p: v for p, v in self._cache.items() if p[1] >= oldest}
         self._last = (coarse.t0, coarse.t1, out.copy())
         return out
