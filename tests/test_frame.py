@@ -27,6 +27,7 @@ from gpuwatch.core.figures.frame import (
     RunData,
     choose_coarse,
     clip_to_window,
+    dense_lanes,
     headline_figures,
     steps_frame,
     weighted_mean,
@@ -524,3 +525,27 @@ def test_the_headless_summary_prints_the_whole_run_figures(kind) -> None:
     lines = summary_lines(run, "The script ended.")  # type: ignore[arg-type]
     assert lines[:3] == ["The script ended.", f"steps: {run.steps.count:,}", want]
     assert summary_lines(FinishedRun(), "Nothing ran.") == ["Nothing ran."]  # type: ignore[arg-type]
+
+
+def test_the_dense_legend_counts_final_columns_only() -> None:
+    """The newest columns' main idle cause changes as device marks arrive: the legend counts
+    the columns that ended before the final time, so it stays put while those settle."""
+    from gpuwatch.core.figures.timeline_bins import ROW, ROWS, Columns
+
+    n = 10
+    c0 = np.arange(n, dtype=np.float64) * 100
+    share = np.zeros((len(ROWS), n))
+    share[ROW["active"]] = 0.5
+    share[ROW["idle:input"], :6] = 0.5  # final columns: input
+    share[ROW["idle:copy"], 6:8] = 0.4
+    share[ROW["idle:sync"], 8:] = 0.5  # the newest columns, still to settle: sync
+    cols = Columns(c0, c0 + 100, share)
+    lanes, shown = dense_lanes(cols, final_before_ns=800)
+    assert shown == ("input", "copy")
+    assert dense_lanes(cols)[1] == ("input", "copy", "sync")  # nothing left to come (a tie:
+    # 200 ns each, in the order of CAUSES)
+    # The tint itself is drawn from every column, the newest included.
+    assert (
+        lanes.idle_cause.tolist()
+        == [CAUSES.index("input")] * 6 + [CAUSES.index("copy")] * 2 + [CAUSES.index("sync")] * 2
+    )

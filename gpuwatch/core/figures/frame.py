@@ -364,9 +364,13 @@ class HeadlineFigures:
 # ---- Building frames ----------------------------------------------------------------------
 
 
-def dense_lanes(cols: Columns) -> tuple[DenseLanes, tuple[str, ...]]:
+def dense_lanes(
+    cols: Columns, final_before_ns: float = np.inf
+) -> tuple[DenseLanes, tuple[str, ...]]:
     """Columns with the device lane's idle columns and their main cause, and the causes
-    shown (most columns' time first)."""
+    shown (most columns' time first), counted in the columns that end before
+    ``final_before_ns``: the newest columns change as device marks arrive, and a legend that
+    followed their main cause changed a few times a second."""
     n = len(cols.c0)
     active = cols["active"]
     idle = np.zeros(n, bool)
@@ -377,7 +381,8 @@ def dense_lanes(cols: Columns) -> tuple[DenseLanes, tuple[str, ...]]:
     top = np.argmax(shares, axis=0)
     caused = shares.sum(axis=0) > 0
     # The legend's order: the time of the columns each cause tops (one pass, not a run per cause).
-    totals = np.bincount(top[caused], (cols.c1 - cols.c0)[caused], len(CAUSES))
+    counted = caused & (cols.c1 <= final_before_ns)
+    totals = np.bincount(top[counted], (cols.c1 - cols.c0)[counted], len(CAUSES))
     shown = tuple(CAUSES[i] for i in np.argsort(-totals, kind="stable") if totals[i] > 0)
     return DenseLanes(cols, idle, np.where(caused, top, -1)), shown
 
@@ -571,7 +576,7 @@ class FramePresenter:
             final_before = self.bins.final_before_ns
             cols = self.bins.columns(lo_ns, hi_ns, int(np.ceil(width_px)))
         if cols is not None and is_dense(cols.n_steps, width_px):
-            lanes, shown = dense_lanes(cols)
+            lanes, shown = dense_lanes(cols, final_before)
             timeline = TimelineFrame(
                 run.t0_ns, lo_ns, hi_ns, width_px, run.device_kind, dense=lanes, causes_shown=shown
             )
