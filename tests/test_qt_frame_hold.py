@@ -162,3 +162,40 @@ def test_a_followed_view_moves_in_whole_strides_and_stands_still_between_them(
         edges.append(hi)
     moves = np.diff(edges)[np.diff(edges) > 0]
     assert len(moves) >= 2 and np.allclose(moves, stride_s)  # never a pixel at a time
+
+
+def test_after_a_frame_the_window_ticks_when_the_next_steps_can_be_due(live_window) -> None:
+    """The steps after a frame end at least as long after the newest one drawn as the
+    shortest of the last steps took, and then wait the hold: the tick after the frame comes
+    then (not at the pacing's end, only to find them held), and draws them."""
+    window, session = live_window
+    frame = window.frame
+    frame.drawn_at = -1e9
+    window._tick_cost_ms = 0.0
+    now = time.perf_counter_ns()
+    # 20 ms steps (``_append``'s), the oldest new one ended a hold ago: drawn at once.
+    for i in range(5):
+        _append(session, 20 + i, now - int(NEW_STEPS_HOLD_S * S) + i * 20 * MS)
+    drawn = frame.frames_drawn
+    window._tick()
+    assert frame.frames_drawn == drawn + 1
+    newest_end = now - int(NEW_STEPS_HOLD_S * S) + 4 * 20 * MS
+    due_ns = newest_end + 20 * MS + int(NEW_STEPS_HOLD_S * S)  # the next step's hold ends
+    wait_s = (due_ns - time.perf_counter_ns()) / S
+    assert wait_s > NEW_STEPS_FRAME_S  # later than the pacing alone would tick
+    assert window.timer.interval() / 1e3 == pytest.approx(wait_s, abs=0.02)
+    # That step came: at the tick, its hold is over and it is drawn.
+    _append(session, 25, newest_end + 20 * MS)
+    frame.clock_ns = lambda: due_ns + MS
+    frame.drawn_at = -1e9  # as if the pacing had passed too
+    window._tick()
+    assert frame.frames_drawn == drawn + 2
+    # A view the user moved does not wait for the run's steps.
+    frame.drawn_at = time.monotonic()
+    lo, hi = frame.visible_window(time.perf_counter_ns(), True, 30.0)
+    _append(session, 26, newest_end + 40 * MS)
+    frame.drawn_at = -1e9
+    assert frame.plots(True, lo, hi, follow=False)
+    assert frame.next_frame_in_s(time.monotonic()) == pytest.approx(
+        frame.pacing_left_s(time.monotonic()), abs=0.005
+    )

@@ -430,8 +430,8 @@ class MainWindow(QMainWindow):
         base = REDRAW_MS if awake else IDLE_REDRAW_MS
         interval = int(min(max(base, 2 * self._tick_cost_ms), max(base, MAX_REDRAW_MS)))
         due = self.frame.due_in_s
-        if drew:  # the next frame cannot come sooner than the pacing allows after this one's
-            due = max(interval / 1e3, self.frame.pacing_left_s(now))
+        if drew:  # the next frame cannot come sooner than the pacing or the next hold allow
+            due = max(interval / 1e3, self.frame.next_frame_in_s(now))
         if due is not None:
             # No frame can be drawn before then (new steps wait for more, or the last frame
             # was just drawn): tick then, and the next tick sets the regular interval again.

@@ -39,6 +39,8 @@ from gpuwatch.qt.run_session import RunSession
 from gpuwatch.qt.timeline_view import TimelineView, settle_before_paint
 from gpuwatch.qt.utilization_view import UtilizationView
 
+#: The steps whose shortest duration says how soon the next one can end (the next hold).
+HOLD_RECENT_STEPS = 8
 #: While following "now", the view moves on in this many strides per width (a 30 s view: a
 #: second at a time), standing still between them.
 FOLLOW_STRIDES = 30
@@ -158,6 +160,9 @@ class PlotsRedraw:
         self.due_in_s: float | None = None
         #: The clock the runner's marks are on (this machine's ``perf_counter_ns``).
         self.clock_ns: Callable[[], int] = time.perf_counter_ns
+        #: While a live run is followed, when (``clock_ns``) the steps after the last frame
+        #: can be due at the earliest (``_next_hold_ends_ns``); None: no such wait is known.
+        self._next_hold_ns: int | None = None
         #: The x range and width the plots' items last settled for (``settle_before_paint``).
         self._settled: tuple[float, float, float] | None = None
         #: What the caption was written from: unchanged, its rich text is not rebuilt.
@@ -241,6 +246,9 @@ class PlotsRedraw:
             self.caption(frame.timeline.device_kind, self.timeline.dense)
         self.last_key, self.drawn_at = revision, now
         self.frames_drawn += 1
+        self._next_hold_ns = (
+            self._next_hold_ends_ns(revision, drawn, hold_s) if live and follow else None
+        )
         placed = (lo_s, hi_s, width)
         if placed != self._settled:  # a view standing still between strides has nothing to settle
             self._settled = placed
@@ -252,6 +260,40 @@ class PlotsRedraw:
         """Seconds from ``now`` (``time.monotonic``) until the pacing allows the next frame
         (``NEW_STEPS_FRAME_S`` after the last; 0 or less: it does)."""
         return NEW_STEPS_FRAME_S - (now - self.drawn_at)
+
+    def next_frame_in_s(self, now: float) -> float:
+        """Seconds from ``now`` (``time.monotonic``) until the next frame can be due after the
+        last one: the pacing and, while a live run is followed, the hold of the steps still
+        to come (a scroll or a new coarse sample waits as long, never more than the hold)."""
+        left = self.pacing_left_s(now)
+        if self._next_hold_ns is not None:
+            left = max(left, (self._next_hold_ns - self.clock_ns()) / 1e9)
+        return left
+
+    def _next_hold_ends_ns(
+        self, revision: FrameRevision, before: FrameRevision | None, hold_s: float
+    ) -> int | None:
+        """When the hold of the steps after the frame of ``revision`` can end at the earliest:
+        the next step ends at least as long after the newest one drawn as the shortest of the
+        last steps took, and waits ``hold_s`` from its end. The window ticks then, instead of
+        at the pacing's end to find the next steps held (a tick a frame at 100 steps/s).
+        A step shorter than all of those is drawn late by the difference at most. None where
+        new steps would not wait: more than the hold's cap came, or another clock."""
+        came = revision.steps_count - (before.steps_count if before is not None else 0)
+        if revision.steps_count == 0 or came > HOLD_MAX_NEW_STEPS or hold_s <= 0:
+            return None
+        steps = self.session.steps
+        newer = steps.count - revision.steps_count  # stored since the frame's revision
+        drawn = steps.snapshot(last=newer + HOLD_RECENT_STEPS).rows(
+            slice(0, HOLD_RECENT_STEPS if newer else None)
+        )
+        if not len(drawn):
+            return None
+        end = int(drawn.host[-1, -1])
+        if end > self.clock_ns():
+            return None  # a step end in the future: another clock, never waited on
+        shortest = int((drawn.host[:, -1] - drawn.host[:, 0]).min())
+        return end + max(shortest, 0) + int(hold_s * 1e9)
 
     def _hold_s(self, drawn: FrameRevision, hold_s: float) -> float:
         """How long the steps that arrived since ``drawn`` wait for more (0: none arrived)."""
