@@ -18,6 +18,7 @@ from gpuwatch.core.figures.frame import (
     HOLD_NONE_TICK_MS,
     NEW_STEPS_FRAME_S,
     NEW_STEPS_HOLD_S,
+    earliest_hold_end_ns,
     hold_for_tick_s,
     hold_new_steps_s,
 )
@@ -44,6 +45,18 @@ def test_the_hold_is_the_rest_of_its_time_and_none_for_an_old_or_future_step() -
     many = HOLD_MAX_NEW_STEPS + 1
     assert hold_new_steps_s(now - 30 * MS, now, new_steps=HOLD_MAX_NEW_STEPS) > 0
     assert hold_new_steps_s(now - 30 * MS, now, new_steps=many) == 0.0
+
+
+def test_the_next_hold_ends_a_shortest_step_and_a_hold_after_the_newest_drawn_step() -> None:
+    now = 50 * S
+    end = now - 30 * MS
+    assert earliest_hold_end_ns(end, 20 * MS, now) == end + 20 * MS + int(NEW_STEPS_HOLD_S * S)
+    assert earliest_hold_end_ns(end, 20 * MS, now, hold_s=0.05) == end + 20 * MS + 50 * MS
+    assert earliest_hold_end_ns(end, -5, now) == end + int(NEW_STEPS_HOLD_S * S)  # odd marks
+    # No wait to expect: thousands of steps a frame, no hold, or another clock.
+    assert earliest_hold_end_ns(end, 20 * MS, now, drawn_steps=HOLD_MAX_NEW_STEPS + 1) is None
+    assert earliest_hold_end_ns(end, 20 * MS, now, hold_s=0.0) is None
+    assert earliest_hold_end_ns(now + MS, 20 * MS, now) is None
 
 
 def test_dear_frames_wait_less_and_the_dearest_not_at_all() -> None:

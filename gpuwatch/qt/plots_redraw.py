@@ -26,6 +26,7 @@ from gpuwatch.core.figures.frame import (
     FramePresenter,
     FrameRevision,
     RunData,
+    earliest_hold_end_ns,
     frame_due,
     hold_new_steps_s,
 )
@@ -273,27 +274,26 @@ class PlotsRedraw:
     def _next_hold_ends_ns(
         self, revision: FrameRevision, before: FrameRevision | None, hold_s: float
     ) -> int | None:
-        """When the hold of the steps after the frame of ``revision`` can end at the earliest:
-        the next step ends at least as long after the newest one drawn as the shortest of the
-        last steps took, and waits ``hold_s`` from its end. The window ticks then, instead of
-        at the pacing's end to find the next steps held (a tick a frame at 100 steps/s).
-        A step shorter than all of those is drawn late by the difference at most. None where
-        new steps would not wait: more than the hold's cap came, or another clock."""
-        came = revision.steps_count - (before.steps_count if before is not None else 0)
-        if revision.steps_count == 0 or came > HOLD_MAX_NEW_STEPS or hold_s <= 0:
+        """When the steps after the frame of ``revision`` can be drawn at the earliest
+        (``earliest_hold_end_ns`` of the newest steps it drew): the window ticks then, not at
+        the pacing's end only to find them held."""
+        if revision.steps_count == 0:
             return None
         steps = self.session.steps
         newer = steps.count - revision.steps_count  # stored since the frame's revision
-        drawn = steps.snapshot(last=newer + HOLD_RECENT_STEPS).rows(
-            slice(0, HOLD_RECENT_STEPS if newer else None)
+        view = steps.snapshot(last=newer + HOLD_RECENT_STEPS)
+        drawn = view.rows(
+            slice(max(len(view) - newer - HOLD_RECENT_STEPS, 0), max(len(view) - newer, 0))
         )
         if not len(drawn):
             return None
-        end = int(drawn.host[-1, -1])
-        if end > self.clock_ns():
-            return None  # a step end in the future: another clock, never waited on
-        shortest = int((drawn.host[:, -1] - drawn.host[:, 0]).min())
-        return end + max(shortest, 0) + int(hold_s * 1e9)
+        return earliest_hold_end_ns(
+            int(drawn.host[-1, -1]),
+            int((drawn.host[:, -1] - drawn.host[:, 0]).min()),
+            self.clock_ns(),
+            hold_s,
+            drawn_steps=revision.steps_count - (before.steps_count if before is not None else 0),
+        )
 
     def _hold_s(self, drawn: FrameRevision, hold_s: float) -> float:
         """How long the steps that arrived since ``drawn`` wait for more (0: none arrived)."""

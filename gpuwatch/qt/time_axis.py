@@ -201,11 +201,7 @@ class TimeAxis(pg.AxisItem):
         if (
             seen is not None
             and known is not None
-            and (seen.base, seen.levels)
-            == (
-                known.base,
-                known.levels,
-            )
+            and (seen.base, seen.levels) == (known.base, known.levels)
         ):
             edges = self._edges_of(seen)
             if known.edges is None:

@@ -206,8 +206,8 @@ class LoaderHooks:
         persistent loader's, one it left part-way, a replacement a change made), as torch does
         when an iterator goes. Left to a garbage collection, an iterator caught in a reference
         cycle (a loader in the script's globals) has its index queues closed before its
-        ``__del__`` asks the workers to leave: torch then waits 5 s for each worker
-        (``MP_STATUS_CHECK_INTERVAL``) before it terminates them."""
+        ``__del__`` asks the workers to leave: torch then waits ``MP_STATUS_CHECK_INTERVAL``
+        for each worker before it terminates them."""
         for loader, iterators in list(self._iterators.items()):
             for iterator in [*iterators, loader.__dict__.get("_iterator")]:
                 if iterator is None:

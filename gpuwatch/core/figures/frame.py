@@ -312,6 +312,26 @@ def hold_new_steps_s(
     return hold_s - age_s
 
 
+def earliest_hold_end_ns(
+    newest_end_ns: int,
+    shortest_ns: int,
+    now_ns: int,
+    hold_s: float = NEW_STEPS_HOLD_S,
+    *,
+    drawn_steps: int = 1,
+) -> int | None:
+    """When steps arriving after a frame can be drawn at the earliest under the hold
+    (``hold_new_steps_s``): the next step ends at least ``shortest_ns`` (the shortest of the
+    last steps) after the newest one drawn, which ended at ``newest_end_ns``, and waits
+    ``hold_s`` from its end; a step shorter than all of those is drawn late by the difference
+    at most. None where new steps would not wait: the frame drew more than
+    ``HOLD_MAX_NEW_STEPS`` (``drawn_steps``), no hold, or an end in the future (another clock).
+    """
+    if drawn_steps > HOLD_MAX_NEW_STEPS or hold_s <= 0 or newest_end_ns > now_ns:
+        return None
+    return newest_end_ns + max(shortest_ns, 0) + int(hold_s * 1e9)
+
+
 def frame_due(
     revision: FrameRevision,
     drawn: FrameRevision | None,
