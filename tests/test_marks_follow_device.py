@@ -136,6 +136,25 @@ def test_marks_follow_set_device_mid_run(two_gpus: SimGpu) -> None:
     torch.cuda.set_device(0)
 
 
+def test_the_drain_waits_for_a_device_the_script_has_left(two_gpus: SimGpu) -> None:
+    """The drain after the loop synchronizes each backend's own device: a script that moved to
+    cuda:1 while its last steps on cuda:0 were still running keeps their marks
+    (``torch.cuda.synchronize()`` alone waits for the current device only)."""
+    backend = follow(Notices())
+    torch.ones(1, device="cuda")
+    backend.begin(0)
+    for index in range(N_MARKS):
+        if 1 <= index < ACTIVE_LAST:
+            torch.cuda._sleep(200 * WORK)  # a second of device work in all: still in flight
+        backend.mark(index)
+    backend.end()
+    torch.cuda.set_device(1)
+    try:
+        assert list(drain(backend)) == [0]
+    finally:
+        torch.cuda.set_device(0)
+
+
 def test_a_step_on_a_side_stream_is_measured_there(two_gpus: SimGpu) -> None:
     notices = Notices()
     backend = follow(notices)

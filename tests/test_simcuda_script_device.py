@@ -92,5 +92,10 @@ def test_script_chooses_its_gpus_and_marks_follow_them(session: Session, tmp_pat
     )
     view = session.steps.snapshot()
     assert len(view) >= 38
-    marked = view.device[view.has_device]
+    # A step begins at the previous one's optimizer.step(), so the first side-stream step
+    # (step 10) has its first mark on the default stream, which may complete after the rest
+    # when the default stream has a backlog (a loaded machine lengthens the simulated
+    # kernels); every other step's marks are on one stream, in order.
+    one_stream = view.has_device & (view.step != 10)
+    marked = view.device[one_stream]
     assert np.all(marked[:, -1] >= marked[:, 0])

@@ -11,6 +11,7 @@ records CUDA events on the stream that is current at each mark and converts them
 
 from __future__ import annotations
 
+import functools
 import time
 from abc import ABC, abstractmethod
 from collections import deque
@@ -214,7 +215,8 @@ class CudaEventBackend(TimingBackend):
                 current_stream = current_stream or torch.cuda.current_stream
                 capturing = capturing or torch.cuda.is_current_stream_capturing
             event_factory = event_factory or cuda_event
-            synchronize = synchronize or torch.cuda.synchronize
+            if synchronize is None:  # this backend's device, whichever is current at the drain
+                synchronize = functools.partial(torch.cuda.synchronize, device)
         self.device = device
         self._calibration_stream = calibration_stream
         self._current_stream = current_stream
