@@ -63,8 +63,9 @@ SCRIPT = """
     if agent is not None and TARGET != "none":
         recorder = agent.recorder
         for target in TARGET.split("+"):
-            if target == "backend":
+            if target == "backend":  # a backend that records (CUDA's), not the CPU's inert one
                 inject(recorder.backend.inner, "mark")
+                recorder.backend.on = True
             elif target == "capture":  # the ScriptControl's kernel capture
                 inject(recorder._boundary.__self__.capture, "at_boundary")
             else:

@@ -149,3 +149,37 @@ def test_an_emulated_bf16_is_offered_with_its_slowdown(monkeypatch) -> None:
     owner.entries()
     assert len(checks) == 1  # probed once, not every time the knobs are listed
     owner.remove()
+
+
+class CountedLinear(nn.Linear):
+    """Counts how often its parameters are asked for (``saw_outermost`` examines a module
+    that way)."""
+
+    asked = 0
+
+    def parameters(self, recurse: bool = True) -> Any:
+        CountedLinear.asked += 1
+        return super().parameters(recurse)
+
+
+def test_each_outermost_module_is_examined_once_while_it_lives() -> None:
+    """The step hooks report every outermost forward of every step: a module is examined at
+    its first only, and a module made later is examined even where it takes a dead one's id
+    (a loss module built inside the loop each step)."""
+    _, _, owner = watched(SmallCnn())
+    model = CountedLinear(2, 2)
+    owner.saw_outermost(model)
+    first = CountedLinear.asked
+    assert first >= 1
+    for _ in range(3):
+        owner.saw_outermost(model)
+    assert CountedLinear.asked == first
+    del model
+    before = CountedLinear.asked
+    ids = set()
+    for _ in range(3):
+        made = CountedLinear(2, 2)
+        ids.add(id(made))
+        owner.saw_outermost(made)
+        del made  # freed here: the next one may take its id
+    assert CountedLinear.asked >= before + 3, ids

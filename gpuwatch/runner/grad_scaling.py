@@ -121,10 +121,11 @@ class GradScaling:
         if self._in_step:
             self._entered = True
         backwards, self._backwards = self._backwards, 0
-        self.optimizers.add(optimizer)
+        known = self._optimizer() if self._optimizer is not None else None
+        if known is not optimizer:  # the known one is in the set since its first step
+            self.optimizers.add(optimizer)
         if self.problem not in (None, WAITING):
             return
-        known = self._optimizer() if self._optimizer is not None else None
         if known is None:
             self._optimizer = weakref.ref(optimizer)
         elif known is not optimizer:

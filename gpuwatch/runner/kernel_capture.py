@@ -498,6 +498,8 @@ class KernelCapture:
 
     def at_boundary(self, next_step: int) -> None:
         """Open an armed window, or advance the open one by one step."""
+        if self._release_at is None and self._prof is None and self._wanted is None:
+            return  # the usual boundary, every step: nothing to do, and no lock taken for it
         with self._lock:
             if self._release_at is not None and next_step >= self._release_at:
                 self._release_at = None

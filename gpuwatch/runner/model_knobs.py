@@ -60,6 +60,9 @@ class ModelKnobs:
         self.models: weakref.WeakSet[Any] = weakref.WeakSet()
         #: Outermost modules seen without parameters (a loss): asked once, not every step.
         self._stateless: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: id → weak reference of the modules in either set: a check in C for the outermost
+        #: forwards of every step (a ``WeakSet`` lookup runs Python code).
+        self._known: dict[int, weakref.ref[Any]] = {}
         self.amp = "off"
         self.channels_last = False
         self.announced = False
@@ -78,14 +81,17 @@ class ModelKnobs:
 
     def saw_outermost(self, module: Any) -> None:
         """An outermost forward starts (step hooks); never raises into the script."""
-        if self._failed or module in self.models or module in self._stateless:
+        known = self._known.get(id(module))
+        if (known is not None and known() is module) or self._failed:
             return
         try:
             if next(iter(module.parameters()), None) is None:
                 self._stateless.add(module)
+                self._remember(module)
                 return  # a loss or another stateless module
             convolutions_before = self._has_convolutions()
             self.models.add(module)
+            self._remember(module)
             if self.amp != "off":
                 self._hook_amp(module)
             if self.channels_last:
@@ -104,6 +110,17 @@ class ModelKnobs:
             self._failed = True
             with contextlib.suppress(Exception):
                 self.knobs.link.log("warning", f"the model knobs are off: {exc}")
+
+    def _remember(self, module: Any) -> None:
+        """``module`` is known from now on (in ``models`` or ``_stateless``). Its entry leaves
+        with it, unless a newer module with its id replaced it already."""
+        key, known = id(module), self._known
+
+        def forget(ref: weakref.ref[Any]) -> None:
+            if known.get(key) is ref:
+                del known[key]
+
+        known[key] = weakref.ref(module, forget)
 
     def _has_convolutions(self) -> bool:
         conv = self.torch.nn.Conv2d

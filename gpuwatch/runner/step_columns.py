@@ -18,6 +18,7 @@ from gpuwatch.protocol import BATCH_INTERVAL_S
 
 #: A batch is sent at the latest when it holds this many rows.
 MAX_BATCH_STEPS = 2048
+_BATCH_INTERVAL_NS = BATCH_INTERVAL_S * 1e9
 
 
 class SpentTime:
@@ -89,7 +90,9 @@ class StepColumns:
     def due(self) -> bool:
         """Something has waited ``BATCH_INTERVAL_S``, or the batch is full."""
         return (
-            self._clock() - self.sent_ns >= BATCH_INTERVAL_S * 1e9 or len(self) >= MAX_BATCH_STEPS
+            self._clock() - self.sent_ns >= _BATCH_INTERVAL_NS
+            or len(self.step) >= MAX_BATCH_STEPS
+            or len(self.device_step) >= MAX_BATCH_STEPS
         )
 
     def send_if_due(self, link: BatchLink) -> None:

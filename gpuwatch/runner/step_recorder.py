@@ -61,6 +61,7 @@ from gpuwatch.runner.timing import DeviceMarks, TimingBackend
 DATA_END, H2D_END, FORWARD_END, BACKWARD_END, OPTIMIZER_END, END = range(1, N_MARKS)
 #: What a step is, as ``bye.step_definition`` says it (docs/design.md "A step's marks").
 STEP_DEFINITIONS = ("loader", "accumulation", "optimizer", "probe")
+_LATER_MARKS = (0,) * (N_MARKS - 1)
 
 
 class RecorderLink(Protocol):
@@ -84,10 +85,10 @@ def batch_samples(batch: Any, depth: int = 2) -> int | None:
             return None
     if depth <= 0:
         return None
-    if isinstance(batch, Mapping):
-        items: Sequence[Any] = list(batch.values())
-    elif isinstance(batch, list | tuple):
-        items = batch
+    if isinstance(batch, list | tuple):  # first: the usual batch, and no ABC check for it
+        items: Sequence[Any] = batch
+    elif isinstance(batch, Mapping):
+        items = list(batch.values())
     else:
         return None
     for item in items:
@@ -100,13 +101,15 @@ def batch_samples(batch: Any, depth: int = 2) -> int | None:
 class GuardedBackend(TimingBackend):
     """``inner`` as the recorder calls it from inside the script's own calls: its first failure
     (e.g. ``Event.record`` after the script changed the current device) switches device marks
-    off with one notice, and from then on every call is a no-op; host marks are unaffected."""
+    off with one notice, and from then on every call is a no-op; host marks are unaffected.
+    ``on`` is False from the start for an inert backend (a CPU's): the recorder reads it and
+    makes no call at all while it is False."""
 
     def __init__(self, inner: TimingBackend, switch: InstrumentSwitch) -> None:
         self.inner = inner
         self.kind = inner.kind
         self._switch = switch
-        self.on = True
+        self.on = not inner.inert
 
     def begin(self, step_id: int) -> None:
         if self.on:
@@ -386,54 +389,70 @@ class StepRecorder:
 
     # --- marks ----------------------------------------------------------------------------
 
+    # Every hook of every step of the script runs through these: each backend call is made only
+    # while the backend is ``on`` (never on a CPU, whose backend does nothing), and the common
+    # case of the next boundary reached after the last one loops over nothing.
+
     def _open(self, start_ns: int) -> None:
-        self._host = [start_ns] + [0] * (N_MARKS - 1)
+        self._host = [start_ns, *_LATER_MARKS]
         self._reached = 0
         self._samples = None
         self._config = self._config_id()
-        self.backend.begin(self.steps)
-        self.backend.mark(0)
+        backend = self.backend
+        if backend.on:
+            backend.begin(self.steps)
+            backend.mark(0)
 
     def _mark_step(self, index: int, now: int) -> None:
         """Boundary ``index`` reached at ``now``: skipped ones collapse onto the previous mark;
         an earlier boundary than the last one reached is ignored."""
-        host = self._host
-        if host is None or index < self._reached or index >= END:
+        host, reached = self._host, self._reached
+        if host is None or index < reached or index >= END:
             return
-        for skipped in range(self._reached + 1, index):
-            host[skipped] = host[self._reached]
-            self.backend.mark(skipped)
-        host[index] = max(now, host[self._reached])
-        self.backend.mark(index)
+        last = host[reached]
+        backend = self.backend
+        if index > reached + 1:
+            for skipped in range(reached + 1, index):
+                host[skipped] = last
+                if backend.on:
+                    backend.mark(skipped)
+        host[index] = now if now > last else last
+        if backend.on:
+            backend.mark(index)
         self._reached = index
 
     def _mark_later_batch(self, index: int, now: int) -> None:
         """``_mark_step`` for an accumulating step's second and later micro-batches: their
         device marks up to ``backward_end`` are not recorded again (the step's are its first
         batch's, so its stream-active span covers every batch)."""
-        host = self._host
-        if host is None or index < self._reached or index >= END:
+        host, reached = self._host, self._reached
+        if host is None or index < reached or index >= END:
             return
-        for skipped in range(self._reached + 1, index):
-            host[skipped] = host[self._reached]
-            if skipped > BACKWARD_END:
-                self.backend.mark(skipped)
-        host[index] = max(now, host[self._reached])
-        if index > BACKWARD_END:
-            self.backend.mark(index)
+        last = host[reached]
+        backend = self.backend
+        for skipped in range(reached + 1, index):
+            host[skipped] = last
+            if skipped > BACKWARD_END and backend.on:
+                backend.mark(skipped)
+        host[index] = now if now > last else last
+        if index > BACKWARD_END and backend.on:
+            backend.mark(index)
         self._reached = index
 
     def _close(self, end_ns: int) -> None:
         host = self._host
         assert host is not None
         acc = self._acc
+        last = host[self._reached]
+        backend = self.backend
         for skipped in range(self._reached + 1, END):
-            host[skipped] = host[self._reached]
-            if acc is None or skipped > BACKWARD_END:  # else its first batch recorded it
-                self.backend.mark(skipped)
-        host[END] = max(end_ns, host[self._reached])
-        self.backend.mark(END)
-        self.backend.end()
+            host[skipped] = last
+            if backend.on and (acc is None or skipped > BACKWARD_END):  # else its first batch
+                backend.mark(skipped)
+        host[END] = end_ns if end_ns > last else last
+        if backend.on:
+            backend.mark(END)
+            backend.end()
         samples = self._probe_samples if self._probe_samples is not None else self._samples
         samples = 1 if samples is None else samples
         if acc is not None:
@@ -445,8 +464,9 @@ class StepRecorder:
         self._iterator = None
         if self.steps == 1:
             self.link.log("info", f"first step seen: {(host[END] - host[0]) / 1e6:.0f} ms")
-        for step_id, marks in self.backend.poll(wait=False):
-            self._columns.add_device(step_id, marks)
+        if backend.on:
+            for step_id, marks in backend.poll(wait=False):
+                self._columns.add_device(step_id, marks)
         self._columns.send_if_due(self.link)
 
     def _drop(self) -> None:

@@ -81,6 +81,9 @@ class TimingBackend(ABC):
 
     #: Value of ``hello["timing"]``.
     kind: str
+    #: True when every call does nothing (the CPU's host backend): a caller on the training
+    #: thread's hot path may then make none.
+    inert = False
 
     @property
     def skips(self) -> MarkSkips:
@@ -116,6 +119,7 @@ class HostBackend(TimingBackend):
     """CPU device: host spans are the device truth, so there is nothing extra to send."""
 
     kind = "host"
+    inert = True
 
     def begin(self, step_id: int) -> None:
         pass
