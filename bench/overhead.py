@@ -351,6 +351,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=6, help="--script: interleaved pairs")
     parser.add_argument("--batches", type=int, default=600, help="--script: batches per run")
     parser.add_argument(
+        "--in-situ", type=int, default=1500, help="--script: in-situ steps on each side"
+    )
+    parser.add_argument(
         "--datasets", default=",".join(script_overhead.DATASETS), help="--script: which scripts"
     )
     parser.add_argument("--json", action="store_true", help="--script: one JSON object")
@@ -424,7 +427,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def script_main(args: argparse.Namespace) -> int:
     """``--script``: the user script's pairs, the hook path alone in one process (a tiny step
-    of the same shape, instruments on/off), and the built-in loop's instrumentation alone."""
+    of the same shape, instruments on/off; the script's own step, on or off at random), and
+    the built-in loop's instrumentation alone."""
     if not args.json:
         print(
             machine.header(
@@ -446,6 +450,11 @@ def script_main(args: argparse.Namespace) -> int:
         sink = Sink()
         alone.append(script_overhead.hook_path_cost(name, sink.link, reps=10, steps=1000))
         sink.close()
+    in_situ = []
+    for name in datasets:
+        sink = Sink()
+        in_situ.append(script_overhead.hook_path_in_situ(name, sink.link, steps=args.in_situ))
+        sink.close()
     profile = ""
     if args.profile:
         sink = Sink()
@@ -459,6 +468,7 @@ def script_main(args: argparse.Namespace) -> int:
         report = {
             "scripts": [script_overhead.summary(result) for result in results],
             "hook_path_alone": [script_overhead.alone_summary(cost) for cost in alone],
+            "hook_path_in_situ": [script_overhead.in_situ_summary(cost) for cost in in_situ],
             "builtin_loop_added_ns_per_step": machine.percentile(loop_ns, 50),
             "load_average_before": load_before,
             "load_average_after": load_after,
@@ -469,6 +479,8 @@ def script_main(args: argparse.Namespace) -> int:
         script_overhead.print_table(result)
     for cost in alone:
         script_overhead.print_alone(cost)
+    for situ in in_situ:
+        script_overhead.print_in_situ(situ)
     if profile:
         print(f"\n## profile of the hook path ({datasets[-1]}, tiny step, 3000 steps)\n{profile}")
     print("\n## built-in loop, instrumentation alone (no-op step, real loop + link vs bare)")

@@ -9,16 +9,24 @@ gpuwatch is not judged by its own figures); a pair gives the ratio watched/plain
 gradients). Two scripts with ~5 ms steps: an ``IterableDataset`` with gradient accumulation every 4
 batches, and a plain shuffled map-style ``DataLoader``. Each pair also checks that the watched
 run computed the same weights. On a shared 2-core machine a pair's noise is about a millisecond,
-far above the budget, so **the hook path alone** resolves it: one process trains a tiny step of
-the same shape (the same module calls, loader, backward and optimizer steps, little arithmetic)
-in alternating blocks with the runner's real instruments installed and removed
-(``ScriptInstruments``, a real link to a sink process), in wall and CPU time.
+far above the budget, so **the hook path alone** resolves it, in one process with the runner's
+real instruments (``ScriptInstruments``, a real link to a sink process) installed and removed:
+
+* *tiny step*: a step of the same shape (the same module calls, loader, backward and optimizer
+  steps, little arithmetic) in alternating blocks, in wall and CPU time: the hooks' own work,
+  with their code and data warm in the caches;
+* *in situ*: the script's own step, each step on or off at random (seeded), the added time the
+  difference of the two sides' median steps: the hooks as a real run meets them, after the
+  step's work has left them cold caches (about twice the tiny step's figure). Blocks of real
+  steps would not resolve it: the machine's drift from block to block is larger than the
+  hooks; step by step at random it falls on both sides alike.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -268,6 +276,86 @@ def hook_path_cost(dataset: str, link: Any, *, reps: int, steps: int) -> HookPat
     finally:
         watch.remove()
     return HookPathCost(dataset, wall["on"], wall["off"], cpu["on"], cpu["off"])
+
+
+@dataclass(frozen=True)
+class InSituCost:
+    """Each step of the script's own loop, timed with the instruments installed (on) or removed
+    (off), the side chosen at random step by step."""
+
+    dataset: str
+    on_ns: list[int]
+    off_ns: list[int]
+
+    @property
+    def added_ns(self) -> float:
+        return statistics.median(self.on_ns) - statistics.median(self.off_ns)
+
+    def added_ns_by_tenth(self) -> list[float]:
+        """The same difference in each tenth of the run: its spread."""
+        n = min(len(self.on_ns), len(self.off_ns)) // 10
+        return [
+            statistics.median(self.on_ns[i * n : (i + 1) * n])
+            - statistics.median(self.off_ns[i * n : (i + 1) * n])
+            for i in range(10)
+        ]
+
+
+def hook_path_in_situ(dataset: str, link: Any, *, steps: int, seed: int = 0) -> InSituCost:
+    """``steps`` steps of the script's own loop on each side, in a random (seeded) order: a
+    switch installs or removes the instruments between two steps, outside the timed step."""
+    import hook_script
+
+    warm = 200
+    training = hook_script.Training(
+        dataset, batches=warm + 3 * steps, batch_size=None, accumulate=4, seed=0
+    )
+    watch = installed(link)
+    times: dict[bool, list[int]] = {True: [], False: []}
+    choose = random.Random(seed)
+    on = True
+    try:
+        training.batches(warm)
+        while min(len(times[True]), len(times[False])) < steps:
+            want = choose.random() < 0.5
+            if want != on:
+                if want:
+                    watch.loader_knobs.install()
+                    watch.hooks.install()
+                else:
+                    watch.hooks.remove()
+                    watch.loader_knobs.remove()
+                on = want
+            times[on].extend(training.batches(1))
+    finally:
+        watch.remove()
+    return InSituCost(dataset, times[True][:steps], times[False][:steps])
+
+
+def in_situ_summary(cost: InSituCost) -> dict[str, object]:
+    """The JSON figures of the in-situ hook path (``--json``)."""
+    return {
+        "dataset": cost.dataset,
+        "steps_per_side": len(cost.on_ns),
+        "step_us_off": statistics.median(cost.off_ns) / 1e3,
+        "added_us_per_step": cost.added_ns / 1e3,
+        "added_us_by_tenth": [ns / 1e3 for ns in cost.added_ns_by_tenth()],
+    }
+
+
+def print_in_situ(cost: InSituCost) -> None:
+    """The human-readable figures of the in-situ hook path."""
+    tenths = [ns / 1e3 for ns in cost.added_ns_by_tenth()]
+    print(
+        f"\n## the hook path in situ: {cost.dataset}, the script's own step, on or off at "
+        f"random ({len(cost.on_ns)} steps a side)"
+    )
+    print(f"us/step off          {statistics.median(cost.off_ns) / 1e3:.1f} (median)")
+    print(
+        f"added us/step        {cost.added_ns / 1e3:.1f}   (median on - median off; "
+        "budget <= 100 us)"
+    )
+    print(f"... by tenth of run  {machine.spread(tenths, '{:.0f}')}")
 
 
 def hook_path_profile(dataset: str, link: Any, *, steps: int, top: int = 14) -> str:

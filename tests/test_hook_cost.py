@@ -251,3 +251,20 @@ def test_bench_reads_the_scripts_own_figures() -> None:
     assert summary["ratio_median"] == pytest.approx(1.005)
     assert summary["added_us_per_step_median"] == pytest.approx(25.0)
     assert summary["same_weights"] is False
+
+
+def test_the_in_situ_bench_times_each_side_and_leaves_the_script_unhooked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))  # the bench imports its script from there
+    import script_overhead
+
+    cost = script_overhead.InSituCost("map", on_ns=[110] * 10 + [130] * 10, off_ns=[100] * 20)
+    assert cost.added_ns == 20
+    assert cost.added_ns_by_tenth() == [10] * 5 + [30] * 5
+    link = FakeLink()
+    measured = script_overhead.hook_path_in_situ("map", link, steps=12)
+    assert len(measured.on_ns) == len(measured.off_ns) == 12
+    assert all(ns > 0 for ns in measured.on_ns + measured.off_ns)
+    assert link.kinds("steps"), "the steps on the hooked side were recorded"
+    assert not torch_modules._global_forward_pre_hooks and not torch_modules._global_forward_hooks
