@@ -341,7 +341,7 @@ def _checked(message: object) -> dict[str, Any]:
 
 def _check_steps(message: dict[str, Any]) -> None:
     columns = ["step", "config", "samples", "host"]
-    if "instrument_ns" in message:  # optional: a runner that measures its hooks' own time
+    if "instrument_ns" in message:  # optional: the runner's instruments' own time per step
         if not isinstance(message["instrument_ns"], list):
             raise ProtocolError("'steps' message: 'instrument_ns' must be a list")
         columns.append("instrument_ns")

@@ -22,6 +22,7 @@ from gpuwatch.commands.progress_line import ProgressLine
 from gpuwatch.core.figures.segments import SegmentStats
 from gpuwatch.core.files.recording_reader import open_recording
 from gpuwatch.core.model.messages import ConfigChange, Hello
+from gpuwatch.core.model.store import StepStore
 from gpuwatch.core.run.session import LogLine, SessionState
 from gpuwatch.protocol import BUILTIN_KNOB_NAMES
 
@@ -104,8 +105,10 @@ def test_json_follows_the_contract() -> None:
         "skipped",
         "summary",
         "findings",
+        "instrumentation_share",
     ]
     assert data["schema"] == 1 and isinstance(data["gpuwatch"], str)
+    assert data["instrumentation_share"] is None  # the runner did not say
     assert data["machine"] == MACHINE
     assert data["seconds_per_stage"] == 20 and isinstance(data["seconds_per_stage"], int)
     assert data["baseline"] == "baseline"
@@ -141,6 +144,18 @@ def test_json_follows_the_contract() -> None:
     assert second["busy_share"] == 0.43 and second["input_wait_share"] == 0.52
     assert isinstance(second["steps"], int) and second["changed"] == {"num_workers": 2}
     assert first["kept"] is None and second["kept"] is True
+
+
+def test_every_format_says_what_the_instruments_cost() -> None:
+    report = sample_report()
+    report.instrumentation_share = 0.0011
+    assert json.loads(render(report, "json"))["instrumentation_share"] == 0.0011
+    line = "gpuwatch's instrumentation: 0.11 % of step time"
+    assert f"- {line}" in render(report, "md")
+    assert f"# {line}" in render(report, "csv")
+    report.instrumentation_share = float("nan")
+    assert json.loads(render(report, "json"))["instrumentation_share"] is None
+    assert "instrumentation" not in render(report, "md")
 
 
 def test_markdown_has_the_machine_the_columns_and_na() -> None:
@@ -240,6 +255,7 @@ class ScriptedSession(FakeSession):
         self._slow_amp = slow_amp  # bf16 makes every step 3.5× slower (as when emulated)
         self.log: list[LogLine] = []
         self.stopped = False
+        self.steps = StepStore(64)
 
     def drain_log(self) -> list[LogLine]:
         lines, self.log = self.log, []
@@ -263,6 +279,9 @@ class ScriptedSession(FakeSession):
                 "versions": {"python": "3.11.9", "torch": "2.14.1", "cuda": None},
             }
         )
+        # two 10 ms steps, on which the runner's instruments spent 20 µs in all
+        host = [[i * 10_000_000 + k for k in range(6)] + [(i + 1) * 10_000_000] for i in range(2)]
+        self.steps.append([0, 1], [0, 0], [32, 32], host, instrument_ns=[5_000, 15_000])
 
     def set_knobs(self, values: dict[str, Any], *, label: str | None = None) -> int | None:
         request = super().set_knobs(values, label=label)
@@ -341,6 +360,7 @@ def test_set_then_stages_are_measured_and_the_run_stopped() -> None:
     assert report.baseline == "num_workers=0"
     assert report.machine["device"] == "Test CPU" and report.machine["cores"] == 2
     assert "stage 2/2 num_workers=2: num_workers: what num_workers does" in progress
+    assert report.instrumentation_share == pytest.approx(20_000 / 20_000_000)
 
 
 def test_the_tour_reports_skipped_stages() -> None:

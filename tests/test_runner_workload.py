@@ -7,6 +7,7 @@ import multiprocessing
 import pickle
 import queue
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from gpuwatch.protocol import N_MARKS, PROTOCOL_VERSION, encode
 from gpuwatch.runner.availability import knob_schema
 from gpuwatch.runner.loop import TrainingLoop
 from gpuwatch.runner.session import configure_threads, device_info, resolve_device
-from gpuwatch.runner.timing import HostBackend
+from gpuwatch.runner.timing import HostBackend, TimingBackend
 from gpuwatch.runner.training_state import TrainingState
 from gpuwatch.runner.workloads import WORKLOAD_NAMES, load_workload
 from gpuwatch.runner.workloads.vision import (
@@ -69,8 +70,36 @@ def workload() -> VisionWorkload:
     return work
 
 
+class SlowMarks(HostBackend):
+    """A backend whose every call takes ``MARK_NS`` (as CUDA event records take time)."""
+
+    inert = False
+
+    def begin(self, step_id: int) -> None:
+        spin(MARK_NS)
+
+    def mark(self, index: int) -> None:
+        spin(MARK_NS)
+
+    def end(self) -> None:
+        spin(MARK_NS)
+
+
+MARK_NS = 200_000
+
+
+def spin(ns: int) -> None:
+    until = time.perf_counter_ns() + ns
+    while time.perf_counter_ns() < until:
+        pass
+
+
 def make_loop(
-    work: VisionWorkload, link: RecordingLink, max_steps: int | None, **config: Any
+    work: VisionWorkload,
+    link: RecordingLink,
+    max_steps: int | None,
+    backend: TimingBackend | None = None,
+    **config: Any,
 ) -> TrainingLoop:
     work.config.update(config)
     model = work.build_model(CPU)
@@ -85,7 +114,7 @@ def make_loop(
         work,
         state=state,
         schema=knob_schema(torch, work, CPU),
-        backend=HostBackend(),
+        backend=backend or HostBackend(),
         link=link,
         max_steps=max_steps,
     )
@@ -206,6 +235,31 @@ def test_loop_runs_real_steps_with_monotonic_marks(workload: VisionWorkload) -> 
     assert link.of("device_marks") == []  # CPU: the host marks are the device truth
     assert loop.last_loss is not None and 0 < loop.last_loss < 10
     assert any("first step done" in m["text"] for m in link.of("log"))
+
+
+def test_each_step_carries_what_the_loops_instruments_spent_on_it(
+    workload: VisionWorkload,
+) -> None:
+    """The loop times its own instruments (``instrument_ns``): on a CPU only its bookkeeping
+    (its backend does nothing and is not called); with a backend that takes time, its calls
+    too (a step's ``begin`` and 7 marks; its ``end`` counts with the next step, as the
+    bookkeeping after it does), and never a phase's own work."""
+    link = RecordingLink()
+    assert make_loop(workload, link, max_steps=6).run() == "max_steps"
+    cpu = [ns for m in link.of("steps") for ns in m["instrument_ns"]]
+    assert len(cpu) == 6 and all(ns >= 0 for ns in cpu) and any(ns > 0 for ns in cpu)
+    link = RecordingLink()
+    assert make_loop(workload, link, max_steps=6, backend=SlowMarks()).run() == "max_steps"
+    batches = link.of("steps")
+    for m in batches:
+        assert len(m["instrument_ns"]) == len(m["host"])
+    rows = [
+        (ns, row) for m in batches for ns, row in zip(m["instrument_ns"], m["host"], strict=True)
+    ]
+    assert len(rows) == 6
+    for spent, row in rows:
+        assert spent >= 8 * MARK_NS
+        assert spent < (row[-1] - row[0]) / 2  # the step's own work is not counted
 
 
 def test_log_every_defers_the_loss_sync(workload: VisionWorkload) -> None:

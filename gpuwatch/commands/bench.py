@@ -337,4 +337,5 @@ def build_report(
         baseline=segments[0]["label"] if segments else None,
         findings=findings,
         summary=conductor.summary,
+        instrumentation_share=session.steps.instrument_share(),
     )

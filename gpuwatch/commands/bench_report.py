@@ -104,6 +104,9 @@ class BenchReport:
     findings: list[dict[str, Any]] = field(default_factory=list)
     #: A tour's closing sentence (what helped, what was reverted); None otherwise.
     summary: str | None = None
+    #: The share of step time the runner's own instruments spent, over the whole run (a
+    #: fraction; None when the runner did not say).
+    instrumentation_share: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         seconds = self.seconds_per_stage
@@ -118,6 +121,7 @@ class BenchReport:
             "skipped": [{"label": s["label"], "reason": s["reason"]} for s in self.skipped],
             "summary": self.summary,
             "findings": [dict(f) for f in self.findings],
+            "instrumentation_share": _finite(self.instrumentation_share),
         }
 
 
@@ -127,9 +131,7 @@ def clean_segment(segment: Mapping[str, Any]) -> dict[str, Any]:
     for key in SEGMENT_KEYS:
         value = segment.get(key)
         if key in _FLOAT_KEYS:
-            value = (
-                float(value) if isinstance(value, int | float) and math.isfinite(value) else None
-            )
+            value = _finite(value)
         elif key in _MS_DICT_KEYS:
             value = _ms_dict(value, _MS_DICT_KEYS[key])
         elif key == "kept":
@@ -218,6 +220,12 @@ def note_lines(report: BenchReport) -> list[str]:
     if report.skipped:
         lines.append(
             "skipped: " + "; ".join(f"{s['label']} ({s['reason']})" for s in report.skipped)
+        )
+    share = _finite(report.instrumentation_share)
+    if share is not None:
+        lines.append(
+            f"gpuwatch's instrumentation: {share * 100:.2f} % of step time (its marks and "
+            "their bookkeeping, as the runner timed them)"
         )
     if report.machine.get("device_kind") == "cuda":
         lines.append(
@@ -321,6 +329,10 @@ def render_csv(report: BenchReport) -> str:
         kept = {True: "yes", False: "no"}.get(segment["kept"], MISSING)
         writer.writerow((*cells, *extra, kept))
     return buffer.getvalue()
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
 def _figure(value: float | None, fmt: str) -> str:

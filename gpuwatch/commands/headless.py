@@ -248,7 +248,7 @@ def summary_lines(session: Session, sentence: str, recording: str | None = None)
         if share is not None:
             lines.append(
                 f"gpuwatch's instrumentation: {share * 100:.2f} % of step time "
-                "(its hooks and step recording, as the runner timed them)"
+                "(its hooks or marks and their bookkeeping, as the runner timed them)"
             )
     lines += rank_lines(session)
     lines += [f"gpuwatch: {text}" for text in session.instruments_off]

@@ -76,12 +76,12 @@ class StatusLine:
             "CPU time of the gpuwatch window's process (all its threads) over the last "
             f"{CPU_WINDOW_S:g} s, in % of one core. The training run is another process."
         )
-        #: "· instrumentation 0.3 % of step time": what the runner's hooks cost the run
-        #: (shown once the runner measures it: a watched script).
+        #: "· instrumentation 0.3 % of step time": what the runner's instruments cost the
+        #: run (shown once the runner has said: a watched script or a built-in workload).
         self.instrument_label = QLabel()
         self.instrument_label.setToolTip(
-            "Share of step time the runner's hooks and step recording spent over the last "
-            "seconds, as the runner measured it around its own hook bodies."
+            "Share of step time the runner's instruments (a script's hooks, the step marks "
+            "and their bookkeeping) spent over the last seconds, as the runner timed them."
         )
         self.instrument_label.hide()
         self.window_label = QLabel()

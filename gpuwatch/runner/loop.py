@@ -9,6 +9,9 @@ invisible: an exhausted loader is re-created inside ``next`` and that cost count
 
 The loop never talks to the socket: it appends marks to column lists and hands a batch to the
 link about every ``BATCH_INTERVAL_S`` (so a fast loop sends ~20 messages/s, not one per step).
+Each step carries the ns the loop's own instruments spent on it (``instrument_ns``: the timing
+backend's calls, which do nothing on a CPU and are then not made, and the bookkeeping after the
+step), so the window and ``gpuwatch bench`` can say what gpuwatch costs the run.
 Control messages are handled only between steps, so ``stop`` always finishes the current step;
 a ``set`` is applied there too (``reconfigure``), and the steps from then on carry its config id.
 The step itself is computed by ``TrainingState`` (model, precision, optimizer) from batches of a
@@ -28,7 +31,7 @@ from gpuwatch.runner.controls import apply_control
 from gpuwatch.runner.kernel_capture import KernelCapture
 from gpuwatch.runner.knobs import KnobSchema
 from gpuwatch.runner.reconfigure import Reconfigurer
-from gpuwatch.runner.step_columns import FlushTimer, StepColumns
+from gpuwatch.runner.step_columns import FlushTimer, SpentTime, StepColumns
 from gpuwatch.runner.timing import TimingBackend
 from gpuwatch.runner.workloads import Workload
 
@@ -98,6 +101,8 @@ class TrainingLoop:
         #: Kernel capture windows (``capture`` messages), opened and advanced between steps.
         self.capture = KernelCapture(link, device=state.device.type)
         self._columns = StepColumns(clock)
+        #: The ns the loop's instruments spent since the last step was added (sent with it).
+        self._spent = self._columns.spent = SpentTime()
         #: Sends finished steps while a step hangs (e.g. a stuck DataLoader worker).
         self._flush_timer = FlushTimer(
             self._columns, lambda: self._columns.send(link), lambda text: link.log("warning", text)
@@ -167,33 +172,43 @@ class TrainingLoop:
 
     def _step(self, step_id: int) -> None:
         """One instrumented training step; see the module docstring for the boundaries."""
-        clock, mark, state = self.clock, self.backend.mark, self.state
+        clock, backend, state = self.clock, self.backend, self.state
         host = [0] * N_MARKS
         config_id = self.config_id
-        self.backend.begin(step_id)
-        host[0] = clock()
-        mark(0)
+        marks = not backend.inert
+        spent = 0
+
+        def at(index: int) -> None:
+            nonlocal spent
+            now = host[index] = clock()
+            if marks:
+                backend.mark(index)
+                spent += clock() - now
+
+        if marks:
+            start = clock()
+            backend.begin(step_id)
+            spent += clock() - start
+        at(0)
         batch = self.batches.next_batch()
-        host[1] = clock()
-        mark(1)
+        at(1)
         batch = state.to_device(batch)
-        host[2] = clock()
-        mark(2)
+        at(2)
         loss = state.loss(batch)
-        host[3] = clock()
-        mark(3)
+        at(3)
         state.backward(loss)
-        host[4] = clock()
-        mark(4)
+        at(4)
         state.optimizer_step()
-        host[5] = clock()
-        mark(5)
+        at(5)
         self._sync_phase(loss)
-        host[6] = clock()
-        mark(6)
-        self.backend.end()
+        at(6)
+        start = clock()
+        if marks:
+            backend.end()
+        self._spent.ns += spent
         self._columns.add_step(step_id, config_id, self.workload.samples(batch), host)
         self._last_host = host
+        self._spent.ns += clock() - start  # the next step's share: this one is added already
 
     def _sync_phase(self, loss: torch.Tensor) -> None:
         """Read the loss on the host every ``log_every`` steps; 1 is the naive per-step sync.
@@ -213,6 +228,11 @@ class TrainingLoop:
             self._loss_sum, self._loss_count = None, 0
 
     def _after_step(self) -> None:
+        start = self.clock()
+        self._after_step_work()
+        self._spent.ns += self.clock() - start
+
+    def _after_step_work(self) -> None:
         self._collect_device(wait=False)
         host = self._last_host  # the columns may have been sent by the flush timer already
         if self.steps_done == 1:

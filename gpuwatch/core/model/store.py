@@ -84,7 +84,7 @@ class StepStore:
         self._device = np.zeros((capacity, N_MARKS), np.int64)
         self._has_device = np.zeros(capacity, bool)
         # ns the runner's instruments spent on each step; -1 where the runner did not say
-        # (the built-in loop, an older runner, a recording)
+        # (an older runner, a recording)
         self._instrument_ns = np.full(capacity, -1, np.int64)
         self._count = 0  # total rows ever appended
         self._device_is_host = False
