@@ -17,7 +17,7 @@ real instruments (``ScriptInstruments``, a real link to a sink process) installe
   with their code and data warm in the caches;
 * *in situ*: the script's own step, each step on or off at random (seeded), the added time the
   difference of the two sides' median steps: the hooks as a real run meets them, after the
-  step's work has left them cold caches (about twice the tiny step's figure). Blocks of real
+  step's work has left them cold caches (docs/performance.md has the figures). Blocks of real
   steps would not resolve it: the machine's drift from block to block is larger than the
   hooks; step by step at random it falls on both sides alike.
 """
