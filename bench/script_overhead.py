@@ -252,6 +252,17 @@ def installed(link: Any) -> Any:
     return watch
 
 
+def switch(watch: Any, *, on: bool) -> None:
+    """The step hooks and loader hooks of ``watch`` installed or removed (the step hooks'
+    DataLoader wrapper calls into the loader hooks: those go in first, out last)."""
+    if on:
+        watch.loader_knobs.install()
+        watch.hooks.install()
+    else:
+        watch.hooks.remove()
+        watch.loader_knobs.remove()
+
+
 def hook_path_cost(dataset: str, link: Any, *, reps: int, steps: int) -> HookPathCost:
     """Blocks of ``steps`` tiny steps with the step hooks and loader hooks on, then off
     (removed), in rotating order; the controls, flush timer and link stay up throughout."""
@@ -264,15 +275,13 @@ def hook_path_cost(dataset: str, link: Any, *, reps: int, steps: int) -> HookPat
         for rep in range(reps):
             for side in ("on", "off") if rep % 2 == 0 else ("off", "on"):
                 if side == "off":
-                    watch.hooks.remove()
-                    watch.loader_knobs.remove()
+                    switch(watch, on=False)
                 cpu_start = time.process_time_ns()
                 times = training.batches(steps)
                 cpu[side].append((time.process_time_ns() - cpu_start) / len(times))
                 wall[side].append(sum(times) / len(times))
                 if side == "off":
-                    watch.loader_knobs.install()
-                    watch.hooks.install()
+                    switch(watch, on=True)
     finally:
         watch.remove()
     return HookPathCost(dataset, wall["on"], wall["off"], cpu["on"], cpu["off"])
@@ -319,12 +328,7 @@ def hook_path_in_situ(dataset: str, link: Any, *, steps: int, seed: int = 0) -> 
         while min(len(times[True]), len(times[False])) < steps:
             want = choose.random() < 0.5
             if want != on:
-                if want:
-                    watch.loader_knobs.install()
-                    watch.hooks.install()
-                else:
-                    watch.hooks.remove()
-                    watch.loader_knobs.remove()
+                switch(watch, on=want)
                 on = want
             times[on].extend(training.batches(1))
     finally:

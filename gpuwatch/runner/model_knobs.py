@@ -58,10 +58,9 @@ class ModelKnobs:
         self.device = device
         self.names = {"amp": "amp", "channels_last": "channels_last"}
         self.models: weakref.WeakSet[Any] = weakref.WeakSet()
-        #: Outermost modules seen without parameters (a loss): asked once, not every step.
-        self._stateless: weakref.WeakSet[Any] = weakref.WeakSet()
-        #: id → weak reference of the modules in either set: a check in C for the outermost
-        #: forwards of every step (a ``WeakSet`` lookup runs Python code).
+        #: id → weak reference of every outermost module seen (a model, or a loss without
+        #: parameters): each is asked once, not at every step, by a check in C (a ``WeakSet``
+        #: lookup runs Python code).
         self._known: dict[int, weakref.ref[Any]] = {}
         self.amp = "off"
         self.channels_last = False
@@ -86,7 +85,6 @@ class ModelKnobs:
             return
         try:
             if next(iter(module.parameters()), None) is None:
-                self._stateless.add(module)
                 self._remember(module)
                 return  # a loss or another stateless module
             convolutions_before = self._has_convolutions()
@@ -112,8 +110,8 @@ class ModelKnobs:
                 self.knobs.link.log("warning", f"the model knobs are off: {exc}")
 
     def _remember(self, module: Any) -> None:
-        """``module`` is known from now on (in ``models`` or ``_stateless``). Its entry leaves
-        with it, unless a newer module with its id replaced it already."""
+        """``module`` is known from now on. Its entry leaves with it, unless a newer module
+        with its id replaced it already."""
         key, known = id(module), self._known
 
         def forget(ref: weakref.ref[Any]) -> None:

@@ -89,11 +89,7 @@ class StepColumns:
 
     def due(self) -> bool:
         """Something has waited ``BATCH_INTERVAL_S``, or the batch is full."""
-        return (
-            self._clock() - self.sent_ns >= _BATCH_INTERVAL_NS
-            or len(self.step) >= MAX_BATCH_STEPS
-            or len(self.device_step) >= MAX_BATCH_STEPS
-        )
+        return self._clock() - self.sent_ns >= _BATCH_INTERVAL_NS or len(self) >= MAX_BATCH_STEPS
 
     def send_if_due(self, link: BatchLink) -> None:
         if self.due():
