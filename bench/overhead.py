@@ -427,7 +427,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def script_main(args: argparse.Namespace) -> int:
     """``--script``: the user script's pairs, the hook path alone in one process (a tiny step
-    of the same shape, instruments on/off; the script's own step, on or off at random), and
+    of the same shape, instruments on/off; the script's own step, on or off in alternating
+    blocks), and
     the built-in loop's instrumentation alone."""
     if not args.json:
         print(

@@ -15,18 +15,18 @@ real instruments (``ScriptInstruments``, a real link to a sink process) installe
 * *tiny step*: a step of the same shape (the same module calls, loader, backward and optimizer
   steps, little arithmetic) in alternating blocks, in wall and CPU time: the hooks' own work,
   with their code and data warm in the caches;
-* *in situ*: the script's own step, each step on or off at random (seeded), the added time the
-  difference of the two sides' median steps: the hooks as a real run meets them, after the
-  step's work has left them cold caches (docs/performance.md has the figures). Blocks of real
-  steps would not resolve it: the machine's drift from block to block is larger than the
-  hooks; step by step at random it falls on both sides alike.
+* *in situ*: the script's own step, on or off in short blocks that alternate (a dozen steps:
+  the machine drifts little from one block to the next), the added time the difference of the
+  two sides' median steps: the hooks as a real run meets them, after the step's work has left
+  them cold caches (docs/performance.md has the figures). The first steps after a switch are
+  left out of it: installing or removing patches classes, and the interpreter re-specializes
+  what reads them, which a run that keeps its instruments pays once (printed apart).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -287,21 +287,38 @@ def hook_path_cost(dataset: str, link: Any, *, reps: int, steps: int) -> HookPat
     return HookPathCost(dataset, wall["on"], wall["off"], cpu["on"], cpu["off"])
 
 
+#: Steps of the script's loop a side holds before the other side's turn: a multiple of its
+#: accumulation cycle (4 batches), so each side sees every step of the cycle alike.
+IN_SITU_BLOCK = 12
+#: The steps of a block left out of the steady figure: after a switch, the classes the
+#: instruments patch (or unpatch) have new attribute versions, and the interpreter
+#: re-specializes the code that reads them, the script's and torch's on both sides.
+IN_SITU_SETTLE = 3
+
+
 @dataclass(frozen=True)
 class InSituCost:
-    """Each step of the script's own loop, timed with the instruments installed (on) or removed
-    (off), the side chosen at random step by step."""
+    """The script's own steps, timed with the instruments installed (on) or removed (off) in
+    alternating blocks: the steady steps of each block, and each block's first step (right
+    after the switch) apart."""
 
     dataset: str
     on_ns: list[int]
     off_ns: list[int]
+    first_on_ns: list[int]
+    first_off_ns: list[int]
 
     @property
     def added_ns(self) -> float:
         return statistics.median(self.on_ns) - statistics.median(self.off_ns)
 
+    @property
+    def first_step_added_ns(self) -> float:
+        """What the first step after installing costs more than the first after removing."""
+        return statistics.median(self.first_on_ns) - statistics.median(self.first_off_ns)
+
     def added_ns_by_tenth(self) -> list[float]:
-        """The same difference in each tenth of the run: its spread."""
+        """The steady difference in each tenth of the run: its spread."""
         n = min(len(self.on_ns), len(self.off_ns)) // 10
         return [
             statistics.median(self.on_ns[i * n : (i + 1) * n])
@@ -310,30 +327,33 @@ class InSituCost:
         ]
 
 
-def hook_path_in_situ(dataset: str, link: Any, *, steps: int, seed: int = 0) -> InSituCost:
-    """``steps`` steps of the script's own loop on each side, in a random (seeded) order: a
-    switch installs or removes the instruments between two steps, outside the timed step."""
+def hook_path_in_situ(dataset: str, link: Any, *, steps: int) -> InSituCost:
+    """At least ``steps`` steady steps of the script's own loop on each side, in blocks of
+    ``IN_SITU_BLOCK`` that alternate: the machine's drift falls on both sides alike, and a
+    switch installs or removes the instruments between two blocks, outside any timed step.
+    A run keeps its instruments for good: its steady steps are what it pays."""
     import hook_script
 
-    warm = 200
+    warm, kept = 200, IN_SITU_BLOCK - IN_SITU_SETTLE
+    blocks = 2 * -(-steps // kept)
     training = hook_script.Training(
-        dataset, batches=warm + 3 * steps, batch_size=None, accumulate=4, seed=0
+        dataset, batches=warm + blocks * IN_SITU_BLOCK, batch_size=None, accumulate=4, seed=0
     )
     watch = installed(link)
-    times: dict[bool, list[int]] = {True: [], False: []}
-    choose = random.Random(seed)
+    steady: dict[bool, list[int]] = {True: [], False: []}
+    first: dict[bool, list[int]] = {True: [], False: []}
     on = True
     try:
         training.batches(warm)
-        while min(len(times[True]), len(times[False])) < steps:
-            want = choose.random() < 0.5
-            if want != on:
-                switch(watch, on=want)
-                on = want
-            times[on].extend(training.batches(1))
+        for _ in range(blocks):
+            on = not on
+            switch(watch, on=on)
+            times = training.batches(IN_SITU_BLOCK)
+            first[on].append(times[0])
+            steady[on].extend(times[IN_SITU_SETTLE:])
     finally:
         watch.remove()
-    return InSituCost(dataset, times[True][:steps], times[False][:steps])
+    return InSituCost(dataset, steady[True], steady[False], first[True], first[False])
 
 
 def in_situ_summary(cost: InSituCost) -> dict[str, object]:
@@ -344,6 +364,7 @@ def in_situ_summary(cost: InSituCost) -> dict[str, object]:
         "step_us_off": statistics.median(cost.off_ns) / 1e3,
         "added_us_per_step": cost.added_ns / 1e3,
         "added_us_by_tenth": [ns / 1e3 for ns in cost.added_ns_by_tenth()],
+        "first_step_added_us": cost.first_step_added_ns / 1e3,
     }
 
 
@@ -351,15 +372,19 @@ def print_in_situ(cost: InSituCost) -> None:
     """The human-readable figures of the in-situ hook path."""
     tenths = [ns / 1e3 for ns in cost.added_ns_by_tenth()]
     print(
-        f"\n## the hook path in situ: {cost.dataset}, the script's own step, on or off at "
-        f"random ({len(cost.on_ns)} steps a side)"
+        f"\n## the hook path in situ: {cost.dataset}, the script's own step, on or off in "
+        f"alternating blocks of {IN_SITU_BLOCK} ({len(cost.on_ns)} steady steps a side)"
     )
     print(f"us/step off          {statistics.median(cost.off_ns) / 1e3:.1f} (median)")
     print(
-        f"added us/step        {cost.added_ns / 1e3:.1f}   (median on - median off; "
-        "budget <= 100 us)"
+        f"added us/step        {cost.added_ns / 1e3:.1f}   (median on - median off, "
+        f"a block's first {IN_SITU_SETTLE} steps left out; budget <= 100 us)"
     )
     print(f"... by tenth of run  {machine.spread(tenths, '{:.0f}')}")
+    print(
+        f"first step after installing: {cost.first_step_added_ns / 1e3:.0f} us more than the "
+        "first after removing (once a run)"
+    )
 
 
 def hook_path_profile(dataset: str, link: Any, *, steps: int, top: int = 14) -> str:

@@ -259,12 +259,22 @@ def test_the_in_situ_bench_times_each_side_and_leaves_the_script_unhooked(
     monkeypatch.syspath_prepend(str(BENCH))  # the bench imports its script from there
     import script_overhead
 
-    cost = script_overhead.InSituCost("map", on_ns=[110] * 10 + [130] * 10, off_ns=[100] * 20)
+    cost = script_overhead.InSituCost(
+        "map",
+        on_ns=[110] * 10 + [130] * 10,
+        off_ns=[100] * 20,
+        first_on_ns=[400, 500, 600],
+        first_off_ns=[200, 300, 250],
+    )
     assert cost.added_ns == 20
     assert cost.added_ns_by_tenth() == [10] * 5 + [30] * 5
+    assert cost.first_step_added_ns == 250
     link = FakeLink()
     measured = script_overhead.hook_path_in_situ("map", link, steps=12)
-    assert len(measured.on_ns) == len(measured.off_ns) == 12
-    assert all(ns > 0 for ns in measured.on_ns + measured.off_ns)
+    kept = script_overhead.IN_SITU_BLOCK - script_overhead.IN_SITU_SETTLE
+    blocks = len(measured.first_on_ns)
+    assert blocks == len(measured.first_off_ns) >= 2, "the sides alternate block by block"
+    assert len(measured.on_ns) == len(measured.off_ns) == blocks * kept >= 12
+    assert all(ns > 0 for ns in measured.on_ns + measured.off_ns + measured.first_on_ns)
     assert link.kinds("steps"), "the steps on the hooked side were recorded"
     assert not torch_modules._global_forward_pre_hooks and not torch_modules._global_forward_hooks
