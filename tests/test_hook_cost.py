@@ -227,6 +227,54 @@ def test_hooks_mark_each_outermost_forward_with_a_model_of_many_modules() -> Non
     assert all(row[forward_end] > row[h2d_end] for row in rows)
 
 
+class CountingLoss(nn.CrossEntropyLoss):
+    """A loss (a module without children) that records whether our global hooks were in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.global_hooks_inside: list[int] = []
+
+    def forward(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        self.global_hooks_inside.append(
+            len(torch_modules._global_forward_pre_hooks) + len(torch_modules._global_forward_hooks)
+        )
+        return super().forward(output, target)
+
+
+def test_each_outermost_module_is_asked_about_once_and_a_loss_keeps_the_global_hooks() -> None:
+    """The first outermost forward of a module asks who wants to know of it; later ones call
+    only what that returned. A module without children runs with our global hooks in place
+    (stepping them aside would spare no inner call), and its forward is still marked."""
+    link = FakeLink()
+    watch = ScriptInstruments.build(link, torch, torch.device("cpu"), HostBackend(), max_steps=None)
+    model, loss_fn = Net(), CountingLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    first: list[nn.Module] = []
+    every: list[nn.Module] = []
+
+    def first_outermost(module: Any) -> Any:
+        first.append(module)
+        return every.append if module is model else None
+
+    watch.install()
+    watch.hooks.on_first_outermost = first_outermost
+    try:
+        for _ in range(5):
+            loss = loss_fn(model(torch.randn(4, 4)), torch.randint(0, 3, (4,)))
+            loss.backward()
+            optimizer.step()
+        watch.recorder.finish()
+    finally:
+        watch.remove()
+    assert first == [model, loss_fn]
+    assert every == [model] * 5
+    assert set(model.global_hooks_inside) == {0}
+    assert min(loss_fn.global_hooks_inside) > 0
+    rows = [row for batch in link.kinds("steps") for row in batch["host"]]
+    h2d_end, forward_end = 2, 3
+    assert len(rows) >= 4 and all(row[forward_end] > row[h2d_end] for row in rows)
+
+
 # --- the bench's parsing and report -----------------------------------------------------------
 
 

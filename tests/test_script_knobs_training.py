@@ -83,7 +83,7 @@ def watched() -> Iterator[Watched]:
         link, HostBackend(), boundary=lambda step: None, config_id=lambda: knobs.config_id
     )
     hooks = AutoHooks(torch, recorder)
-    hooks.on_outermost = owner.saw_outermost
+    hooks.on_first_outermost = owner.saw_outermost
     hooks.scaling = owner.scaling
     hooks.install()
     try:

@@ -15,9 +15,11 @@ Installed in the runner's main process only, before the script runs, and removed
   to notice a GradScaler of the script's own; ``scaling`` is told each backward and optimizer
   step, and may scale the backward's tensors (its work is the knob's, not counted as the hooks').
 
-Only the main thread is observed. The hooks are class attributes and module globals of *this*
-process: spawned DataLoader workers import torch fresh and never see them, and in a forked
-worker ``os.register_at_fork`` (where the platform has it) switches them off. They add no device
+Only the main thread is observed, while installed and while step detection is on: each hook
+asks so in place (these hooks run at every step, and each Python call they make costs). The
+hooks are class attributes and module globals of *this* process: spawned DataLoader workers
+import torch fresh and never see them, and in a forked worker ``os.register_at_fork`` (where
+the platform has it) switches them off. They add no device
 synchronization; the global forward hooks do cost every module call a little (torch's hook path
 instead of its fast path).
 
@@ -54,11 +56,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from gpuwatch.runner.seen_modules import SeenModules
 from gpuwatch.runner.step_columns import SpentTime
 from gpuwatch.runner.step_recorder import StepRecorder
 
 #: The hooks time themselves with it (``AutoHooks.spent``).
 _clock = time.perf_counter_ns
+_get_ident = threading.get_ident
 #: Where each hook is, as its failure notice names it.
 LOADER_HOOK = "DataLoader hook"
 FORWARD_HOOK = "forward hook"
@@ -92,10 +96,19 @@ def _never() -> bool:
     return False
 
 
+def _ignore_hook(module: Any, args: Any, output: Any) -> None:
+    """No module runs aside before the module hooks are registered."""
+
+
+def _unseen(module: Any) -> None:
+    """Stands for "not seen yet" in ``AutoHooks._seen`` (None means "nothing to tell")."""
+
+
 class GlobalHooksAside:
-    """Takes our global module hooks out of torch's hook dictionaries and puts them back, as
-    their ``RemovableHandle`` would, without making new handles (``AutoHooks._step_aside``).
-    ``key`` is an id no other hook has, for the outermost module's own hook."""
+    """Where our global module hooks sit in torch's hook dictionaries: ``entries`` are
+    (dictionary, hook id, hook), which ``AutoHooks._step_aside`` takes out and
+    ``AutoHooks._back_in_place`` puts back, as their ``RemovableHandle`` would, without making
+    new handles. ``key`` is an id no other hook has, for the outermost module's own hook."""
 
     def __init__(self, entries: list[tuple[dict[Any, Any], Any, Any]], key: int) -> None:
         self.entries = entries
@@ -119,14 +132,6 @@ class GlobalHooksAside:
         except Exception:
             return None
 
-    def detach(self) -> None:
-        for table, key, _ in self.entries:
-            table.pop(key, None)
-
-    def attach(self) -> None:
-        for table, key, value in self.entries:
-            table[key] = value
-
 
 class AutoHooks:
     """Installs and removes the hooks that feed ``recorder`` (see the module docstring)."""
@@ -148,9 +153,15 @@ class AutoHooks:
         self._aside: GlobalHooksAside | None = None
         self._outermost: Any = None  # the module whose forward runs with our hooks aside
         self._restore: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
+        #: ``module``'s own always-called forward hook while it runs with the global ones aside.
+        self._outermost_returned: Callable[[Any, Any, Any], None] = _ignore_hook
         self._quieted = False
-        #: Told each module whose forward is an outermost one (the zero-code model knobs).
-        self.on_outermost: Callable[[Any], None] | None = None
+        #: Told of each module the first time its forward is an outermost one (the zero-code
+        #: model knobs); returns what to tell at each of its outermost forwards (DDP's timing
+        #: of a DDP module), or None. Neither raises (each guards itself).
+        self.on_first_outermost: Callable[[Any], Callable[[Any], None] | None] | None = None
+        #: The modules whose outermost forward ran since ``install``, with what to tell.
+        self._seen: SeenModules[Callable[[Any], None] | None] = SeenModules()
         #: Told each backward and optimizer step, and may scale the backward (fp16).
         self.scaling: BackwardScaling | None = None
         if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
@@ -158,9 +169,6 @@ class AutoHooks:
 
     def _forked(self) -> None:
         self.enabled = False
-
-    def _watching(self) -> bool:
-        return self.enabled and self.recorder.detecting and threading.get_ident() == self._main
 
     def install(self) -> None:
         torch = self.torch
@@ -180,14 +188,19 @@ class AutoHooks:
         spent, clock = self.spent, _clock
         scaling = self.scaling
 
+        recorder, main = self.recorder, self._main
+
         def optimizer_post(optimizer: Any, args: Any, kwargs: Any) -> None:
             if is_compiling():  # first: nothing below may be traced (module docstring)
                 return
-            if self._watching():
+            if self.enabled and recorder.detecting and _get_ident() == main:
                 start = clock()
                 if scaling is not None:  # first: a boundary in the step below may change amp
                     scaling.optimizer_stepped(optimizer)
-                self._report(OPTIMIZER_HOOK, self.recorder.optimizer_stepped)
+                try:
+                    recorder.optimizer_stepped()
+                except Exception as exc:  # a stop's KeyboardInterrupt is no Exception
+                    recorder.switch_off_detection(OPTIMIZER_HOOK, exc)
                 spent.ns += clock() - start
 
         if scaling is not None:
@@ -203,23 +216,22 @@ class AutoHooks:
         from torch.nn.modules import module as modules
 
         is_compiling = self._is_compiling
-        spent, clock = self.spent, _clock
+        began, ended, back_in_place = self._forward_began, self._forward_ended, self._back_in_place
 
         def forward_pre(module: Any, args: Any) -> None:
-            if is_compiling():  # first: nothing below may be traced (module docstring)
-                return
-            start = clock()
-            if self._forward_pre(module):
-                self._step_aside(module)
-            spent.ns += clock() - start
+            if not is_compiling():  # first: nothing below may be traced (module docstring)
+                began(module)
 
         def forward_post(module: Any, args: Any, output: Any) -> None:
-            if is_compiling():
-                return
-            start = clock()
-            self._forward_post()
-            spent.ns += clock() - start
+            if not is_compiling():
+                ended()
 
+        def outermost_returned(module: Any, args: Any, output: Any) -> None:
+            if not is_compiling():
+                back_in_place()
+                ended()
+
+        self._outermost_returned = outermost_returned
         self._module_handles = [
             modules.register_module_forward_pre_hook(forward_pre),
             modules.register_module_forward_hook(forward_post, always_call=True),
@@ -235,9 +247,11 @@ class AutoHooks:
 
         Both moves are dictionary entries (the ones ``RemovableHandle`` adds and removes):
         registering and removing handles each step would cost more than it saves on a small
-        model. A torch whose hook dictionaries are not as expected keeps the global hooks."""
+        model. A module without children (a loss) keeps the global hooks: it calls no module
+        whose hook could be spared. A torch whose hook dictionaries are not as expected keeps
+        them too."""
         aside = self._aside
-        if aside is None or self._outermost is not None:
+        if aside is None or self._outermost is not None or not getattr(module, "_modules", 1):
             return
         key = aside.key
         try:
@@ -250,15 +264,8 @@ class AutoHooks:
             self._forget_outermost(module, key)
             return
         self._outermost = module
-        aside.detach()
-
-    def _outermost_returned(self, module: Any, args: Any, output: Any) -> None:
-        if self._is_compiling():
-            return
-        start = _clock()
-        self._back_in_place()
-        self._forward_post()
-        self.spent.ns += _clock() - start
+        for table, hook_id, _ in aside.entries:
+            table.pop(hook_id, None)
 
     def _back_in_place(self) -> None:
         """The global hooks again, and the outermost module without ours (never raises)."""
@@ -266,7 +273,8 @@ class AutoHooks:
         aside = self._aside
         if module is None or aside is None:
             return
-        aside.attach()
+        for table, hook_id, value in aside.entries:
+            table[hook_id] = value
         self._forget_outermost(module, aside.key)
 
     @staticmethod
@@ -298,6 +306,7 @@ class AutoHooks:
                 setattr(owner, name, original)
         self._restore = []
         self._quieted = False
+        self._seen.clear()
 
     def _patch(self, owner: Any, name: str, replacement: Any) -> None:
         self._restore.append((owner, name, owner.__dict__.get(name, getattr(owner, name))))
@@ -305,7 +314,8 @@ class AutoHooks:
 
     def _report(self, where: str, call: Callable[..., None], *args: Any) -> None:
         """Call the recorder; a failure of ours switches step detection off instead of
-        raising into the script (a stop's ``KeyboardInterrupt`` is not an ``Exception``)."""
+        raising into the script (a stop's ``KeyboardInterrupt`` is not an ``Exception``).
+        The hooks that run at every step make the same ``try`` in place (a call less)."""
         try:
             call(*args)
         except Exception as exc:
@@ -314,17 +324,24 @@ class AutoHooks:
     # --- DataLoader, autograd -------------------------------------------------------------
 
     def _wrap_next(self, original: Any) -> Any:
-        recorder, spent, clock = self.recorder, self.spent, _clock
+        recorder, spent, clock, main = self.recorder, self.spent, _clock, self._main
 
         @functools.wraps(original)
         def __next__(iterator: Any) -> Any:
-            if self._next_depth or self._is_compiling() or not self._watching():
+            if (
+                self._next_depth
+                or self._is_compiling()
+                or not (self.enabled and recorder.detecting and _get_ident() == main)
+            ):
                 return original(iterator)
             start = clock()
             self._next_depth += 1
             try:
                 key = id(iterator)
-                self._report(LOADER_HOOK, recorder.next_called, key)  # a stop raises here
+                try:
+                    recorder.next_called(key)  # a stop's KeyboardInterrupt raises here
+                except Exception as exc:
+                    recorder.switch_off_detection(LOADER_HOOK, exc)
                 spent.ns += clock() - start
                 try:
                     batch = original(iterator)
@@ -332,7 +349,10 @@ class AutoHooks:
                     self._report(LOADER_HOOK, recorder.loader_exhausted, key)
                     raise
                 start = clock()
-                self._report(LOADER_HOOK, recorder.next_returned, key, batch)
+                try:
+                    recorder.next_returned(key, batch)
+                except Exception as exc:
+                    recorder.switch_off_detection(LOADER_HOOK, exc)
                 spent.ns += clock() - start
                 return batch
             finally:
@@ -341,16 +361,23 @@ class AutoHooks:
         return __next__
 
     def _wrap_backward(self, original: Any) -> Any:
-        recorder, spent, clock = self.recorder, self.spent, _clock
+        recorder, spent, clock, main = self.recorder, self.spent, _clock, self._main
         scaling = self.scaling
 
         @functools.wraps(original)
         def backward(*args: Any, **kwargs: Any) -> Any:
-            if self._backward_depth or self._is_compiling() or not self._watching():
+            if (
+                self._backward_depth
+                or self._is_compiling()
+                or not (self.enabled and recorder.detecting and _get_ident() == main)
+            ):
                 return original(*args, **kwargs)
             start = clock()
             self._backward_depth += 1
-            self._report(BACKWARD_HOOK, recorder.backward_started)
+            try:
+                recorder.backward_started()
+            except Exception as exc:
+                recorder.switch_off_detection(BACKWARD_HOOK, exc)
             spent.ns += clock() - start
             if scaling is not None:
                 args, kwargs = scaling.before_backward(args, kwargs)
@@ -359,7 +386,10 @@ class AutoHooks:
             finally:
                 start = clock()
                 self._backward_depth -= 1
-                self._report(BACKWARD_HOOK, recorder.backward_returned)
+                try:
+                    recorder.backward_returned()
+                except Exception as exc:
+                    recorder.switch_off_detection(BACKWARD_HOOK, exc)
                 spent.ns += clock() - start
                 if scaling is not None:
                     scaling.after_backward()
@@ -379,24 +409,54 @@ class AutoHooks:
 
     # --- forward --------------------------------------------------------------------------
 
-    def _forward_pre(self, module: Any = None) -> bool:
-        """True when this is an outermost forward (marked here)."""
-        if self._backward_depth or not self._watching():
-            return False
-        self._forward_depth += 1
-        if self._forward_depth != 1:
-            return False
-        self._report(FORWARD_HOOK, self.recorder.forward_started)
-        if module is not None and self.on_outermost is not None:
-            self.on_outermost(module)  # never raises (it guards itself)
-        return True
-
-    def _forward_post(self) -> None:
-        if self._backward_depth or not self._watching() or not self._forward_depth:
+    def _forward_began(self, module: Any) -> None:
+        """A module's forward begins (``module`` None: a ``Module.compile``'d call). The
+        outermost one is marked, its module told of, and the global hooks stepped aside."""
+        if self._backward_depth or not (
+            self.enabled and self.recorder.detecting and _get_ident() == self._main
+        ):
             return
+        start = _clock()
+        self._forward_depth += 1
+        if self._forward_depth == 1:
+            recorder = self.recorder
+            try:
+                recorder.forward_started()
+            except Exception as exc:
+                recorder.switch_off_detection(FORWARD_HOOK, exc)
+            if module is not None:
+                self._outermost_forward(module)
+        self.spent.ns += _clock() - start
+
+    def _outermost_forward(self, module: Any) -> None:
+        """Tell who wants to know of ``module``'s outermost forward (asked once per module
+        which are), and step our global hooks aside."""
+        seen = self._seen
+        every = seen.get(module, _unseen)
+        if every is _unseen:
+            first = self.on_first_outermost
+            every = first(module) if first is not None else None
+            seen.add(module, every)
+        if every is not None:
+            every(module)
+        self._step_aside(module)
+
+    def _forward_ended(self) -> None:
+        if (
+            self._backward_depth
+            or not self._forward_depth
+            or not (self.enabled and self.recorder.detecting and _get_ident() == self._main)
+        ):
+            return
+        start = _clock()
         self._forward_depth -= 1
         if self._forward_depth == 0:
-            self._report(FORWARD_HOOK, self.recorder.forward_returned)
+            recorder = self.recorder
+            try:
+                recorder.forward_returned()
+            except Exception as exc:
+                recorder.switch_off_detection(FORWARD_HOOK, exc)
+        self.spent.ns += _clock() - start
 
     # --- torch.compile --------------------------------------------------------------------
 
@@ -418,15 +478,11 @@ class AutoHooks:
         def call(*args: Any, **kwargs: Any) -> Any:
             if is_compiling():  # called from code Dynamo traces: leave it to the outer call
                 return compiled(*args, **kwargs)
-            start = _clock()
-            self._forward_pre()
-            self.spent.ns += _clock() - start
+            self._forward_began(None)
             try:
                 return compiled(*args, **kwargs)
             finally:
-                start = _clock()
-                self._forward_post()
-                self.spent.ns += _clock() - start
+                self._forward_ended()
 
         return call
 

@@ -50,6 +50,17 @@ class DdpTiming:
         self._forwards = 0
         self._last_iteration = -1
 
+    @staticmethod
+    def follows(module: Any) -> bool:
+        """Whether ``module`` is a DDP module, whose outermost forwards ``saw_outermost``
+        wants to be told of (the step hooks ask once per module)."""
+        distributed = sys.modules.get("torch.nn.parallel.distributed")
+        ddp = getattr(distributed, "DistributedDataParallel", None)
+        try:
+            return isinstance(ddp, type) and isinstance(module, ddp)
+        except Exception:  # a module whose class check fails is no DDP module of torch's
+            return False
+
     def saw_outermost(self, module: Any) -> None:
         """An outermost forward starts; never raises into the script."""
         if self._switch.is_off(DDP_TIMING):

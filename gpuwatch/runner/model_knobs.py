@@ -39,6 +39,7 @@ from gpuwatch.runner.availability import NEEDS_CUDA, Bf16Check, check_bf16
 from gpuwatch.runner.grad_scaling import GradScaling
 from gpuwatch.runner.knobs import SPECS
 from gpuwatch.runner.probe_knobs import ProbeKnobs
+from gpuwatch.runner.seen_modules import SeenModules
 from gpuwatch.runner.training_state import state_follows_parameters
 
 MODEL_WARMUP_STEPS = 3
@@ -58,10 +59,8 @@ class ModelKnobs:
         self.device = device
         self.names = {"amp": "amp", "channels_last": "channels_last"}
         self.models: weakref.WeakSet[Any] = weakref.WeakSet()
-        #: id → weak reference of every outermost module seen (a model, or a loss without
-        #: parameters): each is asked once, not at every step, by a check in C (a ``WeakSet``
-        #: lookup runs Python code).
-        self._known: dict[int, weakref.ref[Any]] = {}
+        #: Every outermost module examined (a model, or a loss without parameters): each once.
+        self._known: SeenModules[bool] = SeenModules()
         self.amp = "off"
         self.channels_last = False
         self.announced = False
@@ -80,16 +79,15 @@ class ModelKnobs:
 
     def saw_outermost(self, module: Any) -> None:
         """An outermost forward starts (step hooks); never raises into the script."""
-        known = self._known.get(id(module))
-        if (known is not None and known() is module) or self._failed:
+        if self._failed or self._known.get(module, False):
             return
         try:
             if next(iter(module.parameters()), None) is None:
-                self._remember(module)
+                self._known.add(module, True)
                 return  # a loss or another stateless module
             convolutions_before = self._has_convolutions()
             self.models.add(module)
-            self._remember(module)
+            self._known.add(module, True)
             if self.amp != "off":
                 self._hook_amp(module)
             if self.channels_last:
@@ -108,17 +106,6 @@ class ModelKnobs:
             self._failed = True
             with contextlib.suppress(Exception):
                 self.knobs.link.log("warning", f"the model knobs are off: {exc}")
-
-    def _remember(self, module: Any) -> None:
-        """``module`` is known from now on. Its entry leaves with it, unless a newer module
-        with its id replaced it already."""
-        key, known = id(module), self._known
-
-        def forget(ref: weakref.ref[Any]) -> None:
-            if known.get(key) is ref:
-                del known[key]
-
-        known[key] = weakref.ref(module, forget)
 
     def _has_convolutions(self) -> bool:
         conv = self.torch.nn.Conv2d

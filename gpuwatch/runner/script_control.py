@@ -77,7 +77,9 @@ class ScriptControl:
         self.flush: Callable[[], None] = lambda: None
         #: The hooks' own time, shared with them (``script_instruments``).
         self.spent = SpentTime()
-        self._inbox: queue.Queue[dict[str, Any]] = queue.Queue()
+        #: Controls from the control thread. A ``SimpleQueue``: its ``empty()``, asked at every
+        #: boundary, is one call in C (``Queue.empty`` runs Python code and takes a lock).
+        self._inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         #: Controls for a later step (``at_step``: every rank of a distributed job applies a
         #: knob change at the same step), oldest first; only the boundary thread touches it.
         self._later: list[dict[str, Any]] = []
@@ -163,7 +165,7 @@ class ScriptControl:
             self.switch.switch_off(CONTROLS, f"{message['kind']!r} control", exc)
 
     def _capture_at_boundary(self, next_step: int) -> None:
-        if self.switch.is_off(KERNEL_CAPTURE):
+        if KERNEL_CAPTURE.name in self.switch.off:  # switch.is_off, a call less every step
             return
         try:
             self.capture.at_boundary(next_step)

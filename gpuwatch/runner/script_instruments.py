@@ -13,6 +13,7 @@ to price the hook path alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,11 +69,11 @@ class ScriptInstruments:
         hooks = AutoHooks(torch, recorder, spent)
         ddp_timing = DdpTiming(link)
 
-        def saw_outermost(module: Any) -> None:
+        def first_outermost(module: Any) -> Callable[[Any], None] | None:
             model_knobs.saw_outermost(module)
-            ddp_timing.saw_outermost(module)
+            return ddp_timing.saw_outermost if ddp_timing.follows(module) else None
 
-        hooks.on_outermost = saw_outermost
+        hooks.on_first_outermost = first_outermost
         hooks.scaling = model_knobs.scaling  # fp16's GradScaler sees backward and step
         return cls(
             knobs,
