@@ -47,6 +47,8 @@ _EXHAUSTED = "_gpuwatch_exhausted"
 _REPLACED_BY = "_gpuwatch_replaced_by"
 _STALE = "_gpuwatch_stale"
 _STARTING = "_gpuwatch_starting"
+#: What ``remove`` restores where a patched attribute was inherited: none of the class's own.
+_INHERITED = object()
 
 
 class WorkersStarting(Protocol):
@@ -128,18 +130,24 @@ class LoaderHooks:
         self._patch(loader_class, "__init__", self._wrap_init(loader_class.__init__))
         self._patch(loader_class, "__iter__", self._wrap_iter(loader_class.__iter__))
         self._patch(iterator_class, "__next__", _wrap_next(iterator_class.__next__))
-        self._patch(iterator_class, "_next_index", _wrap_next_index(iterator_class._next_index))
+        # only an iterator with workers has batches in flight to carry over (``_undelivered``):
+        # a single-process one fetches each batch's indices without this wrapper in the way
+        workers_class = dataloader._MultiProcessingDataLoaderIter
+        self._patch(workers_class, "_next_index", _wrap_next_index(workers_class._next_index))
         self._patch(iterator_class, "_reset", _wrap_reset(iterator_class._reset))
 
     def remove(self) -> None:
         """Undo ``install`` (iterators already replaced keep answering from their new one)."""
         for owner, name, original in reversed(self._restore):
             with contextlib.suppress(Exception):
-                setattr(owner, name, original)
+                if original is _INHERITED:
+                    delattr(owner, name)
+                else:
+                    setattr(owner, name, original)
         self._restore = []
 
     def _patch(self, owner: Any, name: str, replacement: Any) -> None:
-        self._restore.append((owner, name, owner.__dict__[name]))
+        self._restore.append((owner, name, owner.__dict__.get(name, _INHERITED)))
         setattr(owner, name, replacement)
 
     def _ours(self) -> bool:

@@ -114,46 +114,47 @@ class ScriptControl:
 
         It runs inside a hook whose whole time counts as the instruments' own (``spent``);
         its own time is taken off again: a pause is the user's, a knob change the script's
-        reconfiguration, not the hooks' footprint."""
+        reconfiguration, not the hooks' footprint. (One function: it runs at every step.)"""
         start = time.perf_counter_ns()
         try:
-            self._at_boundary(next_step)
+            self.steps_done = next_step
+            if (
+                self.stop_reason is None
+                and self.max_steps is not None
+                and next_step >= self.max_steps
+            ):
+                self.stop_reason = "max_steps"
+            if self.stop_reason is None and self.stop_at is not None and next_step >= self.stop_at:
+                self.stop_reason = "stopped"
+            while True:
+                if self.stop_reason is not None:
+                    with self._lock:
+                        self._stop_raised = True
+                    raise KeyboardInterrupt(f"gpuwatch: {self.stop_reason}")
+                if self._later and _step_of(self._later[0]) <= next_step:
+                    self._apply(self._later.pop(0), next_step)
+                    continue
+                if not self.paused and self._inbox.empty():  # the usual boundary: nothing queued
+                    self._capture_at_boundary(next_step)
+                    return
+                try:
+                    message = (
+                        self._inbox.get(timeout=PAUSE_POLL_S)
+                        if self.paused
+                        else self._inbox.get_nowait()
+                    )
+                except queue.Empty:
+                    if self.paused:
+                        continue
+                    self._capture_at_boundary(next_step)
+                    return
+                if _step_of(message) > next_step:
+                    self._later.append(message)
+                    self._later.sort(key=_step_of)
+                    continue
+                self._apply(message, next_step)
         finally:
             self.spent.ns -= time.perf_counter_ns() - start
-
-    def _at_boundary(self, next_step: int) -> None:
-        self.steps_done = next_step
-        if self.stop_reason is None and self.max_steps is not None and next_step >= self.max_steps:
-            self.stop_reason = "max_steps"
-        if self.stop_reason is None and self.stop_at is not None and next_step >= self.stop_at:
-            self.stop_reason = "stopped"
-        while True:
-            if self.stop_reason is not None:
-                with self._lock:
-                    self._stop_raised = True
-                raise KeyboardInterrupt(f"gpuwatch: {self.stop_reason}")
-            if self._later and _step_of(self._later[0]) <= next_step:
-                self._apply(self._later.pop(0), next_step)
-                continue
-            if not self.paused and self._inbox.empty():  # the usual boundary: nothing queued
-                self._capture_at_boundary(next_step)
-                return
-            try:
-                message = (
-                    self._inbox.get(timeout=PAUSE_POLL_S)
-                    if self.paused
-                    else self._inbox.get_nowait()
-                )
-            except queue.Empty:
-                if self.paused:
-                    continue
-                self._capture_at_boundary(next_step)
-                return
-            if _step_of(message) > next_step:
-                self._later.append(message)
-                self._later.sort(key=_step_of)
-                continue
-            self._apply(message, next_step)
 
     def _apply(self, message: dict[str, Any], next_step: int) -> None:
         if message["kind"] == "capture" and self.switch.is_off(KERNEL_CAPTURE):

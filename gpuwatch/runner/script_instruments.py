@@ -13,6 +13,7 @@ to price the hook path alone.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -62,7 +63,10 @@ class ScriptInstruments:
         spent = SpentTime()  # the hooks' own time, each step's share sent with it
         control.spent = spent
         recorder = StepRecorder(
-            link, backend, boundary=control.at_boundary, config_id=lambda: knobs.config_id
+            link,
+            backend,
+            boundary=control.at_boundary,
+            config_id=functools.partial(getattr, knobs, "config_id"),  # read in C, every step
         )
         recorder.columns.spent = spent
         control.flush = recorder.flush
