@@ -429,8 +429,8 @@ class AutoHooks:
         self.spent.ns += _clock() - start
 
     def _outermost_forward(self, module: Any) -> None:
-        """Tell who wants to know of ``module``'s outermost forward (asked once per module
-        which are), and step our global hooks aside."""
+        """Tell whoever wants to know of ``module``'s outermost forward (who that is was asked
+        at its first one), and step our global hooks aside."""
         seen = self._seen
         every = seen.get(module, _unseen)
         if every is _unseen:
