@@ -456,6 +456,11 @@ def script_main(args: argparse.Namespace) -> int:
         sink = Sink()
         in_situ.append(script_overhead.hook_path_in_situ(name, sink.link, steps=args.in_situ))
         sink.close()
+    sink = Sink()
+    module_counts = [
+        script_overhead.module_count_cost(sink.link, blocks=blocks) for blocks in (10, 100)
+    ]
+    sink.close()
     profile = ""
     if args.profile:
         sink = Sink()
@@ -470,6 +475,10 @@ def script_main(args: argparse.Namespace) -> int:
             "scripts": [script_overhead.summary(result) for result in results],
             "hook_path_alone": [script_overhead.alone_summary(cost) for cost in alone],
             "hook_path_in_situ": [script_overhead.in_situ_summary(cost) for cost in in_situ],
+            "module_count": [
+                {"module_calls": cost.module_calls, "added_us_per_forward": cost.added_us}
+                for cost in module_counts
+            ],
             "builtin_loop_added_ns_per_step": machine.percentile(loop_ns, 50),
             "load_average_before": load_before,
             "load_average_after": load_after,
@@ -482,6 +491,7 @@ def script_main(args: argparse.Namespace) -> int:
         script_overhead.print_alone(cost)
     for situ in in_situ:
         script_overhead.print_in_situ(situ)
+    script_overhead.print_module_counts(module_counts)
     if profile:
         print(f"\n## profile of the hook path ({datasets[-1]}, tiny step, 3000 steps)\n{profile}")
     print("\n## built-in loop, instrumentation alone (no-op step, real loop + link vs bare)")

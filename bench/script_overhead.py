@@ -387,6 +387,68 @@ def print_in_situ(cost: InSituCost) -> None:
     )
 
 
+@dataclass(frozen=True)
+class ModuleCountCost:
+    """µs a forward of a model of ``module_calls`` small modules (no grad, warm) costs with the
+    instruments installed (on) and removed (off), in alternating rounds: whether the hook
+    path grows with the model (the global hooks step aside for the outermost forward, so it
+    should not)."""
+
+    module_calls: int
+    on_us: list[float]
+    off_us: list[float]
+
+    @property
+    def added_us(self) -> float:
+        return statistics.median(self.on_us) - statistics.median(self.off_us)
+
+
+def module_count_cost(
+    link: Any, *, blocks: int, rounds: int = 8, calls: int = 300
+) -> ModuleCountCost:
+    """A forward of ``blocks`` ``Sequential(Linear(8, 8), ReLU())`` (3 module calls each, and
+    the outer one), ``calls`` forwards a round, the sides alternating round by round."""
+    import torch
+    from torch import nn
+
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.ReLU()) for _ in range(blocks)])
+    x = torch.randn(2, 8)
+    watch = installed(link)
+    times: dict[bool, list[float]] = {True: [], False: []}
+
+    def forwards(n: int) -> float:
+        start = time.perf_counter_ns()
+        with torch.no_grad():
+            for _ in range(n):
+                model(x)
+        return (time.perf_counter_ns() - start) / n / 1e3
+
+    state = True
+    try:
+        for round_ in range(rounds):
+            for on in (True, False) if round_ % 2 == 0 else (False, True):
+                if on != state:
+                    switch(watch, on=on)
+                    state = on
+                forwards(calls // 6)  # warm after the switch
+                times[on].append(forwards(calls))
+    finally:
+        if not state:
+            switch(watch, on=True)  # what remove() undoes
+        watch.remove()
+    return ModuleCountCost(sum(1 for _ in model.modules()), times[True], times[False])
+
+
+def print_module_counts(costs: list[ModuleCountCost]) -> None:
+    print("\n## a forward of many modules: the hook path must not grow with the model")
+    for cost in costs:
+        print(
+            f"{cost.module_calls:>4} module calls   added {cost.added_us:6.1f} us a forward "
+            f"({cost.added_us / cost.module_calls:.2f} us a module call; off "
+            f"{statistics.median(cost.off_us):.1f} us)"
+        )
+
+
 def hook_path_profile(dataset: str, link: Any, *, steps: int, top: int = 14) -> str:
     """cProfile of ``steps`` tiny steps with the instruments on: the top entries by own time."""
     import cProfile

@@ -301,6 +301,19 @@ def test_bench_reads_the_scripts_own_figures() -> None:
     assert summary["same_weights"] is False
 
 
+def test_the_module_count_bench_times_both_sides_and_leaves_nothing_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import script_overhead
+
+    cost = script_overhead.module_count_cost(FakeLink(), blocks=3, rounds=2, calls=12)
+    assert cost.module_calls == 10  # the outer Sequential, 3 inner ones, 3 Linear, 3 ReLU
+    assert len(cost.on_us) == len(cost.off_us) == 2
+    assert all(us > 0 for us in cost.on_us + cost.off_us)
+    assert not torch_modules._global_forward_pre_hooks and not torch_modules._global_forward_hooks
+
+
 def test_the_in_situ_bench_times_each_side_and_leaves_the_script_unhooked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
