@@ -44,7 +44,6 @@ class DdpTiming:
     def __init__(self, link: SampleLink, switch: InstrumentSwitch | None = None) -> None:
         self._link = link
         self._switch = switch if switch is not None else InstrumentSwitch(link)
-        self._ddp_class: Any = None
         self._module: weakref.ref[Any] | None = None
         self._next_poll = 0.0
         self._forwards = 0
@@ -71,13 +70,7 @@ class DdpTiming:
             self._switch.switch_off(DDP_TIMING, "reading DDP's all-reduce time", exc)
 
     def _saw(self, module: Any) -> None:
-        ddp = self._ddp_class
-        if ddp is None:
-            distributed = sys.modules.get("torch.nn.parallel.distributed")
-            if distributed is None:  # the script has not imported DDP: nothing to read
-                return
-            ddp = self._ddp_class = distributed.DistributedDataParallel
-        if not isinstance(module, ddp):
+        if not self.follows(module):  # also when the script has not imported DDP at all
             return
         now = time.monotonic()
         known = self._module() if self._module is not None else None
