@@ -108,6 +108,7 @@ class TrainingLoop:
             self._columns, lambda: self._columns.send(link), lambda text: link.log("warning", text)
         )
         self._last_host: list[int] = []
+        self._send_due = False  # the columns said so when the last step was added
         self._loss_sum: torch.Tensor | None = None
         self._loss_count = 0
         self._skips_reported = 0
@@ -206,7 +207,9 @@ class TrainingLoop:
         if marks:
             backend.end()
         self._spent.ns += spent
-        self._columns.add_step(step_id, config_id, self.workload.samples(batch), host)
+        self._send_due = self._columns.add_step(
+            step_id, config_id, self.workload.samples(batch), host
+        )
         self._last_host = host
         self._spent.ns += clock() - start  # the next step's share: this one is added already
 
@@ -242,7 +245,8 @@ class TrainingLoop:
         compiled = self.state.take_compiled()
         if compiled is not None:  # compilation happens in the first forward and backward
             self.link.log("info", f"compiled ({compiled}) in {(host[4] - host[2]) / 1e9:.1f} s")
-        self._columns.send_if_due(self.link)
+        if self._send_due:
+            self._columns.send(self.link)
 
     def _collect_device(self, *, wait: bool) -> None:
         for step_id, marks in self.backend.poll(wait=wait):

@@ -23,20 +23,15 @@ _BATCH_INTERVAL_NS = BATCH_INTERVAL_S * 1e9
 
 class SpentTime:
     """ns gpuwatch's instruments spent on the training thread since the last step was added
-    (the zero-code hooks add to ``ns``; ``StepColumns.add_step`` takes it into the step's
+    (the zero-code hooks add to ``ns``; ``StepColumns.add_step`` moves it into the step's
     ``instrument_ns`` column; the step boundary takes its own time off, see
     ``ScriptControl.at_boundary``). Plain integer arithmetic under the GIL: only the training
-    thread adds, and only its own ``add_step`` takes."""
+    thread adds, and only its own ``add_step`` moves it."""
 
     __slots__ = ("ns",)
 
     def __init__(self) -> None:
         self.ns = 0
-
-    def take(self) -> int:
-        """The ns spent since the last take (never negative), and start again from 0."""
-        ns, self.ns = self.ns, 0
-        return max(0, ns)
 
 
 class BatchLink(Protocol):
@@ -70,14 +65,23 @@ class StepColumns:
         self.device_step: list[int] = []
         self.device: list[list[int]] = []
 
-    def add_step(self, step_id: int, config_id: int, samples: int, host: list[int]) -> None:
+    def add_step(self, step_id: int, config_id: int, samples: int, host: list[int]) -> bool:
+        """Append a step's row (with the instruments' time spent since the last one, never
+        negative, which starts again from 0); True when the batch is due to be sent. One call
+        with nothing inside it: a watched script's step boundary runs it at every step."""
         with self._lock:
             self.step.append(step_id)
             self.config.append(config_id)
             self.samples.append(samples)
             self.host.append(host)
-            if self.spent is not None:
-                self.instrument_ns.append(self.spent.take())
+            spent = self.spent
+            if spent is not None:
+                ns, spent.ns = spent.ns, 0
+                self.instrument_ns.append(ns if ns > 0 else 0)
+            return (
+                len(self.step) >= MAX_BATCH_STEPS
+                or self._clock() - self.sent_ns >= _BATCH_INTERVAL_NS
+            )
 
     def add_device(self, step_id: int, marks: list[int]) -> None:
         with self._lock:
@@ -90,10 +94,6 @@ class StepColumns:
     def due(self) -> bool:
         """Something has waited ``BATCH_INTERVAL_S``, or the batch is full."""
         return self._clock() - self.sent_ns >= _BATCH_INTERVAL_NS or len(self) >= MAX_BATCH_STEPS
-
-    def send_if_due(self, link: BatchLink) -> None:
-        if self.due():
-            self.send(link)
 
     def send(self, link: BatchLink) -> None:
         """Hand the buffered columns to the link and start new lists (never mutate sent ones)."""

@@ -86,6 +86,10 @@ def batch_samples(batch: Any, depth: int = 2) -> int | None:
     if depth <= 0:
         return None
     if isinstance(batch, list | tuple):  # first: the usual batch, and no ABC check for it
+        # the usual batch, ``(inputs, targets)``: answered here, without a call for its item
+        shape = getattr(batch[0], "shape", None) if batch else None
+        if isinstance(shape, tuple) and shape and type(shape[0]) is int:  # torch.Size is one
+            return shape[0]
         items: Sequence[Any] = batch
     elif isinstance(batch, Mapping):
         items = list(batch.values())
@@ -457,7 +461,7 @@ class StepRecorder:
         samples = 1 if samples is None else samples
         if acc is not None:
             host, samples = self._unfolded(acc, host), samples + acc.samples
-        self._columns.add_step(self.steps, self._config, samples, host)
+        due = self._columns.add_step(self.steps, self._config, samples, host)
         self.steps += 1
         self._host = None
         self._reached = 0
@@ -467,7 +471,8 @@ class StepRecorder:
         if backend.on:
             for step_id, marks in backend.poll(wait=False):
                 self._columns.add_device(step_id, marks)
-        self._columns.send_if_due(self.link)
+        if due:
+            self._columns.send(self.link)
 
     def _drop(self) -> None:
         """Forget an open step that will never be complete (a mode switch, a ``gw.step()``
