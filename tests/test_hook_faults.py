@@ -46,7 +46,7 @@ SCRIPT = """
     RELEASE = sys.argv[4] if len(sys.argv) > 4 else None
 
 
-    def inject(owner, name):
+    def inject(owner, name, answer=None):
         original = getattr(owner, name)
         calls = [0]
 
@@ -54,7 +54,8 @@ SCRIPT = """
             calls[0] += 1
             if calls[0] > AFTER:
                 raise RuntimeError(f"injected fault in {name}")
-            return original(*args, **kwargs)
+            result = original(*args, **kwargs)
+            return result if answer is None else answer
 
         setattr(owner, name, faulty)
 
@@ -66,8 +67,10 @@ SCRIPT = """
             if target == "backend":  # a backend that records (CUDA's), not the CPU's inert one
                 inject(recorder.backend.inner, "mark")
                 recorder.backend.on = True
-            elif target == "capture":  # the ScriptControl's kernel capture
-                inject(recorder._boundary.__self__.capture, "at_boundary")
+            elif target == "capture":  # the ScriptControl's kernel capture, as if a window
+                control = recorder._boundary.__self__  # were open at every boundary
+                inject(control.capture, "at_boundary", answer=True)
+                control._capture_due = True
             else:
                 inject(recorder, target)
 

@@ -37,7 +37,9 @@ from gpuwatch.runner.kernel_capture import (
     window_message,
 )
 from gpuwatch.runner.nvtx_ranges import NvtxPhases
+from gpuwatch.runner.probe_knobs import ProbeKnobs
 from gpuwatch.runner.profiler_watch import RECORDING
+from gpuwatch.runner.script_control import ScriptControl
 from gpuwatch.runner.timing import HostBackend
 
 OFFSET = 1_000_000_000_000  # simulated epoch - perf_counter offset
@@ -330,12 +332,13 @@ def make_capture(
 def test_window_opens_at_a_boundary_records_n_steps_after_a_warmup_and_tears_down() -> None:
     events = [FakeKinetoEvent("aten::mm", "cpu_op", 0, 5)]
     capture, link, made = make_capture(events=events)
-    capture.at_boundary(10)  # nothing armed: nothing happens
+    assert capture.at_boundary(10) is False  # nothing armed: nothing happens, nothing to come
     assert not made
     capture.request(2)
     assert capture.busy and not made
-    for step in range(10, 14):  # boundary before steps 10 (warm-up), 11, 12 and after 12
-        capture.at_boundary(step)
+    # boundaries before steps 10 (warm-up), 11, 12 and after 12: each but the last says more
+    # is to come
+    assert [capture.at_boundary(step) for step in range(10, 14)] == [True, True, True, False]
     assert not capture.busy and made[0].stopped == 1 and not made[0].running
     [window] = link.kernels()
     assert window["status"] == "ok" and window["steps"] == [11, 12]
@@ -343,6 +346,32 @@ def test_window_opens_at_a_boundary_records_n_steps_after_a_warmup_and_tears_dow
     assert window["t0_ns"] < window["t1_ns"]
     capture.at_boundary(14)
     assert len(made) == 1  # the profiler is not held outside the window
+
+
+def test_a_script_boundary_asks_the_capture_only_from_a_request_until_it_is_done() -> None:
+    """The script's step boundary runs at every step: with no capture asked for, the kernel
+    capture is not called at all; a ``capture`` control has it called until its window is
+    over, and the window comes out whole."""
+    rig = make_rig("cpu", events=[FakeKinetoEvent("aten::mm", "cpu_op", 0, 5)])
+    control = ScriptControl(rig.link, ProbeKnobs(rig.link))  # type: ignore[arg-type]
+    control.capture = rig.capture
+    asked: list[int] = []
+    at_boundary = rig.capture.at_boundary
+
+    def counted(step: int) -> bool:
+        asked.append(step)
+        return at_boundary(step)
+
+    rig.capture.at_boundary = counted  # type: ignore[method-assign]
+    for step in range(5):
+        control.at_boundary(step)
+    assert asked == []
+    control._inbox.put({"kind": "capture", "steps": 2})
+    for step in range(5, 12):
+        control.at_boundary(step)
+    assert asked == [5, 6, 7, 8]  # armed at 5, warm-up step 5, steps 6 and 7, closed at 8
+    [window] = rig.link.kernels()
+    assert window["status"] == "ok" and window["steps"] == [6, 7]
 
 
 def test_bad_or_overlapping_requests_are_refused_in_one_sentence() -> None:

@@ -496,10 +496,12 @@ class KernelCapture:
             else:
                 self._wanted = n
 
-    def at_boundary(self, next_step: int) -> None:
-        """Open an armed window, or advance the open one by one step."""
+    def at_boundary(self, next_step: int) -> bool:
+        """Open an armed window, or advance the open one by one step. Returns whether a later
+        boundary has work (a window open, or CUPTI's release to undo): until the next
+        ``request``, a caller may skip the boundaries after one that said no."""
         if self._release_at is None and self._prof is None and self._wanted is None:
-            return  # the usual boundary, every step: nothing to do, and no lock taken for it
+            return False  # the usual boundary: nothing to do, and no lock taken for it
         with self._lock:
             if self._release_at is not None and next_step >= self._release_at:
                 self._release_at = None
@@ -508,6 +510,7 @@ class KernelCapture:
                 self._advance(next_step)
             elif self._wanted is not None:
                 self._open(next_step)
+            return self._release_at is not None or self.busy
 
     def close(self) -> None:
         """The loop is ending: never leave the profiler running, nor the environment set."""

@@ -83,6 +83,9 @@ class ScriptControl:
         #: Controls for a later step (``at_step``: every rank of a distributed job applies a
         #: knob change at the same step), oldest first; only the boundary thread touches it.
         self._later: list[dict[str, Any]] = []
+        #: The kernel capture has work at the next boundary: a control was applied, or its
+        #: last boundary said so (work only ever starts with a ``capture`` control).
+        self._capture_due = False
         self._lock = threading.Lock()
         self._running = False
         self._stop_raised = False
@@ -135,7 +138,8 @@ class ScriptControl:
                     self._apply(self._later.pop(0), next_step)
                     continue
                 if not self.paused and self._inbox.empty():  # the usual boundary: nothing queued
-                    self._capture_at_boundary(next_step)
+                    if self._capture_due:
+                        self._capture_at_boundary(next_step)
                     return
                 try:
                     message = (
@@ -146,7 +150,8 @@ class ScriptControl:
                 except queue.Empty:
                     if self.paused:
                         continue
-                    self._capture_at_boundary(next_step)
+                    if self._capture_due:
+                        self._capture_at_boundary(next_step)
                     return
                 if _step_of(message) > next_step:
                     self._later.append(message)
@@ -157,19 +162,22 @@ class ScriptControl:
             self.spent.ns -= time.perf_counter_ns() - start
 
     def _apply(self, message: dict[str, Any], next_step: int) -> None:
-        if message["kind"] == "capture" and self.switch.is_off(KERNEL_CAPTURE):
-            self._refuse_capture()
-            return
+        if message["kind"] == "capture":
+            if self.switch.is_off(KERNEL_CAPTURE):
+                self._refuse_capture()
+                return
+            self._capture_due = True
         try:
             apply_control(self, message, next_step=next_step, flush=self.flush)
         except Exception as exc:
             self.switch.switch_off(CONTROLS, f"{message['kind']!r} control", exc)
 
     def _capture_at_boundary(self, next_step: int) -> None:
-        if KERNEL_CAPTURE.name in self.switch.off:  # switch.is_off, a call less every step
+        self._capture_due = False
+        if self.switch.is_off(KERNEL_CAPTURE):
             return
         try:
-            self.capture.at_boundary(next_step)
+            self._capture_due = self.capture.at_boundary(next_step)
         except Exception as exc:
             self.switch.switch_off(KERNEL_CAPTURE, "kernel capture", exc)
             with contextlib.suppress(Exception):  # already off and said so
