@@ -247,13 +247,14 @@ class AutoHooks:
 
         Both moves are dictionary entries (the ones ``RemovableHandle`` adds and removes):
         registering and removing handles each step would cost more than it saves on a small
-        model. A module without children (a loss) keeps the global hooks: it calls no module
-        whose hook could be spared. A torch whose hook dictionaries are not as expected keeps
-        them too."""
+        model. A module without children (a loss) keeps the global hooks (its caller asks): it
+        calls no module whose hook could be spared. A torch whose hook dictionaries are not as
+        expected keeps them too."""
         aside = self._aside
-        if aside is None or self._outermost is not None or not getattr(module, "_modules", 1):
+        if aside is None or self._outermost is not None:
             return
         key = aside.key
+        self._outermost = module
         try:
             hooks = module._forward_hooks
             module._forward_hooks_always_called[key] = True
@@ -261,9 +262,8 @@ class AutoHooks:
             if len(hooks) > 1:
                 hooks.move_to_end(key, last=False)  # first of its hooks, as a global one runs
         except Exception:  # not torch's module as expected: the global hooks stay
-            self._forget_outermost(module, key)
+            self._back_in_place()  # takes off what of ours got onto the module
             return
-        self._outermost = module
         for table, hook_id, _ in aside.entries:
             table.pop(hook_id, None)
 
@@ -275,10 +275,7 @@ class AutoHooks:
             return
         for table, hook_id, value in aside.entries:
             table[hook_id] = value
-        self._forget_outermost(module, aside.key)
-
-    @staticmethod
-    def _forget_outermost(module: Any, key: int) -> None:
+        key = aside.key
         try:
             module._forward_hooks.pop(key, None)
             module._forward_hooks_always_called.pop(key, None)
@@ -425,21 +422,23 @@ class AutoHooks:
             except Exception as exc:
                 recorder.switch_off_detection(FORWARD_HOOK, exc)
             if module is not None:
-                self._outermost_forward(module)
+                # who wants to know of this outermost forward was asked at its module's first
+                entry = self._seen.entry(id(module))
+                every = entry[1] if entry is not None and entry[0]() is module else _unseen
+                if every is _unseen:
+                    every = self._first_outermost(module)
+                if every is not None:
+                    every(module)
+                if getattr(module, "_modules", 1):  # a loss calls no module to spare hooks
+                    self._step_aside(module)
         self.spent.ns += _clock() - start
 
-    def _outermost_forward(self, module: Any) -> None:
-        """Tell whoever wants to know of ``module``'s outermost forward (who that is was asked
-        at its first one), and step our global hooks aside."""
-        seen = self._seen
-        every = seen.get(module, _unseen)
-        if every is _unseen:
-            first = self.on_first_outermost
-            every = first(module) if first is not None else None
-            seen.add(module, every)
-        if every is not None:
-            every(module)
-        self._step_aside(module)
+    def _first_outermost(self, module: Any) -> Callable[[Any], None] | None:
+        """``module``'s first outermost forward: ask what to tell at each of them."""
+        first = self.on_first_outermost
+        every = first(module) if first is not None else None
+        self._seen.add(module, every)
+        return every
 
     def _forward_ended(self) -> None:
         if (
