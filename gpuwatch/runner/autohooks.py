@@ -96,10 +96,6 @@ def _never() -> bool:
     return False
 
 
-def _ignore_hook(module: Any, args: Any, output: Any) -> None:
-    """No module runs aside before the module hooks are registered."""
-
-
 def _unseen(module: Any) -> None:
     """Stands for "not seen yet" in ``AutoHooks._seen`` (None means "nothing to tell")."""
 
@@ -153,8 +149,9 @@ class AutoHooks:
         self._aside: GlobalHooksAside | None = None
         self._outermost: Any = None  # the module whose forward runs with our hooks aside
         self._restore: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
-        #: ``module``'s own always-called forward hook while it runs with the global ones aside.
-        self._outermost_returned: Callable[[Any, Any, Any], None] = _ignore_hook
+        #: The outermost module's own always-called forward hook while the global ones are
+        #: aside (one bound method, made once).
+        self._own_hook: Callable[[Any, Any, Any], None] = self._forward_ended
         self._quieted = False
         #: Told of each module the first time its forward is an outermost one (the zero-code
         #: model knobs); returns what to tell at each of its outermost forwards (DDP's timing
@@ -215,26 +212,9 @@ class AutoHooks:
     def _register_module_hooks(self) -> None:
         from torch.nn.modules import module as modules
 
-        is_compiling = self._is_compiling
-        began, ended, back_in_place = self._forward_began, self._forward_ended, self._back_in_place
-
-        def forward_pre(module: Any, args: Any) -> None:
-            if not is_compiling():  # first: nothing below may be traced (module docstring)
-                began(module)
-
-        def forward_post(module: Any, args: Any, output: Any) -> None:
-            if not is_compiling():
-                ended()
-
-        def outermost_returned(module: Any, args: Any, output: Any) -> None:
-            if not is_compiling():
-                back_in_place()
-                ended()
-
-        self._outermost_returned = outermost_returned
         self._module_handles = [
-            modules.register_module_forward_pre_hook(forward_pre),
-            modules.register_module_forward_hook(forward_post, always_call=True),
+            modules.register_module_forward_pre_hook(self._forward_began),
+            modules.register_module_forward_hook(self._forward_ended, always_call=True),
         ]
         self._aside = GlobalHooksAside.of(self._module_handles)
 
@@ -258,7 +238,7 @@ class AutoHooks:
         try:
             hooks = module._forward_hooks
             module._forward_hooks_always_called[key] = True
-            hooks[key] = self._outermost_returned
+            hooks[key] = self._own_hook
             if len(hooks) > 1:
                 hooks.move_to_end(key, last=False)  # first of its hooks, as a global one runs
         except Exception:  # not torch's module as expected: the global hooks stay
@@ -406,9 +386,12 @@ class AutoHooks:
 
     # --- forward --------------------------------------------------------------------------
 
-    def _forward_began(self, module: Any) -> None:
-        """A module's forward begins (``module`` None: a ``Module.compile``'d call). The
-        outermost one is marked, its module told of, and the global hooks stepped aside."""
+    def _forward_began(self, module: Any, args: Any = None) -> None:
+        """A module's forward begins: the global pre-hook (``module`` None: a
+        ``Module.compile``'d call). The outermost one is marked, its module told of, and the
+        global hooks stepped aside. Registered as it is, a call less at every module call."""
+        if self._is_compiling():  # first: nothing below may be traced (module docstring)
+            return
         if self._backward_depth or not (
             self.enabled and self.recorder.detecting and _get_ident() == self._main
         ):
@@ -440,7 +423,14 @@ class AutoHooks:
         self._seen.add(module, every)
         return every
 
-    def _forward_ended(self) -> None:
+    def _forward_ended(self, module: Any = None, args: Any = None, output: Any = None) -> None:
+        """A module's forward returned or raised: the global always-called hook, and the
+        outermost module's own one while the global ones are aside, which it puts back (module
+        None: a ``Module.compile``'d call)."""
+        if self._is_compiling():
+            return
+        if module is not None and module is self._outermost:
+            self._back_in_place()
         if (
             self._backward_depth
             or not self._forward_depth
