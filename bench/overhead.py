@@ -354,6 +354,12 @@ def main(argv: list[str] | None = None) -> int:
         "--in-situ", type=int, default=1500, help="--script: in-situ steps on each side"
     )
     parser.add_argument(
+        "--in-situ-processes",
+        type=int,
+        default=4,
+        help="--script: fresh processes the in-situ figure is the median of",
+    )
+    parser.add_argument(
         "--datasets", default=",".join(script_overhead.DATASETS), help="--script: which scripts"
     )
     parser.add_argument("--json", action="store_true", help="--script: one JSON object")
@@ -426,10 +432,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def script_main(args: argparse.Namespace) -> int:
-    """``--script``: the user script's pairs, the hook path alone in one process (a tiny step
-    of the same shape, instruments on/off; the script's own step, on or off in alternating
-    blocks), and
-    the built-in loop's instrumentation alone."""
+    """``--script``: the user script's pairs, the hook path alone (a tiny step of the same
+    shape, instruments on/off in one process; the script's own step, on or off in alternating
+    blocks, in several fresh processes), and the built-in loop's instrumentation alone."""
     if not args.json:
         print(
             machine.header(
@@ -451,11 +456,15 @@ def script_main(args: argparse.Namespace) -> int:
         sink = Sink()
         alone.append(script_overhead.hook_path_cost(name, sink.link, reps=10, steps=1000))
         sink.close()
-    in_situ = []
-    for name in datasets:
-        sink = Sink()
-        in_situ.append(script_overhead.hook_path_in_situ(name, sink.link, steps=args.in_situ))
-        sink.close()
+    in_situ = [
+        script_overhead.in_situ_processes_summary(
+            name,
+            script_overhead.in_situ_in_processes(
+                name, steps=args.in_situ, processes=args.in_situ_processes
+            ),
+        )
+        for name in datasets
+    ]
     sink = Sink()
     module_counts = [
         script_overhead.module_count_cost(sink.link, blocks=blocks) for blocks in (10, 100)
@@ -474,7 +483,7 @@ def script_main(args: argparse.Namespace) -> int:
         report = {
             "scripts": [script_overhead.summary(result) for result in results],
             "hook_path_alone": [script_overhead.alone_summary(cost) for cost in alone],
-            "hook_path_in_situ": [script_overhead.in_situ_summary(cost) for cost in in_situ],
+            "hook_path_in_situ": in_situ,
             "module_count": [
                 {"module_calls": cost.module_calls, "added_us_per_forward": cost.added_us}
                 for cost in module_counts

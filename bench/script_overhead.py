@@ -9,8 +9,8 @@ gpuwatch is not judged by its own figures); a pair gives the ratio watched/plain
 gradients). Two scripts with ~5 ms steps: an ``IterableDataset`` with gradient accumulation every 4
 batches, and a plain shuffled map-style ``DataLoader``. Each pair also checks that the watched
 run computed the same weights. On a shared 2-core machine a pair's noise is about a millisecond,
-far above the budget, so **the hook path alone** resolves it, in one process with the runner's
-real instruments (``ScriptInstruments``, a real link to a sink process) installed and removed:
+far above the budget, so **the hook path alone** resolves it, with the runner's real instruments
+(``ScriptInstruments``, a real link to a sink process) installed and removed in one process:
 
 * *tiny step*: a step of the same shape (the same module calls, loader, backward and optimizer
   steps, little arithmetic) in alternating blocks, in wall and CPU time: the hooks' own work,
@@ -20,7 +20,9 @@ real instruments (``ScriptInstruments``, a real link to a sink process) installe
   two sides' median steps: the hooks as a real run meets them, after the step's work has left
   them cold caches (docs/performance.md has the figures). The first steps after a switch are
   left out of it: installing or removing patches classes, and the interpreter re-specializes
-  what reads them, which a run that keeps its instruments pays once (printed apart).
+  what reads them, which a run that keeps its instruments pays once (printed apart). Each
+  process reads differently (its memory laid out its own way), so this runs in several fresh
+  processes and the figure is their median.
 """
 
 from __future__ import annotations
@@ -368,23 +370,78 @@ def in_situ_summary(cost: InSituCost) -> dict[str, object]:
     }
 
 
-def print_in_situ(cost: InSituCost) -> None:
-    """The human-readable figures of the in-situ hook path."""
-    tenths = [ns / 1e3 for ns in cost.added_ns_by_tenth()]
+#: The argument that makes this file measure the in-situ hook path once and print its JSON.
+IN_SITU_CHILD = "--in-situ-child"
+
+
+def in_situ_in_processes(dataset: str, *, steps: int, processes: int) -> list[dict[str, Any]]:
+    """``hook_path_in_situ`` in ``processes`` fresh processes, one after the other, each one's
+    ``in_situ_summary``. One process is one sample of how the interpreter and torch lay out
+    their memory: the same code reads some 15-20 µs apart from one process to the next (more
+    than a cut of a few calls saves), so the figure is the median over processes."""
+    runs = []
+    for _ in range(processes):
+        done = subprocess.run(
+            [sys.executable, str(Path(__file__)), IN_SITU_CHILD, dataset, str(steps)],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            env=os.environ.copy(),
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"the in-situ run exited {done.returncode}:\n{done.stderr[-3000:]}")
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return runs
+
+
+def in_situ_processes_summary(dataset: str, runs: list[dict[str, Any]]) -> dict[str, object]:
+    """The JSON figures of the in-situ hook path over processes (``--json``)."""
+    added = [float(run["added_us_per_step"]) for run in runs]
+    return {
+        "dataset": dataset,
+        "processes": runs,
+        "added_us_per_step": statistics.median(added),
+        "added_us_per_step_range": [min(added), max(added)],
+        "step_us_off": statistics.median(float(run["step_us_off"]) for run in runs),
+        "first_step_added_us": statistics.median(float(run["first_step_added_us"]) for run in runs),
+    }
+
+
+def print_in_situ(summary: dict[str, Any]) -> None:
+    """The human-readable figures of the in-situ hook path over processes."""
+    runs = summary["processes"]
+    added = [float(run["added_us_per_step"]) for run in runs]
     print(
-        f"\n## the hook path in situ: {cost.dataset}, the script's own step, on or off in "
-        f"alternating blocks of {IN_SITU_BLOCK} ({len(cost.on_ns)} steady steps a side)"
+        f"\n## the hook path in situ: {summary['dataset']}, the script's own step, on or off "
+        f"in alternating blocks of {IN_SITU_BLOCK} ({runs[0]['steps_per_side']} steady steps "
+        f"a side), in {len(runs)} processes"
     )
-    print(f"us/step off          {statistics.median(cost.off_ns) / 1e3:.1f} (median)")
+    print(f"us/step off          {summary['step_us_off']:.1f} (median)")
     print(
-        f"added us/step        {cost.added_ns / 1e3:.1f}   (median on - median off, "
-        f"a block's first {IN_SITU_SETTLE} steps left out; budget <= 100 us)"
+        f"added us/step        {summary['added_us_per_step']:.1f}   (median over processes of "
+        f"median on - median off, a block's first {IN_SITU_SETTLE} steps left out; "
+        "budget <= 100 us)"
     )
-    print(f"... by tenth of run  {machine.spread(tenths, '{:.0f}')}")
+    print(f"... each process     {', '.join(f'{us:.1f}' for us in added)}")
     print(
-        f"first step after installing: {cost.first_step_added_ns / 1e3:.0f} us more than the "
+        f"first step after installing: {summary['first_step_added_us']:.0f} us more than the "
         "first after removing (once a run)"
     )
+
+
+def _in_situ_child(dataset: str, steps: int) -> None:
+    """One process's in-situ figures, as one JSON line on stdout."""
+    import torch
+    from overhead import Sink
+
+    torch.set_num_threads(1)
+    sink = Sink()
+    try:
+        cost = hook_path_in_situ(dataset, sink.link, steps=steps)
+    finally:
+        sink.close()
+    print(json.dumps(in_situ_summary(cost)), flush=True)
 
 
 @dataclass(frozen=True)
@@ -468,3 +525,12 @@ def hook_path_profile(dataset: str, link: Any, *, steps: int, top: int = 14) -> 
     out = io.StringIO()
     pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(top)
     return out.getvalue()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4 or sys.argv[1] != IN_SITU_CHILD or sys.argv[2] not in DATASETS:
+        sys.exit(
+            f"usage: {sys.argv[0]} {IN_SITU_CHILD} {{{','.join(DATASETS)}}} STEPS "
+            "(bench/overhead.py --script runs it)"
+        )
+    _in_situ_child(sys.argv[2], int(sys.argv[3]))

@@ -6,6 +6,7 @@ Speed is priced in ``bench/overhead.py --script``; nothing here asserts a time.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -340,3 +341,33 @@ def test_the_in_situ_bench_times_each_side_and_leaves_the_script_unhooked(
     assert all(ns > 0 for ns in measured.on_ns + measured.off_ns + measured.first_on_ns)
     assert link.kinds("steps"), "the steps on the hooked side were recorded"
     assert not torch_modules._global_forward_pre_hooks and not torch_modules._global_forward_hooks
+
+
+def test_the_in_situ_figure_is_the_median_over_fresh_processes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each process reads differently: the bench runs the in-situ measure in fresh processes
+    (the bench file itself, as a child) and reports their median and range."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import script_overhead
+
+    [run] = script_overhead.in_situ_in_processes("map", steps=12, processes=1)
+    kept = script_overhead.IN_SITU_BLOCK - script_overhead.IN_SITU_SETTLE
+    assert run["dataset"] == "map" and run["steps_per_side"] >= 12
+    assert run["steps_per_side"] % kept == 0 and run["step_us_off"] > 0
+    runs = [
+        {**run, "added_us_per_step": us, "step_us_off": off}
+        for us, off in ((90.0, 6000.0), (70.0, 6200.0), (110.0, 5900.0))
+    ]
+    summary = script_overhead.in_situ_processes_summary("map", runs)
+    assert summary["added_us_per_step"] == 90.0
+    assert summary["added_us_per_step_range"] == [70.0, 110.0]
+    assert summary["step_us_off"] == 6000.0 and summary["processes"] == runs
+    usage = subprocess.run(
+        [sys.executable, str(BENCH / "script_overhead.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert usage.returncode != 0 and "usage:" in usage.stderr and "Traceback" not in usage.stderr
