@@ -377,8 +377,8 @@ IN_SITU_CHILD = "--in-situ-child"
 def in_situ_in_processes(dataset: str, *, steps: int, processes: int) -> list[dict[str, Any]]:
     """``hook_path_in_situ`` in ``processes`` fresh processes, one after the other, each one's
     ``in_situ_summary``. One process is one sample of how the interpreter and torch lay out
-    their memory: the same code reads some 15-20 µs apart from one process to the next (more
-    than a cut of a few calls saves), so the figure is the median over processes."""
+    their memory: the same code reads further apart from one process to the next than a cut
+    of a few calls saves (docs/performance.md), so the figure is the median over processes."""
     runs = []
     for _ in range(processes):
         done = subprocess.run(
