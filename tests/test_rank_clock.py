@@ -24,9 +24,18 @@ from gpuwatch.core.model.rank_clock import (
     best_of_groups,
     offsets_at,
     shift_to_rank0,
+    usable_groups,
+    worst_error_ns,
 )
 from gpuwatch.core.run.link import LinkListener, new_authkey, private_dir, remove_private_dir
-from gpuwatch.core.run.rank_links import PING_BURST, RankRun, RankRuns, placed_steps
+from gpuwatch.core.run.rank_links import (
+    PING_BURST,
+    PING_EVERY_S,
+    PING_QUICK_NS,
+    RankRun,
+    RankRuns,
+    placed_steps,
+)
 from gpuwatch.core.run.run_model import RunModel
 from gpuwatch.runner.link import Link as RunnerLink
 from gpuwatch.runner.link import parse_address
@@ -103,8 +112,9 @@ class _OtherMachine:
     """A rank whose clock runs ``AHEAD_NS`` ahead of ours: it answers pings as the runner's
     link does, from its own reader, stamped with its clock."""
 
-    def __init__(self, address: object, key: bytes) -> None:
+    def __init__(self, address: object, key: bytes, late_answers: int = 0) -> None:
         self.conn = Client(parse_address(str(address)), authkey=key)
+        self.late_answers = late_answers  # its first answers wait (it is busy importing)
         self.lock = threading.Lock()
         self.reader = threading.Thread(target=self._answer, daemon=True)
         self.reader.start()
@@ -123,6 +133,9 @@ class _OtherMachine:
             except (EOFError, OSError):
                 return
             if message["kind"] == "ping":
+                if self.late_answers:
+                    self.late_answers -= 1
+                    time.sleep(2 * PING_QUICK_NS / 1e9)
                 self.send("pong", t=message["t"], clock_ns=self.clock())
 
 
@@ -171,6 +184,58 @@ def test_a_rank_of_another_machine_is_drawn_on_rank_0s_clock() -> None:
     finally:
         runs.close()
         rank0.close()
+        other.conn.close()
+        local.close()
+        tcp.close()
+        remove_private_dir(folder)
+
+
+def test_a_group_that_waited_on_a_busy_rank_is_left_out_while_a_better_one_exists() -> None:
+    """A rank importing torch on a loaded machine answers a whole burst late, each pong's offset
+    off by up to half its round trip; a later group of prompt answers places every step."""
+    late = [_pong(i * 50_000_000, 160_000_000, 1_000_000, AHEAD_NS) for i in range(GROUP)]
+    prompt = [_pong(10**9 + i * 50_000_000, 100_000, 100_000, AHEAD_NS) for i in range(GROUP)]
+    times = np.array([AHEAD_NS, AHEAD_NS + 5 * 10**8, AHEAD_NS + 2 * 10**9], dtype=np.int64)
+    alone = offsets_at(late, times)
+    assert alone is not None and np.all(np.abs(alone - AHEAD_NS) > 50_000_000), "only it: used"
+    assert worst_error_ns(late) == 161_000_000 // 2
+    placed = offsets_at(late + prompt, times)
+    assert placed is not None and np.all(np.abs(placed - AHEAD_NS) <= 100_000), placed
+    assert worst_error_ns(late + prompt) == 100_000
+    assert usable_groups(late + prompt) == best_of_groups(prompt)
+
+
+def test_the_first_burst_goes_on_until_a_round_trip_is_quick() -> None:
+    """The first ``PING_BURST`` answers come late (the rank is busy): the window keeps pinging
+    at the burst's pace until one comes back quickly, then at the steady pace."""
+    folder = private_dir()
+    key = new_authkey()
+    local = LinkListener(folder, key, many=True, handshake_timeout_s=5.0)
+    tcp = LinkListener(Path(), key, many=True, tcp=("127.0.0.1", 0), handshake_timeout_s=5.0)
+
+    def spawn(name: str, target: Any) -> threading.Thread:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    runs = RankRuns(local, primary=lambda m: None, log_line=lambda *a: None, spawn_thread=spawn)
+    runs.start(tcp)
+    other = _OtherMachine(tcp.address, key, late_answers=PING_BURST)
+    try:
+        other.send("hello", **_hello(1, "there"))
+
+        def pongs() -> list[Pong]:
+            got = runs.get(1)
+            return list(got.pongs) if got is not None else []
+
+        wait_until(lambda: len(pongs()) >= PING_BURST + 2, timeout=30, what="pongs")
+        answered = pongs()
+        assert all(p.rtt_ns > PING_QUICK_NS for p in answered[:PING_BURST])
+        assert answered[PING_BURST].rtt_ns <= PING_QUICK_NS
+        # the ping after the late burst went at the burst's pace, not the steady one's
+        assert answered[PING_BURST].t_ns - answered[PING_BURST - 1].t_ns < PING_EVERY_S * 1e9 / 2
+    finally:
+        runs.close()
         other.conn.close()
         local.close()
         tcp.close()

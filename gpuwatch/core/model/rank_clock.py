@@ -8,7 +8,10 @@ gives the offset as NTP's simplest estimate: ``clock_ns - (t + t_back) / 2``, of
 half the round trip. Round trips that queue behind other messages are long, so in each run of
 ``GROUP`` pongs the one with the shortest round trip stands for the group, and a step's offset
 is interpolated between the groups' times (drift is followed; a constant offset stays
-constant). Every rank is drawn on rank 0's clock (the timeline's): a rank's shift is its
+constant). A group whose every pong waited on a busy process (a rank importing torch on a
+loaded machine answers late) is left out while a far better one exists: its error is half its
+round trip, far more than the two clocks drift apart between groups.
+Every rank is drawn on rank 0's clock (the timeline's): a rank's shift is its
 offset minus rank 0's. Live and replayed runs use the same pongs (a recording keeps them) and
 so place a remote rank's steps the same way.
 """
@@ -23,6 +26,10 @@ import numpy as np
 
 #: Pongs per group: the one with the shortest round trip in each group is kept.
 GROUP = 8
+#: A group is left out when its best round trip is longer than this many times the shortest
+#: group's, plus ``POOR_SLACK_NS`` (a network's own jitter).
+POOR_FACTOR = 4
+POOR_SLACK_NS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -55,10 +62,20 @@ def best_of_groups(pongs: Sequence[Pong]) -> list[Pong]:
     return [min(valid[i : i + GROUP], key=lambda p: p.rtt_ns) for i in range(0, len(valid), GROUP)]
 
 
+def usable_groups(pongs: Sequence[Pong]) -> list[Pong]:
+    """``best_of_groups`` without the groups far worse than the best one (``POOR_FACTOR``)."""
+    best = best_of_groups(pongs)
+    if not best:
+        return best
+    limit = POOR_FACTOR * min(p.rtt_ns for p in best) + POOR_SLACK_NS
+    return [p for p in best if p.rtt_ns <= limit]
+
+
 def offsets_at(pongs: Sequence[Pong], times_ns: np.ndarray) -> np.ndarray | None:
     """The rank's clock minus ours at each of ``times_ns`` (the rank's clock), interpolated
-    between the groups' best pongs and held beyond the first and last; None without a pong."""
-    best = best_of_groups(pongs)
+    between the usable groups' best pongs and held beyond the first and last; None without a
+    pong."""
+    best = usable_groups(pongs)
     if not best:
         return None
     at = np.array([p.clock_ns for p in best], dtype=np.float64)
@@ -67,8 +84,9 @@ def offsets_at(pongs: Sequence[Pong], times_ns: np.ndarray) -> np.ndarray | None
 
 
 def worst_error_ns(pongs: Sequence[Pong]) -> int | None:
-    """Half the longest round trip among the groups' best: how far an offset may be off."""
-    best = best_of_groups(pongs)
+    """Half the longest round trip among the usable groups' best: how far an offset may be
+    off."""
+    best = usable_groups(pongs)
     return max(p.rtt_ns for p in best) // 2 if best else None
 
 

@@ -49,8 +49,13 @@ UNKNOWN_STEP_S = 2.0
 
 #: A rank of another machine is pinged ``PING_BURST`` times ``PING_BURST_S`` apart once it said
 #: hello, then every ``PING_EVERY_S``; its newest ``MAX_PONGS`` answers are kept (hours of
-#: them: a step's offset is read from the pongs around it).
+#: them: a step's offset is read from the pongs around it). The burst goes on, up to
+#: ``PING_BURST_MAX`` pings, until one round trip took at most ``PING_QUICK_NS``: the first
+#: pings meet a rank that is importing and building its model, whose link thread may wait long
+#: for the interpreter on a loaded machine (a link that is slow itself ends the burst there).
 PING_BURST = 8
+PING_BURST_MAX = 64
+PING_QUICK_NS = 20_000_000
 PING_BURST_S = 0.05
 PING_EVERY_S = 2.0
 MAX_PONGS = 8192
@@ -192,7 +197,11 @@ class RankRuns:
                 if not run.remote or not run.connected or run.link is None:
                     continue
                 count, last = sent.get(run.info.rank, (0, 0.0))
-                if count < PING_BURST or now - last >= PING_EVERY_S:
+                if (
+                    count < PING_BURST
+                    or (count < PING_BURST_MAX and not _answered_quickly(run))
+                    or now - last >= PING_EVERY_S
+                ):
                     run.link.send("ping", t=time.perf_counter_ns())
                     sent[run.info.rank] = (count + 1, now)
 
@@ -297,6 +306,12 @@ class RankRuns:
             False,
         )
         return run
+
+
+def _answered_quickly(run: RankRun) -> bool:
+    """Whether a round trip to ``run`` took at most ``PING_QUICK_NS`` (its reader thread adds
+    pongs meanwhile: ``list`` copies the deque in one step under the interpreter lock)."""
+    return any(pong.rtt_ns <= PING_QUICK_NS for pong in list(run.pongs))
 
 
 def step_ahead(runs: Sequence[RankRun], typical_s: float | None) -> tuple[int, float]:
