@@ -406,8 +406,7 @@ class AutoHooks:
                 recorder.switch_off_detection(FORWARD_HOOK, exc)
             if module is not None:
                 # who wants to know of this outermost forward was asked at its module's first
-                entry = self._seen.entry(id(module))
-                every = entry[1] if entry is not None and entry[0]() is module else _unseen
+                every = self._seen.get(module, _unseen)
                 if every is _unseen:
                     every = self._first_outermost(module)
                 if every is not None:

@@ -21,9 +21,6 @@ class SeenModules(Generic[V]):
 
     def __init__(self) -> None:
         self._entries: dict[int, tuple[weakref.ref[Any], V]] = {}
-        #: ``id(module)`` → (weak reference, value), or None: ``get`` without its call, for a
-        #: caller at every step, which then checks that the reference answers its module.
-        self.entry = self._entries.get
 
     def get(self, module: Any, default: V) -> V:
         """``module``'s value, or ``default`` for a module not seen (or not the one seen)."""

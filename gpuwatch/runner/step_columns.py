@@ -67,8 +67,7 @@ class StepColumns:
 
     def add_step(self, step_id: int, config_id: int, samples: int, host: list[int]) -> bool:
         """Append a step's row (with the instruments' time spent since the last one, never
-        negative, which starts again from 0); True when the batch is due to be sent. One call
-        with nothing inside it: a watched script's step boundary runs it at every step."""
+        negative, which starts again from 0); whether the batch is now ``due`` to be sent."""
         with self._lock:
             self.step.append(step_id)
             self.config.append(config_id)
@@ -78,10 +77,7 @@ class StepColumns:
             if spent is not None:
                 ns, spent.ns = spent.ns, 0
                 self.instrument_ns.append(ns if ns > 0 else 0)
-            return (
-                len(self.step) >= MAX_BATCH_STEPS
-                or self._clock() - self.sent_ns >= _BATCH_INTERVAL_NS
-            )
+        return self.due()
 
     def add_device(self, step_id: int, marks: list[int]) -> None:
         with self._lock:

@@ -86,10 +86,6 @@ def batch_samples(batch: Any, depth: int = 2) -> int | None:
     if depth <= 0:
         return None
     if isinstance(batch, list | tuple):  # first: the usual batch, and no ABC check for it
-        # the usual batch, ``(inputs, targets)``: answered here, without a call for its item
-        shape = getattr(batch[0], "shape", None) if batch else None
-        if isinstance(shape, tuple) and shape and type(shape[0]) is int:  # torch.Size is one
-            return shape[0]
         items: Sequence[Any] = batch
     elif isinstance(batch, Mapping):
         items = list(batch.values())
