@@ -348,7 +348,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the zero-code hooks on a user script: gpuwatch run vs plain python, in pairs",
     )
-    parser.add_argument("--pairs", type=int, default=6, help="--script: interleaved pairs")
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=20,
+        help="--script: interleaved pairs (a pair's ratio scatters by a few percent here: "
+        "fewer than about 20 leave a 2 %% budget undecided)",
+    )
     parser.add_argument("--batches", type=int, default=600, help="--script: batches per run")
     parser.add_argument(
         "--in-situ", type=int, default=1500, help="--script: in-situ steps on each side"

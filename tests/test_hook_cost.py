@@ -6,6 +6,7 @@ Speed is priced in ``bench/overhead.py --script``; nothing here asserts a time.
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -301,6 +302,24 @@ def test_bench_reads_the_scripts_own_figures() -> None:
     assert summary["ratio_median"] == pytest.approx(1.005)
     assert summary["added_us_per_step_median"] == pytest.approx(25.0)
     assert summary["same_weights"] is False
+    low, high = summary["ratio_median_ci90"]
+    assert low == pytest.approx(1.0) and high == pytest.approx(1.01)  # medians of resampled pairs
+
+
+def test_the_pairs_median_comes_with_an_interval_that_narrows_with_more_pairs() -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import machine
+    finally:
+        sys.path.remove(str(BENCH))
+    assert machine.median_interval([1.02] * 5) == (1.02, 1.02)
+    scatter = [0.96, 1.05, 1.01, 0.99, 1.04, 1.00, 1.03, 0.98]
+    few = machine.median_interval(scatter)
+    many = machine.median_interval(scatter * 6)
+    median = statistics.median(scatter)
+    assert few[0] <= median <= few[1] and many[0] <= median <= many[1]
+    assert many[1] - many[0] < few[1] - few[0]
+    assert machine.median_interval(scatter) == few  # seeded: a report reads the same twice
 
 
 def test_the_module_count_bench_times_both_sides_and_leaves_nothing_installed(
