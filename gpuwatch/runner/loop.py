@@ -108,7 +108,6 @@ class TrainingLoop:
             self._columns, lambda: self._columns.send(link), lambda text: link.log("warning", text)
         )
         self._last_host: list[int] = []
-        self._send_due = False  # the columns said so when the last step was added
         self._loss_sum: torch.Tensor | None = None
         self._loss_count = 0
         self._skips_reported = 0
@@ -207,9 +206,7 @@ class TrainingLoop:
         if marks:
             backend.end()
         self._spent.ns += spent
-        self._send_due = self._columns.add_step(
-            step_id, config_id, self.workload.samples(batch), host
-        )
+        self._columns.add_step(step_id, config_id, self.workload.samples(batch), host)
         self._last_host = host
         self._spent.ns += clock() - start  # the next step's share: this one is added already
 
@@ -245,7 +242,7 @@ class TrainingLoop:
         compiled = self.state.take_compiled()
         if compiled is not None:  # compilation happens in the first forward and backward
             self.link.log("info", f"compiled ({compiled}) in {(host[4] - host[2]) / 1e9:.1f} s")
-        if self._send_due:
+        if self._columns.due():  # asked now: the flush timer may have sent since the step
             self._columns.send(self.link)
 
     def _collect_device(self, *, wait: bool) -> None:
