@@ -190,20 +190,21 @@ class RankRuns:
 
     def _ping(self) -> None:
         """Round trips to the ranks of other machines (``rank_clock``), until closed."""
-        sent: dict[int, tuple[int, float]] = {}  # rank -> (pings sent, when the last went)
+        # rank -> (pings sent, counted as PING_BURST_MAX once a burst ping came back quickly;
+        # when the last went)
+        sent: dict[int, tuple[int, float]] = {}
         while not self._closed.wait(PING_BURST_S):
             now = time.monotonic()
             for run in self.runs():
                 if not run.remote or not run.connected or run.link is None:
                     continue
                 count, last = sent.get(run.info.rank, (0, 0.0))
-                if (
-                    count < PING_BURST
-                    or (count < PING_BURST_MAX and not _answered_quickly(run))
-                    or now - last >= PING_EVERY_S
-                ):
+                if PING_BURST <= count < PING_BURST_MAX and _answered_quickly(run):
+                    count = PING_BURST_MAX  # the burst is over: its pongs are not read again
+                if count < PING_BURST_MAX or now - last >= PING_EVERY_S:
                     run.link.send("ping", t=time.perf_counter_ns())
-                    sent[run.info.rank] = (count + 1, now)
+                    count, last = count + 1, now
+                sent[run.info.rank] = (count, last)
 
     def _read(self, lnk: link.Link, remote: bool = False) -> None:
         run: RankRun | None = None
