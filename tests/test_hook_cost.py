@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from gpuwatch import protocol
 from gpuwatch.core.model.store import StepStore
 from gpuwatch.core.run.run_model import RunModel
+from gpuwatch.runner.autohooks import HOLD_LEARNING
 from gpuwatch.runner.script_instruments import ScriptInstruments
 from gpuwatch.runner.step_columns import SpentTime, StepColumns
 from gpuwatch.runner.timing import HostBackend
@@ -276,6 +277,126 @@ def test_each_outermost_module_is_asked_about_once_and_a_loss_keeps_the_global_h
     rows = [row for batch in link.kinds("steps") for row in batch["host"]]
     h2d_end, forward_end = 2, 3
     assert len(rows) >= 4 and all(row[forward_end] > row[h2d_end] for row in rows)
+
+
+def global_hooks_now() -> int:
+    return len(torch_modules._global_forward_pre_hooks) + len(torch_modules._global_forward_hooks)
+
+
+class Probe(nn.Module):
+    """A second model with parameters, called after the first one's forward and before the
+    backward (a discriminator, a teacher)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale(x)
+
+
+def hold_run(
+    steps: int,
+    *,
+    second_model_from: int | None = None,
+    eval_from: int | None = None,
+    first_outermost: Any = None,
+) -> tuple[Net, CountingLoss, list[int], list[list[int]], list[nn.Module]]:
+    """``steps`` batches of a DataLoader loop, watched; the global hooks counted as each step's
+    model call begins, the loss's view of them, the host marks, and the modules the model
+    knobs were told of. ``second_model_from``: from that step on a ``Probe`` also runs between
+    the forward and the backward; ``eval_from``: from that step on each step runs under
+    ``no_grad``, without a backward (an evaluation)."""
+    torch.manual_seed(0)
+    link = FakeLink()
+    watch = ScriptInstruments.build(link, torch, torch.device("cpu"), HostBackend(), max_steps=None)
+    model, loss_fn, probe = Net(), CountingLoss(), Probe()
+    optimizer = torch.optim.SGD([*model.parameters(), *probe.parameters()], lr=0.1)
+    data = TensorDataset(torch.randn(4 * steps, 4), torch.randint(0, 3, (4 * steps,)))
+    loader = DataLoader(data, batch_size=4)
+    at_model_call: list[int] = []
+    told: list[nn.Module] = []
+    watch.install()
+    if first_outermost is None:
+        saw = watch.hooks.on_first_outermost
+        assert saw is not None
+
+        def first_outermost(module: Any) -> Any:
+            told.append(module)
+            return saw(module)
+
+    watch.hooks.on_first_outermost = first_outermost
+    try:
+        for step, (x, y) in enumerate(loader):
+            grad = eval_from is None or step < eval_from
+            with torch.set_grad_enabled(grad):
+                at_model_call.append(global_hooks_now())
+                out = model(x)
+                assert not model._forward_hooks  # our own hook never outlives the forward
+                if second_model_from is not None and step >= second_model_from:
+                    out = probe(out)
+                loss = loss_fn(out, y)
+            if grad:
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        watch.recorder.finish()
+    finally:
+        watch.remove()
+    rows = [row for batch in link.kinds("steps") for row in batch["host"]]
+    return model, loss_fn, at_model_call, rows, told
+
+
+def test_in_training_the_loss_runs_without_the_global_hooks_once_learned() -> None:
+    """After ``HOLD_LEARNING`` training windows with nothing new in them, the global hooks stay
+    aside from the model's forward end to the backward: the loss takes torch's fast path.
+    Each step still begins with them in place, and its forward marks are as before (the
+    backward's start ends the forward)."""
+    steps = HOLD_LEARNING + 8
+    model, loss_fn, at_model_call, rows, told = hold_run(steps)
+    assert told == [model, loss_fn]
+    assert min(at_model_call) > 0
+    assert min(loss_fn.global_hooks_inside[:HOLD_LEARNING]) > 0
+    assert set(loss_fn.global_hooks_inside[HOLD_LEARNING + 1 :]) == {0}
+    assert set(model.global_hooks_inside) == {0}
+    assert global_hooks_now() == 0  # removed with the instruments
+    h2d_end, forward_end, backward_end = 2, 3, 4
+    assert len(rows) >= steps - 1
+    assert all(row[backward_end] > row[forward_end] > row[h2d_end] for row in rows)
+
+
+def test_a_new_model_in_the_window_keeps_the_global_hooks_in_place() -> None:
+    """A model with parameters first called after the forward (the model knobs must see it)
+    rules holding out: its calls and the loss's keep the global hooks, and it is told of."""
+    steps = HOLD_LEARNING + 8
+    model, loss_fn, _, _, told = hold_run(steps, second_model_from=2)
+    assert len(told) == 3 and told[:2] == [model, loss_fn] and isinstance(told[2], Probe)
+    assert min(loss_fn.global_hooks_inside) > 0
+
+
+def test_a_module_that_wants_each_forward_keeps_the_global_hooks_in_place() -> None:
+    """A module whose every outermost forward is wanted (DDP's timing) called in the window
+    rules holding out."""
+    every: list[nn.Module] = []
+
+    def first_outermost(module: Any) -> Any:
+        return every.append if isinstance(module, Probe) else None
+
+    steps = HOLD_LEARNING + 8
+    _, loss_fn, _, _, _ = hold_run(steps, second_model_from=0, first_outermost=first_outermost)
+    assert len(every) == steps
+    assert min(loss_fn.global_hooks_inside) > 0
+
+
+def test_without_gradients_the_loss_keeps_the_global_hooks() -> None:
+    """An evaluation under ``no_grad`` after the training has no backward to end its forward:
+    its loss stays forward time, marked by the global hooks."""
+    trained = HOLD_LEARNING + 4
+    _, loss_fn, _, rows, _ = hold_run(trained + 6, eval_from=trained)
+    assert set(loss_fn.global_hooks_inside[HOLD_LEARNING + 1 : trained]) == {0}
+    assert min(loss_fn.global_hooks_inside[trained:]) > 0
+    h2d_end, forward_end = 2, 3
+    assert rows and all(row[forward_end] > row[h2d_end] for row in rows)
 
 
 # --- the bench's parsing and report -----------------------------------------------------------

@@ -23,6 +23,16 @@ the platform has it) switches them off. They add no device
 synchronization; the global forward hooks do cost every module call a little (torch's hook path
 instead of its fast path).
 
+**The cheaper path.** While an outermost forward runs, the global hooks stand aside (its inner
+modules run on torch's fast path) and an always-called hook of its module's own marks its end.
+In training, what runs after it until ``backward()`` (the loss, a second look at the same model)
+marks nothing a step keeps: ``backward()`` moves ``forward_end`` to its own start. So once
+``HOLD_LEARNING`` such windows have shown only modules with nothing to tell and nothing new for
+the model knobs (a loss, a model seen before), the global hooks stay aside from the outermost
+forward's end until the backward begins or the step's next boundary (``next()``, an optimizer
+step). Not with gradients off (an evaluation under ``no_grad``: its loss is forward time), not
+in probe mode, and never once a window showed a new module with parameters or a DDP module.
+
 **Compiled and exported code.** TorchDynamo traces the global hooks into every module it
 compiles. Each hook therefore first asks ``torch.compiler.is_compiling()`` (constant-folded to
 True while Dynamo traces, and True during ``torch.export``'s non-strict tracing too:
@@ -68,6 +78,9 @@ LOADER_HOOK = "DataLoader hook"
 FORWARD_HOOK = "forward hook"
 BACKWARD_HOOK = "backward hook"
 OPTIMIZER_HOOK = "optimizer step hook"
+#: Training windows (an outermost forward's end to its backward) watched before the global
+#: hooks may stay aside through them (``AutoHooks._hold``).
+HOLD_LEARNING = 8
 
 
 class BackwardScaling(Protocol):
@@ -94,6 +107,14 @@ def compiling_predicate(torch: Any) -> Callable[[], bool]:
 
 def _never() -> bool:
     return False
+
+
+def _has_parameters(module: Any) -> bool:
+    """Whether ``module`` has a parameter (a module that fails to say is taken as having one)."""
+    try:
+        return next(iter(module.parameters()), None) is not None
+    except Exception:
+        return True
 
 
 def _unseen(module: Any) -> None:
@@ -148,6 +169,14 @@ class AutoHooks:
         self._module_handles: list[Any] = []
         self._aside: GlobalHooksAside | None = None
         self._outermost: Any = None  # the module whose forward runs with our hooks aside
+        #: The global hooks stay aside past the outermost forward, until the step's backward
+        #: begins or its next boundary (``_hold``).
+        self._held = False
+        #: ``HOLD_LEARNING`` training windows watched before holding is allowed (``_learn``).
+        self._windows_left = HOLD_LEARNING
+        self._window_open = False  # a learning window: an outermost forward ended, no backward
+        self._may_hold = False
+        self._grad_enabled: Callable[[], bool] = getattr(torch, "is_grad_enabled", _never)
         self._restore: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
         #: The outermost module's own always-called forward hook while the global ones are
         #: aside (one bound method, made once).
@@ -192,6 +221,8 @@ class AutoHooks:
                 return
             if self.enabled and recorder.detecting and _get_ident() == main:
                 start = clock()
+                if self._held or self._window_open:
+                    self._step_boundary()
                 if scaling is not None:  # first: a boundary in the step below may change amp
                     scaling.optimizer_stepped(optimizer)
                 try:
@@ -251,16 +282,53 @@ class AutoHooks:
         """The global hooks again, and the outermost module without ours (never raises)."""
         module, self._outermost = self._outermost, None
         aside = self._aside
-        if module is None or aside is None:
+        if aside is None or (module is None and not self._held):
             return
+        self._held = False
         for table, hook_id, value in aside.entries:
             table[hook_id] = value
-        key = aside.key
+        if module is not None:
+            self._take_own_hook_off(module, aside.key)
+
+    def _hold(self, module: Any) -> None:
+        """The outermost forward of ``module`` ended in training: its own hook comes off, the
+        global hooks stay aside until ``_back_in_place`` (see the module docstring)."""
+        self._outermost = None
+        self._held = True
+        aside = self._aside
+        if aside is not None:
+            self._take_own_hook_off(module, aside.key)
+
+    @staticmethod
+    def _take_own_hook_off(module: Any, key: int) -> None:
         try:
             module._forward_hooks.pop(key, None)
             module._forward_hooks_always_called.pop(key, None)
         except Exception:
             pass
+
+    def _learn(self, module: Any, every: Callable[[Any], None] | None, first: bool) -> None:
+        """An outermost forward in a learning window (after another's end, before the
+        backward): a DDP module's, or a new module with parameters (the model knobs must see
+        its forwards), rules holding out for good."""
+        if every is not None or (first and _has_parameters(module)):
+            self._windows_left = -1
+            self._window_open = False
+
+    def _step_boundary(self) -> None:
+        """``next()`` or an optimizer step: a held window ends, and a learning window that saw
+        no backward (an evaluation) does not count."""
+        self._window_open = False
+        if self._held:
+            self._back_in_place()
+
+    def _window_ended(self) -> None:
+        """A backward began: a learning window closed as a training window does."""
+        self._window_open = False
+        if self._windows_left > 0:
+            self._windows_left -= 1
+            if self._windows_left == 0:
+                self._may_hold = True
 
     def _remove_module_hooks(self) -> None:
         self._back_in_place()
@@ -312,6 +380,8 @@ class AutoHooks:
             ):
                 return original(iterator)
             start = clock()
+            if self._held or self._window_open:
+                self._step_boundary()
             self._next_depth += 1
             try:
                 key = id(iterator)
@@ -350,6 +420,10 @@ class AutoHooks:
             ):
                 return original(*args, **kwargs)
             start = clock()
+            if self._held:
+                self._back_in_place()
+            if self._window_open:
+                self._window_ended()
             self._backward_depth += 1
             try:
                 recorder.backward_started()
@@ -409,6 +483,8 @@ class AutoHooks:
                 every = self._seen.get(module, _unseen)
                 if every is _unseen:
                     every = self._first_outermost(module)
+                elif every is not None and self._window_open:
+                    self._learn(module, every, first=False)
                 if every is not None:
                     every(module)
                 if getattr(module, "_modules", 1):  # a loss calls no module to spare hooks
@@ -420,16 +496,23 @@ class AutoHooks:
         first = self.on_first_outermost
         every = first(module) if first is not None else None
         self._seen.add(module, every)
+        if self._window_open:
+            self._learn(module, every, first=True)
         return every
 
     def _forward_ended(self, module: Any = None, args: Any = None, output: Any = None) -> None:
         """A module's forward returned or raised: the global always-called hook, and the
-        outermost module's own one while the global ones are aside, which it puts back (module
-        None: a ``Module.compile``'d call)."""
+        outermost module's own one while the global ones are aside, which it puts back or,
+        in training once allowed, holds aside (module None: a ``Module.compile``'d call)."""
         if self._is_compiling():
             return
         if module is not None and module is self._outermost:
-            self._back_in_place()
+            if self._may_hold and self._grad_enabled() and self.recorder.instrumentation == "auto":
+                self._hold(module)
+            else:
+                self._back_in_place()
+                if self._windows_left > 0 and self._grad_enabled():
+                    self._window_open = True
         if (
             self._backward_depth
             or not self._forward_depth

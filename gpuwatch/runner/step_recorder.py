@@ -47,6 +47,7 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import add, sub
 from typing import Any, Protocol
 
 from gpuwatch.protocol import N_MARKS
@@ -77,6 +78,10 @@ class RecorderLink(Protocol):
 
 def batch_samples(batch: Any, depth: int = 2) -> int | None:
     """First dimension of the batch's first tensor (tensor, tuple/list or dict of them)."""
+    if type(batch) is list or type(batch) is tuple:  # the usual (inputs, targets): a call less
+        shape = getattr(batch[0], "shape", None) if batch else None
+        if isinstance(shape, tuple) and shape and type(shape[0]) is int:  # torch.Size too
+            return shape[0]
     shape = getattr(batch, "shape", None)
     if shape is not None:
         try:
@@ -429,14 +434,15 @@ class StepRecorder:
         if host is None or index < reached or index >= END:
             return
         last = host[reached]
-        backend = self.backend
-        for skipped in range(reached + 1, index):
-            host[skipped] = last
-            if skipped > BACKWARD_END and backend.on:
-                backend.mark(skipped)
+        if index > reached + 1:
+            backend = self.backend
+            for skipped in range(reached + 1, index):
+                host[skipped] = last
+                if skipped > BACKWARD_END and backend.on:
+                    backend.mark(skipped)
         host[index] = now if now > last else last
-        if index > BACKWARD_END and backend.on:
-            backend.mark(index)
+        if index > BACKWARD_END and self.backend.on:
+            self.backend.mark(index)
         self._reached = index
 
     def _close(self, end_ns: int) -> None:
@@ -500,8 +506,8 @@ class StepRecorder:
                     "its batches",
                 )
         phases, reached = acc.phases, self._reached
-        for i in range(reached):
-            phases[i] += host[i + 1] - host[i]
+        # phase i += host[i + 1] - host[i], for each phase reached (in C: it runs every batch)
+        phases[:reached] = map(add, phases, map(sub, host[1 : reached + 1], host))
         phases[OPTIMIZER_END] += now - host[reached]  # after its backward: ``sync``
         acc.samples += 1 if self._samples is None else self._samples
         acc.batches += 1
