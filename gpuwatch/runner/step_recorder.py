@@ -8,7 +8,9 @@ returned, an optimizer stepped, ``gw.step()`` entered, ...) into the 7 marks of
 * **Loader mode** (a DataLoader was seen): a step starts when the loop asks a DataLoader
   iterator for a batch and ends when it asks for the next one. ``data_end`` when that ``next()``
   returns; ``h2d_end`` at the first outermost forward; ``forward_end`` when the outermost forward
-  returns, or later at the start of ``backward()``; ``backward_end`` when ``backward()`` returns;
+  returns, or later at the start of ``backward()`` (in training, once the hooks have learned the
+  loop, they report a step's first outermost forward only: see ``autohooks``); ``backward_end``
+  when ``backward()`` returns;
   ``optimizer_end`` at ``optimizer.step()``. A boundary reached again later in the same step
   moves forward (several optimizers: the last wins); a boundary of an *earlier* phase reached
   after a later one is ignored (its time stays in the later phase).
