@@ -53,3 +53,44 @@ def test_starting_a_running_timer_keeps_one_timer() -> None:
     flushers = [t for t in set(threading.enumerate()) - before if t.name == "gpuwatch-flush"]
     timer.stop()
     assert len(flushers) == 1
+
+
+class ScriptedWaits:
+    """Stands for the timer's stop event: each ``wait`` records its timeout and runs the next of
+    ``actions`` (what the loop does meanwhile); when none is left, the timer is stopped."""
+
+    def __init__(self, *actions: Any) -> None:
+        self.actions = list(actions)
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float) -> bool:
+        self.waits.append(timeout)
+        if not self.actions:
+            return True
+        self.actions.pop(0)()
+        return False
+
+
+def test_the_timer_looks_less_often_while_the_loop_sends_and_takes_over_when_it_hangs() -> None:
+    now = [0]
+    columns = StepColumns(clock=lambda: now[0])
+    link = Link()
+    timer = FlushTimer(columns, lambda: columns.send(link), [].append, interval_s=0.01, idle_s=0.5)
+
+    def loop_sends(step: int) -> Any:
+        def act() -> None:
+            now[0] = step * 10**12
+            columns.add_step(step, 0, 8, [0] * 7)
+            columns.send(link)
+
+        return act
+
+    def loop_hangs() -> None:
+        now[0] = 3 * 10**12  # its last step finished long ago, never sent by the loop
+        columns.add_step(3, 0, 8, [0] * 7)
+
+    waits = ScriptedWaits(loop_sends(1), loop_sends(2), loop_hangs)
+    timer._stopped = waits  # type: ignore[assignment]
+    timer._run()
+    assert waits.waits == [0.01, 0.5, 0.5, 0.01]
+    assert [fields["step"] for _, fields in link.sent] == [[1], [2], [3]]
