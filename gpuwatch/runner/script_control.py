@@ -40,9 +40,6 @@ from gpuwatch.runner.step_columns import SpentTime
 
 #: While paused, how often the boundary re-checks for resume/stop.
 PAUSE_POLL_S = 0.2
-#: How often the control thread, waiting for a control, looks whether the link was lost (each
-#: look takes the interpreter lock from the script for a moment).
-LOST_LOOK_S = 1.0
 #: The grace a ``stop`` may ask for is clamped to this range (seconds).
 GRACE_RANGE_S = (0.1, 600.0)
 
@@ -194,7 +191,7 @@ class ScriptControl:
         """Move controls to the inbox; a stop or a lost link arms the interrupt fallback."""
         while not self._closed.is_set():
             try:
-                message = self.link.controls.get(timeout=LOST_LOOK_S)
+                message = self.link.controls.get(timeout=0.2)
             except queue.Empty:
                 if self.link.lost.is_set():
                     self._request_stop("link_closed")

@@ -4,10 +4,7 @@ Shared by the built-in loop and a watched script (``step_recorder``): both appen
 step and hand the lists to the link about every ``protocol.BATCH_INTERVAL_S``, at a step
 boundary. A loop that stops reaching boundaries (a hang, a long evaluation, a crash about to
 happen) would keep its last steps here forever, so a ``FlushTimer`` thread also sends whatever
-has waited that long: a hang loses none. While the loop keeps sending at its own boundaries the
-timer looks only every ``IDLE_LOOK_S`` (each look takes the interpreter lock from the training
-thread for a moment), so the last steps before a hang or a crash reach the link within about
-twice that.
+has waited that long: a crash loses at most the last interval's steps, a hang none.
 """
 
 from __future__ import annotations
@@ -21,8 +18,6 @@ from gpuwatch.protocol import BATCH_INTERVAL_S
 
 #: A batch is sent at the latest when it holds this many rows.
 MAX_BATCH_STEPS = 2048
-#: How often the flush timer looks while the loop sends by itself.
-IDLE_LOOK_S = 0.25
 _BATCH_INTERVAL_NS = BATCH_INTERVAL_S * 1e9
 
 
@@ -116,8 +111,7 @@ class StepColumns:
 
 
 class FlushTimer:
-    """Sends ``columns`` every ``interval_s`` when the loop has not, and looks only every
-    ``idle_s`` while the loop does (see the module docstring).
+    """Sends ``columns`` every ``interval_s`` when the loop has not (see the module docstring).
 
     ``send`` is the owner's flush (it may do more than ``StepColumns.send``); it runs on this
     thread, so it must only touch thread-safe state. An error in it ends the timer with one
@@ -131,13 +125,11 @@ class FlushTimer:
         log: Callable[[str], None],
         *,
         interval_s: float = BATCH_INTERVAL_S,
-        idle_s: float = IDLE_LOOK_S,
     ) -> None:
         self._columns = columns
         self._send = send
         self._log = log
         self._interval_s = interval_s
-        self._idle_s = idle_s
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -160,20 +152,12 @@ class FlushTimer:
             thread.join(1.0)
 
     def _run(self) -> None:
-        stopped, columns = self._stopped, self._columns
-        seen = columns.sent_ns
-        wait = self._interval_s
-        while not stopped.wait(wait):
-            if columns.sent_ns != seen:  # the loop sent since the last look
-                seen = columns.sent_ns
-                wait = self._idle_s
-                continue
-            wait = self._interval_s
-            if not len(columns) or not columns.due():
+        stopped = self._stopped
+        while not stopped.wait(self._interval_s):
+            if not len(self._columns) or not self._columns.due():
                 continue
             try:
                 self._send()
-                seen = columns.sent_ns
             except Exception as exc:
                 self._log(
                     f"steps are now sent only at step boundaries: the flush timer "
